@@ -1,0 +1,15 @@
+"""ag_python: agents written in Python.
+
+The CODE folder holds the program's source. It runs in a fresh worker process with the
+briefcase as the global `bc` (a tacoma.Briefcase); whatever `bc` holds when the program ends
+is the meet's result. See _worker.py for the rest of the agent API.
+"""
+
+from tacoma._interpreter import Interpreter
+
+interpreter = Interpreter(
+    language="python",
+    agent="ag_python",
+    suffixes=(".py",),
+    worker_module="tacoma.interpreters.python._worker",
+)

@@ -1,0 +1,89 @@
+"""The ag_python worker process: runs one Python agent and exits.
+
+Started ahead of time by the place's pool (`python -I -B -m tacoma.interpreters.python._worker
+PLAN`); by the time a meet arrives the interpreter is up, msgpack imported and the sandbox
+entered, so the meet costs only compiling and running the agent's program.
+
+The program sees these globals (the Python face of the one agent API):
+    bc          the briefcase (tacoma.Briefcase): bc["NAME"] is folder NAME's list of bytes
+    meet        meet(target, briefcase=None, mode="sync", timeout=None) -> Briefcase | str
+    log         log(message, level="info"): a line in the place's log
+    fail        fail(message): end the meet as failed with this message
+    place       the address of the place the agent runs at
+    Briefcase   the briefcase type, to build briefcases for meets
+Whatever `bc` holds when the program ends is the meet's result.
+"""
+
+from __future__ import annotations
+
+import builtins
+import linecache
+import traceback
+from collections.abc import Mapping
+from typing import Any
+
+from tacoma._agentside import AgentChannel, AgentFailure, serve_one
+from tacoma._briefcase import CODE, Briefcase
+from tacoma._protocol import Meet
+
+FILENAME = "<agent>"
+
+
+def _program(meet: Meet) -> str:
+    elements = meet.briefcase.folder(CODE)
+    if not elements:
+        raise AgentFailure("ag_python needs its program in the CODE folder "
+                           "(tacoma meet ag_python --code FILE)")
+    try:
+        return b"\n".join(elements).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise AgentFailure(f"the CODE folder is not UTF-8 Python source: {exc}") from None
+
+
+def run(meet: Meet, channel: AgentChannel) -> Briefcase:
+    source = _program(meet)
+    # Register the source so tracebacks show the agent's own lines.
+    linecache.cache[FILENAME] = (len(source), None, source.splitlines(True), FILENAME)
+    try:
+        code = compile(source, FILENAME, "exec")
+    except SyntaxError as exc:
+        raise AgentFailure(f"SyntaxError: {exc.msg} (line {exc.lineno})",
+                           "".join(traceback.format_exception_only(exc))) from None
+    namespace: dict[str, Any] = {
+        "__name__": "__agent__",
+        "__builtins__": builtins,
+        "bc": meet.briefcase,
+        "meet": channel.meet,
+        "log": channel.log,
+        "fail": channel.fail,
+        "place": channel.place,
+        "Briefcase": Briefcase,
+    }
+    try:
+        exec(code, namespace)  # noqa: S102 - running the agent is this process's whole job
+    except AgentFailure:
+        raise
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            raise AgentFailure(f"agent exited with status {exc.code}") from None
+    except BaseException as exc:  # noqa: BLE001 - every agent error is reported, none is fatal
+        tb = exc.__traceback__.tb_next if exc.__traceback__ else None  # drop this frame
+        detail = "".join(traceback.format_exception(type(exc), exc, tb))
+        raise AgentFailure(f"{type(exc).__name__}: {exc}", detail) from None
+    return _result(namespace.get("bc"))
+
+
+def _result(bc: object) -> Briefcase:
+    if isinstance(bc, Briefcase):
+        return bc
+    if isinstance(bc, Mapping):
+        try:
+            return Briefcase(bc)
+        except (TypeError, ValueError) as exc:
+            raise AgentFailure(f"the agent's bc is not a valid briefcase: {exc}") from None
+    raise AgentFailure(f"the agent's bc must be a briefcase when it ends, "
+                       f"found {type(bc).__name__}")
+
+
+if __name__ == "__main__":
+    serve_one(run)

@@ -1,0 +1,153 @@
+"""The agent's side of the worker channel: what runs inside an agent's process.
+
+A worker is a one-shot process: `serve_one` confines it (`_sandbox.enter`), says Hello to its
+place over the inherited socket, blocks until the place hands it one Meet, lets the language
+run the agent, answers with Result or Failed, and returns; the process then exits and is
+never reused. Everything here is blocking and single-threaded on purpose: an agent is one
+sequential program, so a plain socket and the sans-IO `Connection` are all it needs, and
+importing asyncio would only slow every worker's start.
+
+The agent API (meet, log, fail) is `AgentChannel`'s methods; each language binds them under
+its own names. Only the standard library and msgpack are imported here.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import traceback
+from collections.abc import Callable
+
+from . import _sandbox
+from ._briefcase import Briefcase
+from ._errors import LimitExceeded, LocalProtocolError, ProtocolError, error_from_wire
+from ._protocol import (
+    NEED_DATA,
+    Accepted,
+    Bye,
+    Connection,
+    Event,
+    Failed,
+    Log,
+    Meet,
+    Result,
+    Role,
+)
+
+__all__ = ["AgentChannel", "AgentFailure", "serve_one"]
+
+_READ = 256 * 1024
+
+
+class AgentFailure(Exception):
+    """Ends the meet as failed: raised by `fail`, or by a language runner for an agent error.
+
+    `detail` is the agent's traceback or backtrace as its language wrote it (may be empty).
+    """
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+
+
+class AgentChannel:
+    """The blocking worker end of the channel to the place."""
+
+    def __init__(self, sock: socket.socket, max_frame: int) -> None:
+        self.sock = sock
+        self.conn = Connection(Role.WORKER, max_frame)
+        self.place = ""
+        sock.sendall(self.conn.send(self.conn.hello()))
+
+    def _next(self) -> Event:
+        while True:
+            event = self.conn.next_event()
+            if event is not NEED_DATA:
+                assert isinstance(event, Event)
+                if isinstance(event, Bye):
+                    raise SystemExit(f"place said bye: {event.reason}")
+                return event
+            data = self.sock.recv(_READ)
+            if not data:
+                raise SystemExit("place closed the worker channel")
+            self.conn.receive_data(data)
+
+    def wait_meet(self) -> Meet:
+        """Block until the place hands over this worker's one meet."""
+        while True:
+            event = self._next()
+            if isinstance(event, Meet):
+                return event
+
+    def reply(self, event: Result | Failed) -> None:
+        try:
+            data = self.conn.send(event)
+        except LimitExceeded as exc:
+            data = self.conn.send(Failed(event.rid, "limit-exceeded",
+                                         f"the agent's result is too large: {exc}"))
+        except LocalProtocolError as exc:
+            data = self.conn.send(Failed(event.rid, "agent-failed",
+                                         f"the agent's result cannot be sent: {exc}"))
+        self.sock.sendall(data)
+
+    # -- the agent API
+    def meet(self, target: str, briefcase: Briefcase | None = None, mode: str = "sync",
+             timeout: float | None = None) -> Briefcase | str:
+        """Meet another agent through the place; `target` is `agent` or `agent@HOST:PORT`.
+
+        Sync returns the agent's briefcase; async returns the meet id once accepted.
+        Failures raise the same MeetError subclasses the client API raises.
+        """
+        if mode not in ("sync", "async"):
+            raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
+        bc = briefcase if briefcase is not None else Briefcase()
+        rid = self.conn.new_rid()
+        self.sock.sendall(self.conn.send(Meet(rid, target, bc, mode, timeout)))  # type: ignore[arg-type]
+        while True:
+            event = self._next()
+            if isinstance(event, Result | Accepted | Failed) and event.rid == rid:
+                if isinstance(event, Failed):
+                    raise error_from_wire(event.kind, event.message, event.detail)
+                return event.briefcase if isinstance(event, Result) else event.meet_id
+
+    def log(self, message: str, level: str = "info") -> None:
+        """Write a line to the place's log."""
+        self.sock.sendall(self.conn.send(Log(level, str(message))))
+
+    @staticmethod
+    def fail(message: str) -> None:
+        """End the meet now as failed, with `message` and no traceback."""
+        raise AgentFailure(message)
+
+
+Runner = Callable[[Meet, AgentChannel], Briefcase]
+
+
+def serve_one(run: Runner) -> None:
+    """Confine this process, serve one meet with `run`, and exit.
+
+    `run` returns the result briefcase or raises: AgentFailure (a message), MeetError
+    (a nested meet failed and the agent did not handle it) or any exception (a traceback).
+    """
+    plan = _sandbox.plan_from_argv()
+    _sandbox.enter(plan)
+    sock = socket.socket(fileno=int(plan["fd"]))
+    os.set_inheritable(sock.fileno(), False)  # the agent's own children do not get it
+    channel = AgentChannel(sock, int(plan["max_frame"]))
+    channel.place = str(plan.get("place", ""))
+    try:
+        meet = channel.wait_meet()
+    except ProtocolError as exc:
+        raise SystemExit(f"tacoma worker: protocol error from place: {exc}") from None
+    try:
+        reply: Result | Failed = Result(meet.rid, run(meet, channel))
+    except AgentFailure as exc:
+        reply = Failed(meet.rid, "agent-failed", exc.message or "agent failed", exc.detail)
+    except Exception as exc:  # noqa: BLE001 - a runner bug: still answer the meet
+        reply = Failed(meet.rid, "agent-failed", f"{type(exc).__name__}: {exc}",
+                       traceback.format_exc())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    channel.reply(reply)

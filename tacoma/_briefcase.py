@@ -1,0 +1,162 @@
+"""Briefcases: named folders of uninterpreted byte strings.
+
+A briefcase is what travels with a meet: an ordered mapping of folder name to a list of byte
+strings. It is a plain mutable mapping so that an agent can use it as TACOMA's agents did,
+`bc["NAME"].append(b"...")`; it is checked whole when it is encoded for the wire, where a bad
+value would otherwise travel. Equality is by value.
+
+This module is imported inside agent processes: standard library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+
+__all__ = ["CODE", "RESERVED_FOLDERS", "Briefcase", "check_folder_name"]
+
+#: The folder that carries an agent's program (source text for the interpreter agents).
+CODE = "CODE"
+
+#: Folder names with a meaning to the system. CODE is read by interpreter agents; the others
+#: are set aside for the mobility and messaging conventions (ITINERARY, HOME, RESULT).
+RESERVED_FOLDERS = frozenset({CODE, "ITINERARY", "HOME", "RESULT"})
+
+#: Longest folder name accepted: names are labels, not data.
+MAX_FOLDER_NAME = 255
+
+
+def check_folder_name(name: object) -> str:
+    """Return `name` if it is a valid folder name, else raise TypeError or ValueError."""
+    if not isinstance(name, str):
+        raise TypeError(f"folder names are str, got {type(name).__name__}: {name!r}")
+    if not name or len(name) > MAX_FOLDER_NAME:
+        raise ValueError(f"folder name must be 1 to {MAX_FOLDER_NAME} characters, got {name!r}")
+    return name
+
+
+def _as_bytes(value: object, where: str) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    raise TypeError(f"{where}: folder elements are bytes (or str, stored as UTF-8), "
+                    f"got {type(value).__name__}")
+
+
+class Briefcase(MutableMapping[str, list[bytes]]):
+    """An ordered mapping of folder name to a list of byte strings.
+
+    >>> bc = Briefcase(NAME=["world"])
+    >>> bc.append("GREETING", "hello, world")
+    >>> bc["GREETING"]
+    [b'hello, world']
+
+    Text given where bytes are expected is stored as UTF-8.
+    """
+
+    __slots__ = ("_folders",)
+
+    def __init__(
+        self,
+        folders: Mapping[str, Iterable[bytes | str]] | None = None,
+        /,
+        **named: Iterable[bytes | str],
+    ) -> None:
+        self._folders: dict[str, list[bytes]] = {}
+        for source in (folders or {}, named):
+            for name, elements in source.items():
+                self[name] = elements  # type: ignore[assignment]
+
+    # -- mapping protocol: bc["NAME"] is the folder's own list, so mutating it changes bc.
+    def __getitem__(self, name: str) -> list[bytes]:
+        return self._folders[name]
+
+    def __setitem__(self, name: str, elements: Iterable[bytes | str]) -> None:
+        check_folder_name(name)
+        if isinstance(elements, bytes | bytearray | str | memoryview):
+            raise TypeError(f"folder {name!r}: assign a list of elements, not a single "
+                            f"{type(elements).__name__}")
+        self._folders[name] = [_as_bytes(e, f"folder {name!r}") for e in elements]
+
+    def __delitem__(self, name: str) -> None:
+        del self._folders[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._folders)
+
+    def __len__(self) -> int:
+        return len(self._folders)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Briefcase):
+            return self._folders == other._folders
+        if isinstance(other, Mapping):
+            return self._folders == dict(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable: not hashable
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{name}={elements!r}" for name, elements in self._folders.items())
+        return f"Briefcase({inner})"
+
+    # -- the operations agents need, named as in the agent API table of the README.
+    def folder(self, name: str) -> list[bytes]:
+        """The folder's elements (its own list); an empty list if there is no such folder."""
+        return self._folders.get(name, [])
+
+    def text(self, name: str) -> list[str]:
+        """The folder's elements decoded as UTF-8."""
+        return [e.decode("utf-8") for e in self.folder(name)]
+
+    def append(self, name: str, element: bytes | str) -> None:
+        """Append one element to a folder, creating the folder if needed."""
+        check_folder_name(name)
+        self._folders.setdefault(name, []).append(_as_bytes(element, f"folder {name!r}"))
+
+    def replace(self, name: str, elements: Iterable[bytes | str]) -> None:
+        """Replace a folder's elements."""
+        self[name] = elements
+
+    def remove(self, name: str) -> list[bytes]:
+        """Remove a folder and return its elements (empty if there was none)."""
+        return self._folders.pop(name, [])
+
+    def folders(self) -> list[str]:
+        """The folder names, in order."""
+        return list(self._folders)
+
+    def copy(self) -> Briefcase:
+        """A copy whose folders can be changed without touching this one."""
+        return Briefcase({name: list(elements) for name, elements in self._folders.items()})
+
+    def size(self) -> int:
+        """Total bytes held in elements (not counting names or framing)."""
+        return sum(len(e) for elements in self._folders.values() for e in elements)
+
+    # -- wire form
+    def to_wire(self) -> dict[str, list[bytes]]:
+        """The plain dict sent on the wire, every element checked to be bytes."""
+        out: dict[str, list[bytes]] = {}
+        for name, elements in self._folders.items():
+            check_folder_name(name)
+            if not isinstance(elements, list):
+                raise TypeError(f"folder {name!r} must be a list, got {type(elements).__name__}")
+            out[name] = [_as_bytes(e, f"folder {name!r} element {i}")
+                         for i, e in enumerate(elements)]
+        return out
+
+    @classmethod
+    def from_wire(cls, value: object) -> Briefcase:
+        """Build from the wire form; raises TypeError or ValueError on anything else."""
+        if not isinstance(value, dict):
+            raise TypeError(f"a briefcase is a map, got {type(value).__name__}")
+        bc = cls()
+        for name, elements in value.items():
+            check_folder_name(name)
+            if not isinstance(elements, list) or not all(isinstance(e, bytes) for e in elements):
+                raise TypeError(f"folder {name!r} must be a list of bytes")
+            bc._folders[name] = elements
+        return bc

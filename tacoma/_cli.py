@@ -1,0 +1,303 @@
+"""The `tacoma` command: a thin face over the Python API (Place, meet, Briefcase).
+
+Exit status: 0 on success, 2 for usage errors (click's), and for a failed meet one status
+per kind of failure (EXIT_CODES), with a one-line message on stderr, followed by the agent's
+traceback or the place's detail where there is one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import shutil
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ._briefcase import CODE, Briefcase, check_folder_name
+from ._errors import (
+    AgentFailed,
+    AgentKilled,
+    ConnectError,
+    LimitExceeded,
+    MeetError,
+    MeetTimeout,
+    PlaceUnavailable,
+    ProtocolError,
+    TacomaError,
+    TransportError,
+    UnknownAgent,
+)
+from ._settings import DEFAULT_LISTEN, Limits, PlaceSettings, default_state_dir
+from ._version import __version__
+
+__all__ = ["main"]
+
+#: Exit status per failure, most specific first (checked in order).
+EXIT_CODES: list[tuple[type[BaseException], int]] = [
+    (ConnectError, 3),
+    (UnknownAgent, 4),
+    (AgentFailed, 5),
+    (AgentKilled, 6),
+    (MeetTimeout, 7),
+    (LimitExceeded, 9),
+    (ProtocolError, 8),
+    (PlaceUnavailable, 10),
+    (TransportError, 11),
+    (MeetError, 1),
+    (TacomaError, 1),
+]
+
+
+def _exit_code(exc: BaseException) -> int:
+    return next(code for cls, code in EXIT_CODES if isinstance(exc, cls))
+
+
+def _fail(exc: TacomaError) -> None:
+    """Print a failed meet as one line (plus detail) on stderr and exit with its status."""
+    name = type(exc).__name__.lstrip("_")
+    if isinstance(exc, LimitExceeded):
+        name = "LimitExceeded"
+    elif isinstance(exc, ProtocolError):
+        name = "ProtocolError"
+    click.echo(f"tacoma: {name}: {exc}", err=True)
+    detail = getattr(exc, "detail", "")
+    if detail:
+        click.echo(detail.rstrip("\n"), err=True)
+    sys.exit(_exit_code(exc))
+
+
+# ---------------------------------------------------------------------------- briefcase I/O
+def _parse_folder_arg(value: str) -> tuple[str, bytes]:
+    name, sep, content = value.partition("=")
+    if not sep:
+        raise click.BadParameter(f"{value!r}: expected NAME=TEXT or NAME=@PATH")
+    try:
+        check_folder_name(name)
+    except (TypeError, ValueError) as exc:
+        raise click.BadParameter(str(exc)) from None
+    if content.startswith("@"):
+        path = Path(content[1:])
+        try:
+            return name, path.read_bytes()
+        except OSError as exc:
+            raise click.BadParameter(f"{name}=@{path}: cannot read: {exc.strerror}") from None
+    return name, content.encode("utf-8")
+
+
+def _element_json(element: bytes) -> Any:
+    try:
+        return element.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(element).decode("ascii")}
+
+
+def briefcase_json(bc: Briefcase) -> dict[str, Any]:
+    """The --json form: {"folders": {NAME: [str | {"base64": ...}, ...]}}."""
+    return {"folders": {name: [_element_json(e) for e in elements]
+                        for name, elements in bc.items()}}
+
+
+def _printable(text: str) -> bool:
+    return all(c.isprintable() or c in "\n\t\r" for c in text)
+
+
+def _describe_element(element: bytes) -> str:
+    try:
+        text = element.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and _printable(text):
+        return text
+    preview = element[:16].hex(" ")
+    more = " ..." if len(element) > 16 else ""
+    return f"<{len(element):,} bytes of binary: {preview}{more}>"
+
+
+def print_briefcase(bc: Briefcase) -> None:
+    """A briefcase as a person reads it: each folder, its element count, its elements."""
+    if not bc:
+        click.echo("(empty briefcase)")
+    for name, elements in bc.items():
+        count = f"{len(elements)} element" + ("" if len(elements) == 1 else "s")
+        click.echo(click.style(name, bold=True) + f" ({count})")
+        for element in elements:
+            lines = _describe_element(element).splitlines() or [""]
+            click.echo("  " + "\n  ".join(lines))
+
+
+# ---------------------------------------------------------------------------- commands
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="tacoma")
+def main() -> None:
+    """tacoma: mobile agents. Run a place, meet agents at it."""
+
+
+@main.command()
+@click.argument("target")
+@click.option("--code", "code_path", type=click.Path(exists=True, dir_okay=False,
+              path_type=Path), help="Put this file into the CODE folder (the agent's program).")
+@click.option("-f", "--folder", "folders", multiple=True, metavar="NAME=TEXT|NAME=@PATH",
+              help="Append TEXT (UTF-8), or the bytes of PATH, to folder NAME. Repeatable.")
+@click.option("--async", "is_async", is_flag=True,
+              help="Return at once with the meet id instead of waiting for the agent.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Bound on the whole meet; the agent is killed when it passes.")
+@click.option("--json", "as_json", is_flag=True,
+              help='Print exactly one JSON object: {"folders": {NAME: [ELEMENT, ...]}}.')
+def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async: bool,
+         timeout: float | None, as_json: bool) -> None:
+    """Meet TARGET (AGENT@HOST:PORT) with a briefcase and print the result.
+
+    With no @HOST:PORT the meet runs at an embedded place started for this command,
+    with the same isolation as any place.
+
+    \b
+    Examples:
+      tacoma meet ag_python@127.0.0.1:7707 --code agent.py -f NAME=world
+      tacoma meet ag_echo@127.0.0.1:7707 -f X=1 --json
+      tacoma meet ag_python --code agent.py -f BLOB=@photo.jpg
+    """
+    from ._client import meet as do_meet
+    from ._client import split_target
+
+    try:
+        split_target(target)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="TARGET") from None
+    bc = Briefcase()
+    if code_path is not None:
+        bc[CODE] = [code_path.read_bytes()]
+    for value in folders:
+        name, element = _parse_folder_arg(value)
+        bc.append(name, element)
+    try:
+        if is_async:
+            meet_id = do_meet(target, bc, mode="async", timeout=timeout)
+            click.echo(json.dumps({"meet_id": meet_id}) if as_json else meet_id)
+            return
+        result = do_meet(target, bc, timeout=timeout)
+    except TacomaError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        click.echo(json.dumps(briefcase_json(result)))
+    else:
+        print_briefcase(result)
+
+
+def _limits_options(f: Any) -> Any:
+    defaults = Limits()
+    options = [
+        click.option("--cpu-seconds", type=click.IntRange(min=1),
+                     default=defaults.cpu_seconds, show_default=True,
+                     help="CPU time limit of each agent."),
+        click.option("--memory", "memory_bytes", type=click.IntRange(min=64 * 2**20),
+                     default=defaults.memory_bytes, show_default=True,
+                     help="Address-space limit of each agent, in bytes."),
+        click.option("--file-size", "file_bytes", type=click.IntRange(min=1),
+                     default=defaults.file_bytes, show_default=True,
+                     help="Largest file an agent may write, in bytes."),
+        click.option("--open-files", type=click.IntRange(min=16),
+                     default=defaults.open_files, show_default=True,
+                     help="Open file descriptors per agent."),
+        click.option("--processes", type=click.IntRange(min=1),
+                     default=defaults.processes, show_default=True,
+                     help="Processes and threads per agent."),
+        click.option("--meet-seconds", type=click.FloatRange(min=0, min_open=True),
+                     default=defaults.meet_seconds, show_default=True,
+                     help="Wall-clock bound on any meet at this place."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+@main.command()
+@click.option("--listen", default=DEFAULT_LISTEN, show_default=True, metavar="HOST:PORT",
+              help="Address to accept meets on (port 0 picks a free port).")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
+              default=None, help=f"What the place keeps. [default: {default_state_dir()}]")
+@click.option("--pool-size", type=click.IntRange(0, 64), default=2, show_default=True,
+              help="Pre-started workers kept ready per language.")
+@click.option("--max-briefcase", "max_frame", type=click.IntRange(min=65536),
+              default=PlaceSettings().max_frame, show_default=True,
+              help="Largest briefcase (frame) accepted or sent, in bytes.")
+@click.option("--max-meets", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Meets running at once; more are refused.")
+@click.option("--grace", "grace_seconds", type=click.FloatRange(min=0), default=10.0,
+              show_default=True, help="On SIGINT/SIGTERM, seconds running meets may finish in.")
+@_limits_options
+@click.option("-q", "--quiet", is_flag=True, help="Log warnings and errors only.")
+def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
+          max_meets: int, grace_seconds: float, quiet: bool, **limits: Any) -> None:
+    """Run a place: accept meets and run agents until SIGINT or SIGTERM.
+
+    Prints one line on stdout once it accepts meets, then logs to stderr.
+    """
+    from ._place import Place
+    from ._runtime import new_event_loop
+    from ._transport import parse_address
+
+    try:
+        parse_address(listen, listen=True)
+        settings = PlaceSettings(
+            listen=listen, state_dir=state_dir or default_state_dir(), pool_size=pool_size,
+            max_frame=max_frame, max_meets=max_meets, grace_seconds=grace_seconds,
+            limits=Limits(**limits))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    async def serve() -> None:
+        place = Place(settings)
+        try:
+            address = await place.start()
+        except OSError as exc:
+            raise click.ClickException(f"cannot listen on {listen}: {exc.strerror or exc}") \
+                from None
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, lambda: asyncio.ensure_future(place.stop()))
+        click.echo(f"tacoma place listening on {address} "
+                   f"(agents: {', '.join(place.agent_names())}; state: {settings.state_dir})")
+        sys.stdout.flush()
+        await place.wait_stopped()
+
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        runner.run(serve())
+
+
+@main.command()
+@click.argument("program", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--name", help="Agent name to install as. [default: the file's name]")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help=f"The place's state directory. [default: {default_state_dir()}]")
+def install(program: Path, name: str | None, state_dir: Path | None) -> None:
+    """Install PROGRAM as an agent at a place, to be met by name without shipping code.
+
+    The language is told by the file's suffix (.py for Python). A running place sees the
+    agent at its next meet.
+    """
+    from ._interpreter import discover_interpreters
+
+    suffixes = {s: i for i in discover_interpreters().values() for s in i.suffixes}
+    if program.suffix not in suffixes:
+        raise click.UsageError(f"{program}: no interpreter runs {program.suffix or 'suffix-less'}"
+                               f" files; known suffixes: {', '.join(sorted(suffixes))}")
+    name = name or program.stem
+    if not name.isidentifier():
+        raise click.UsageError(f"agent name {name!r} must be letters, digits and underscores")
+    agents_dir = (state_dir or default_state_dir()) / "agents"
+    agents_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for old in agents_dir.glob(f"{name}.*"):
+        old.unlink()
+    target = agents_dir / f"{name}{program.suffix}"
+    shutil.copyfile(program, target)
+    click.echo(f"installed {name} ({suffixes[program.suffix].language}) at {target}")

@@ -1,0 +1,51 @@
+"""The embedded place: a place inside this process, for meets that name no place.
+
+`tacoma meet ag_python --code x.py` and `tacoma.meet("ag_python", ...)` need no daemon: the
+first such meet starts a place on the background loop (`_runtime`), listening on a free
+loopback port with a temporary state directory, and it serves every later one. Agents still
+run in worker processes with the same isolation as at any place; only the place's own
+process is shared. It is stopped, and its state removed, when the process exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from pathlib import Path
+
+from . import _runtime
+from ._place import Place
+from ._settings import PlaceSettings
+
+__all__ = ["embedded_address"]
+
+_place: Place | None = None
+_lock: asyncio.Lock | None = None
+
+
+async def _start() -> str:
+    global _place, _lock
+    if _lock is None:
+        _lock = asyncio.Lock()
+    async with _lock:
+        if _place is None:
+            state = Path(tempfile.mkdtemp(prefix="tacoma-embedded-"))
+            place = Place(PlaceSettings(listen="127.0.0.1:0", state_dir=state, pool_size=1))
+            await place.start()
+
+            async def stop() -> None:
+                await place.stop(grace=2)
+                shutil.rmtree(state, ignore_errors=True)
+
+            _runtime.on_shutdown(stop)
+            _place = place
+        return _place.address
+
+
+async def embedded_address() -> str:
+    """The embedded place's address, starting it on first use."""
+    loop = _runtime.background_loop()
+    if asyncio.get_running_loop() is loop:
+        return await _start()
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_start(), loop))

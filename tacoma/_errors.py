@@ -1,0 +1,184 @@
+"""The one exception tree of tacoma.
+
+Every error tacoma raises is a TacomaError. The tree follows where a fault lies:
+
+    TacomaError
+    ├── ProtocolError                 the wire was misused
+    │   ├── LocalProtocolError        ... by us (a bug, or a value we refuse to send)
+    │   └── RemoteProtocolError       ... by the peer (garbage, wrong version, bad frame)
+    ├── LimitExceeded (ValueError)    a frame, folder or briefcase is over a configured limit
+    ├── TransportError (OSError)      the connection itself failed
+    │   ├── ConnectError              could not connect (refused, unreachable, bad address)
+    │   └── ConnectionLost            the peer went away in the middle of a meet
+    └── MeetError                     the place answered: this meet failed
+        ├── UnknownAgent (LookupError)
+        ├── AgentFailed               the agent raised; carries the agent's traceback text
+        ├── AgentKilled               the agent's process died (signal, limit hit)
+        ├── MeetTimeout (TimeoutError)
+        └── PlaceUnavailable          the place is shutting down or cannot start workers
+
+A failed meet travels over the wire as a `kind` string plus message and detail; `KINDS` maps
+kinds to classes in both directions, so both ends agree on the whole set in one place.
+OS and asyncio errors become TransportErrors at one boundary: `map_transport_errors`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+__all__ = [
+    "KINDS",
+    "AgentFailed",
+    "AgentKilled",
+    "ConnectError",
+    "ConnectionLost",
+    "LimitExceeded",
+    "LocalProtocolError",
+    "MeetError",
+    "MeetTimeout",
+    "PlaceUnavailable",
+    "ProtocolError",
+    "RemoteProtocolError",
+    "TacomaError",
+    "TransportError",
+    "UnknownAgent",
+    "map_transport_errors",
+]
+
+
+class TacomaError(Exception):
+    """Root of every error raised by tacoma."""
+
+
+class ProtocolError(TacomaError):
+    """The tacoma wire protocol was violated."""
+
+
+class LocalProtocolError(ProtocolError):
+    """We were about to violate the protocol (a bug, or a value that cannot be sent)."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer violated the protocol: malformed frame, wrong version, unexpected event."""
+
+
+class LimitExceeded(TacomaError, ValueError):
+    """A frame, folder or briefcase is larger than the limit in force."""
+
+
+class TransportError(TacomaError, OSError):
+    """The connection failed underneath the protocol."""
+
+
+class ConnectError(TransportError):
+    """Could not connect to the place (refused, unreachable, bad address)."""
+
+
+class ConnectionLost(TransportError):
+    """The connection closed while a meet was still waiting for its answer."""
+
+
+class MeetError(TacomaError):
+    """The place answered that the meet failed.
+
+    `detail` holds supporting text from the far side: the agent's traceback, the tail of its
+    stderr, or the list of agents the place has.
+    """
+
+    kind = "meet-failed"
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[type[MeetError], tuple[str, str]]:
+        return (type(self), (self.message, self.detail))
+
+
+class UnknownAgent(MeetError, LookupError):
+    """The place has no agent by that name; `detail` lists the agents it has."""
+
+    kind = "unknown-agent"
+
+
+class AgentFailed(MeetError):
+    """The agent raised an error; `detail` is its traceback as the agent's language wrote it."""
+
+    kind = "agent-failed"
+
+
+class AgentKilled(MeetError):
+    """The agent's process died before it answered: a signal, or a resource limit hit."""
+
+    kind = "agent-killed"
+
+
+class MeetTimeout(MeetError, TimeoutError):
+    """The meet did not finish within its timeout; the agent's processes were killed."""
+
+    kind = "timeout"
+
+
+class PlaceUnavailable(MeetError):
+    """The place is shutting down or cannot start a worker for this meet."""
+
+    kind = "unavailable"
+
+
+class _RemoteLimitExceeded(MeetError, LimitExceeded):
+    """A limit was exceeded at the place (a result briefcase too large, say)."""
+
+    kind = "limit-exceeded"
+
+
+class _RemoteProtocolFailure(MeetError, RemoteProtocolError):
+    """The place rejected what we sent as a protocol violation."""
+
+    kind = "protocol"
+
+
+KINDS: dict[str, type[MeetError]] = {
+    cls.kind: cls
+    for cls in (
+        MeetError,
+        UnknownAgent,
+        AgentFailed,
+        AgentKilled,
+        MeetTimeout,
+        PlaceUnavailable,
+        _RemoteLimitExceeded,
+        _RemoteProtocolFailure,
+    )
+}
+
+
+def error_from_wire(kind: str, message: str, detail: str) -> MeetError:
+    """The exception for a failure the place reported; unknown kinds stay plain MeetErrors."""
+    return KINDS.get(kind, MeetError)(message, detail)
+
+
+def kind_of(exc: BaseException) -> str:
+    """The wire kind for an exception raised while serving a meet."""
+    if isinstance(exc, MeetError):
+        return exc.kind
+    if isinstance(exc, LimitExceeded):
+        return _RemoteLimitExceeded.kind
+    if isinstance(exc, ProtocolError):
+        return _RemoteProtocolFailure.kind
+    return MeetError.kind
+
+
+@contextlib.contextmanager
+def map_transport_errors(where: str) -> Iterator[None]:
+    """Turn OS and asyncio connection errors into TransportErrors (the one boundary)."""
+    try:
+        yield
+    except TacomaError:
+        raise
+    except (ConnectionRefusedError, TimeoutError, OSError) as exc:
+        if isinstance(exc, ConnectionResetError | BrokenPipeError):
+            raise ConnectionLost(f"{where}: connection lost ({exc.strerror or exc})") from exc
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise ConnectError(f"{where}: {reason}") from exc

@@ -1,0 +1,323 @@
+"""The place: one daemon per host that accepts meets, checks them, and starts agents.
+
+The meet path at a place, against TACOMA's 13 steps (Table 1 of the paper):
+    receive and examine (5)   a Channel decodes the frame; the protocol core checks it
+    locate agent (6)          `resolve`: ag_echo, an interpreter's agent, or an installed one
+    pipes, fork, exec (7, 8)  off the critical path: a pre-started worker is taken from the pool
+    deliver briefcase (9)     one write on the worker's socketpair
+    unmarshal, start (10)     in the worker, which is already running its interpreter
+    return status (11, 12)    the worker's Result frame is re-sent to the client as is
+    terminate (13)            the connection stays open for the next meet; the used worker is
+                              destroyed in the background
+ag_echo, the null agent, is answered by the place itself: it runs no code of anyone's.
+
+Every meet runs in a task of its own; a meet's failure, however it happens, becomes a Failed
+reply on its own request id and touches nothing else. A broken connection loses only its own
+meets (whose agents are killed: nobody is left to receive their result).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from pathlib import Path
+
+from ._briefcase import CODE, Briefcase
+from ._client import PlaceClient, split_target
+from ._errors import (
+    LimitExceeded,
+    MeetError,
+    PlaceUnavailable,
+    ProtocolError,
+    TacomaError,
+    UnknownAgent,
+    kind_of,
+)
+from ._interpreter import Interpreter, discover_interpreters
+from ._protocol import Accepted, Event, Failed, Meet, Result, Role
+from ._settings import PlaceSettings
+from ._transport import Channel, parse_address
+from ._version import __version__
+from ._workers import PidsCgroups, Worker, WorkerPool
+
+__all__ = ["ECHO_AGENT", "Place"]
+
+log = logging.getLogger("tacoma.place")
+
+#: The null agent: returns the briefcase it got. For benchmarks and health checks.
+ECHO_AGENT = "ag_echo"
+_SOFTWARE = f"tacoma-place/{__version__}"
+
+
+class _Session:
+    """A client connection to the place and the meets it has in flight."""
+
+    def __init__(self, place: Place) -> None:
+        self.place = place
+        self.channel: Channel
+        self.tasks: dict[int, asyncio.Task[None]] = {}
+
+    def event_received(self, channel: Channel, event: Event) -> None:
+        assert isinstance(event, Meet)  # the only event a client may send after Hello
+        self.place.accept(channel, event, self.tasks)
+
+    def channel_closed(self, channel: Channel, exc: BaseException | None) -> None:
+        self.place.sessions.discard(self)
+        for task in self.tasks.values():
+            task.cancel()  # sync meets nobody waits for any more: kill their agents
+
+
+class Place:
+    """A place: `await start()`, then meets are served until `await stop()`."""
+
+    def __init__(self, settings: PlaceSettings | None = None) -> None:
+        self.settings = settings or PlaceSettings()
+        self.interpreters: dict[str, Interpreter] = {}
+        self.pools: dict[str, WorkerPool] = {}
+        self.sessions: set[_Session] = set()
+        self.running: dict[str, asyncio.Task[None]] = {}
+        self.address = ""
+        self.cgroups: PidsCgroups | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._ids = itertools.count(1)
+        self._boot = f"{int(time.time()) & 0xFFFFFF:06x}"
+        self._clients: dict[str, PlaceClient] = {}
+        self._meets = 0
+        self._stopping = False
+        self._stopped = asyncio.Event()
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> str:
+        """Listen, start the worker pools, and return the address meets are accepted on."""
+        settings = self.settings
+        host, port = parse_address(settings.listen, listen=True)
+        for sub in (settings.state_dir, settings.agents_dir, settings.work_dir):
+            sub.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.interpreters = discover_interpreters()
+        self.cgroups = PidsCgroups.available()
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: self._new_channel(), host, port, reuse_address=True, backlog=1024)
+        sock = self._server.sockets[0].getsockname()
+        self.address = f"[{sock[0]}]:{sock[1]}" if ":" in sock[0] else f"{sock[0]}:{sock[1]}"
+        for agent, interpreter in self.interpreters.items():
+            problem = interpreter.check()
+            if problem is not None:
+                log.warning("%s cannot run here: %s", agent, problem)
+                continue
+            pool = WorkerPool(interpreter, settings, self.cgroups, self.address)
+            self.pools[agent] = pool
+            pool.fill()
+        log.info("place %s listening, state in %s, agents: %s", self.address,
+                 settings.state_dir, ", ".join(self.agent_names()))
+        return self.address
+
+    def _new_channel(self) -> Channel:
+        session = _Session(self)
+        self.sessions.add(session)
+        session.channel = Channel(Role.PLACE, session, self.settings.max_frame, _SOFTWARE)
+        return session.channel
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop accepting, let running meets finish within `grace` seconds, kill the rest."""
+        if self._stopping:
+            await self._stopped.wait()
+            return
+        self._stopping = True
+        grace = self.settings.grace_seconds if grace is None else grace
+        if self._server is not None:
+            self._server.close()
+        running = [t for t in self.running.values() if not t.done()]
+        if running:
+            log.info("waiting up to %g s for %d running meets", grace, len(running))
+            _, late = await asyncio.wait(running, timeout=grace)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=10)
+        for session in list(self.sessions):
+            session.channel.close(f"place {self.address} is shutting down")
+        await asyncio.gather(*(pool.close() for pool in self.pools.values()),
+                             return_exceptions=True)
+        for client in self._clients.values():
+            client.close()
+        if self.cgroups is not None:
+            self.cgroups.close()
+        log.info("place %s stopped", self.address)
+        self._stopped.set()
+
+    # ------------------------------------------------------------------ agents
+    def agent_names(self) -> list[str]:
+        """Every agent this place can meet now: built-in, interpreters, installed."""
+        installed = sorted(p.stem for p in self._installed_files())
+        return [ECHO_AGENT, *sorted(self.pools), *installed]
+
+    def _installed_files(self) -> list[Path]:
+        suffixes = {s for i in self.interpreters.values() for s in i.suffixes}
+        try:
+            return [p for p in self.settings.agents_dir.iterdir()
+                    if p.suffix in suffixes and p.is_file()]
+        except OSError:
+            return []
+
+    def resolve(self, agent: str) -> tuple[WorkerPool | None, bytes | None]:
+        """The pool that runs `agent` and, for an installed agent, its program."""
+        if agent == ECHO_AGENT:
+            return None, None
+        pool = self.pools.get(agent)
+        if pool is not None:
+            return pool, None
+        if "/" not in agent and not agent.startswith("."):
+            for interpreter in self.interpreters.values():
+                for suffix in interpreter.suffixes:
+                    path = self.settings.agents_dir / f"{agent}{suffix}"
+                    if path.is_file() and interpreter.agent in self.pools:
+                        return self.pools[interpreter.agent], path.read_bytes()
+        if agent in self.interpreters:
+            reason = self.interpreters[agent].check() or "its worker pool is not running"
+            raise PlaceUnavailable(f"agent {agent} cannot run at this place: {reason}")
+        raise UnknownAgent(f"no agent {agent!r} at place {self.address}",
+                           "agents here: " + ", ".join(self.agent_names()))
+
+    # ------------------------------------------------------------------ meets
+    def accept(self, channel: Channel, meet: Meet, tasks: dict[int, asyncio.Task[None]]) -> None:
+        """Start serving a meet from a client connection."""
+        if self._stopping:
+            self._reply(channel, Failed(meet.rid, PlaceUnavailable.kind,
+                                        f"place {self.address} is shutting down"))
+            return
+        if self._meets >= self.settings.max_meets:
+            self._reply(channel, Failed(
+                meet.rid, PlaceUnavailable.kind,
+                f"place {self.address} is running its maximum of "
+                f"{self.settings.max_meets} meets; try again later"))
+            return
+        meet_id = self._new_meet_id()
+        if meet.mode == "async":
+            self._reply(channel, Accepted(meet.rid, meet_id))
+            self._spawn_meet(meet_id, self._run_async(meet, meet_id))
+        else:
+            task = self._spawn_meet(meet_id, self._serve_sync(channel, meet, meet_id))
+            tasks[meet.rid] = task
+            task.add_done_callback(lambda _: tasks.pop(meet.rid, None))
+
+    def _new_meet_id(self) -> str:
+        return f"{self._boot}-{next(self._ids)}"
+
+    def _spawn_meet(self, meet_id: str, coro: asyncio.Future[None] | object) -> asyncio.Task[None]:
+        self._meets += 1
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self.running[meet_id] = task
+
+        def done(_: object) -> None:
+            self._meets -= 1
+            self.running.pop(meet_id, None)
+
+        task.add_done_callback(done)
+        return task
+
+    async def _serve_sync(self, channel: Channel, meet: Meet, meet_id: str) -> None:
+        try:
+            result = await self.run_meet(meet.agent, meet.briefcase, meet.timeout, meet_id)
+        except TacomaError as exc:
+            self._reply(channel, _failed(meet.rid, exc))
+            return
+        self._reply(channel, Result(meet.rid, result))
+
+    async def _run_async(self, meet: Meet, meet_id: str) -> None:
+        try:
+            await self.run_meet(meet.agent, meet.briefcase, meet.timeout, meet_id)
+        except TacomaError as exc:
+            log.info("async meet %s (%s) failed: %s", meet_id, meet.agent, exc)
+        else:
+            log.info("async meet %s (%s) done", meet_id, meet.agent)
+
+    def _reply(self, channel: Channel, event: Result | Failed | Accepted) -> None:
+        if channel.is_closing:
+            return
+        try:
+            channel.send(event)
+        except (LimitExceeded, ProtocolError) as exc:
+            if isinstance(event, Result):
+                channel.send(Failed(event.rid, kind_of(exc),
+                                    f"the result briefcase cannot be sent: {exc}"))
+            else:
+                log.error("cannot send %s: %s", type(event).__name__, exc)
+
+    async def run_meet(self, agent: str, briefcase: Briefcase, timeout: float | None,
+                       meet_id: str) -> Briefcase:
+        """Run one meet at this place and return the agent's briefcase."""
+        pool, installed_code = self.resolve(agent)
+        if pool is None:
+            return briefcase  # ag_echo
+        limit = self.settings.limits.meet_seconds
+        timeout = limit if timeout is None else min(timeout, limit)
+        callers_code = briefcase.get(CODE)
+        if installed_code is not None:
+            briefcase[CODE] = [installed_code]
+        elif not briefcase.get(CODE):
+            raise MeetError(f"{agent} needs its program in the CODE folder "
+                            f"(tacoma meet {agent} --code FILE)")
+        worker = await pool.take()
+        try:
+            result = await worker.run(Meet(1, agent, briefcase), timeout, meet_id,
+                                      self._nested_meet)
+        finally:
+            pool.release(worker)
+        if installed_code is not None:  # the caller gets back its own CODE, not ours
+            if callers_code is None:
+                result.briefcase.remove(CODE)
+            else:
+                result.briefcase[CODE] = callers_code
+        return result.briefcase
+
+    async def _nested_meet(self, worker: Worker, meet: Meet) -> None:
+        """An agent meets another agent: at this place, or at another through a client."""
+        try:
+            agent, address = split_target(meet.agent)
+            if address is None or address == self.address:
+                if meet.mode == "async":
+                    meet_id = self._new_meet_id()
+                    self._spawn_meet(meet_id, self._run_async(
+                        Meet(meet.rid, agent, meet.briefcase, "async", meet.timeout), meet_id))
+                    worker.answer(Accepted(meet.rid, meet_id))
+                    return
+                if self._meets >= self.settings.max_meets:
+                    raise PlaceUnavailable(f"place {self.address} is running its maximum of "
+                                           f"{self.settings.max_meets} meets")
+                meet_id = self._new_meet_id()
+                self._meets += 1
+                try:
+                    result = await self.run_meet(agent, meet.briefcase, meet.timeout, meet_id)
+                finally:
+                    self._meets -= 1
+                worker.answer(Result(meet.rid, result))
+                return
+            client = await self._client(address)
+            answer = await client.meet(agent, meet.briefcase, meet.mode, meet.timeout)
+            if isinstance(answer, str):
+                worker.answer(Accepted(meet.rid, answer))
+            else:
+                worker.answer(Result(meet.rid, answer))
+        except (TacomaError, ValueError) as exc:
+            worker.answer(_failed(meet.rid, exc))
+
+    async def _client(self, address: str) -> PlaceClient:
+        client = self._clients.get(address)
+        if client is None or not client.usable:
+            client = self._clients[address] = await PlaceClient.connect(
+                address, max_frame=self.settings.max_frame)
+        return client
+
+
+def _failed(rid: int, exc: BaseException) -> Failed:
+    if isinstance(exc, MeetError):
+        return Failed(rid, exc.kind, exc.message, exc.detail)
+    return Failed(rid, kind_of(exc), str(exc))
+

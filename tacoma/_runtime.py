@@ -1,0 +1,93 @@
+"""A background event loop for the blocking API.
+
+`meet()` must work in a plain script and in a notebook cell, where the caller's thread already
+runs an event loop and `asyncio.run` is refused. So blocking calls run their coroutine on one
+daemon thread's loop (uvloop when installed) and wait for it. The thread lives for the
+process, which also keeps its cached connections (and the embedded place) warm between calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+__all__ = ["new_event_loop", "run_blocking"]
+
+T = TypeVar("T")
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+_thread: threading.Thread | None = None
+_at_exit: list[Callable[[], Awaitable[None]]] = []
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop: uvloop's if it is installed, else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a declared dependency
+        return asyncio.new_event_loop()
+    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    return loop
+
+
+def background_loop() -> asyncio.AbstractEventLoop:
+    global _loop, _thread
+    with _lock:
+        if _loop is None:
+            loop = new_event_loop()
+            ready = threading.Event()
+
+            def run() -> None:
+                asyncio.set_event_loop(loop)
+                loop.call_soon(ready.set)
+                loop.run_forever()
+
+            _thread = threading.Thread(target=run, name="tacoma-loop", daemon=True)
+            _thread.start()
+            ready.wait()
+            _loop = loop
+            atexit.register(_shutdown)
+        return _loop
+
+
+def on_shutdown(callback: Callable[[], Awaitable[None]]) -> None:
+    """Run `callback` on the background loop when the process exits."""
+    _at_exit.append(callback)
+
+
+def _shutdown() -> None:
+    loop = _loop
+    if loop is None or not loop.is_running():
+        return
+
+    async def finish() -> None:
+        for callback in reversed(_at_exit):
+            try:
+                await asyncio.wait_for(callback(), 15)
+            except Exception:  # noqa: BLE001 - exiting: report nothing, skip to the next
+                pass
+
+    try:
+        asyncio.run_coroutine_threadsafe(finish(), loop).result(timeout=20)
+    except Exception:  # noqa: BLE001, S110 - exiting anyway
+        pass
+    loop.call_soon_threadsafe(loop.stop)
+
+
+def run_blocking(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine on the background loop and wait for its result."""
+    loop = background_loop()
+    if threading.current_thread() is _thread:
+        coro.close()
+        raise RuntimeError("blocking tacoma calls cannot run on tacoma's own loop; "
+                           "use the async API (await tacoma.ameet(...)) there")
+    future = asyncio.run_coroutine_threadsafe(coro, loop)
+    try:
+        return future.result()
+    except KeyboardInterrupt:
+        future.cancel()
+        raise

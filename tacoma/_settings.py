@@ -1,0 +1,98 @@
+"""Settings of a place: where it listens and keeps state, its pool, and its agents' limits.
+
+Frozen values, checked when built, so a bad setting fails at start-up with a message naming
+it rather than in the middle of a meet. The CLI and the Python API build the same objects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import platformdirs
+
+from ._protocol import DEFAULT_MAX_FRAME
+
+__all__ = ["DEFAULT_LISTEN", "Limits", "PlaceSettings", "default_state_dir"]
+
+DEFAULT_LISTEN = "127.0.0.1:7707"
+
+
+def default_state_dir() -> Path:
+    """The user's data directory for tacoma (e.g. ~/.local/share/tacoma)."""
+    return Path(platformdirs.user_data_dir("tacoma", appauthor=False))
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Resource limits applied to every agent process (POSIX rlimits and a pids cgroup).
+
+    cpu_seconds: CPU time of the agent; past it the kernel sends SIGXCPU.
+    memory_bytes: address space (RLIMIT_AS); allocations past it fail with MemoryError.
+    file_bytes: largest file the agent may write (RLIMIT_FSIZE), its stdout and stderr too.
+    open_files: file descriptors (RLIMIT_NOFILE).
+    processes: processes and threads the agent may have at once (a pids cgroup as root,
+        RLIMIT_NPROC otherwise), so a fork bomb stops at this many.
+    meet_seconds: wall-clock bound on any one meet at this place, whatever the caller asks.
+    """
+
+    cpu_seconds: int = 30
+    memory_bytes: int = 1024 * 1024 * 1024
+    file_bytes: int = 64 * 1024 * 1024
+    open_files: int = 256
+    processes: int = 64
+    meet_seconds: float = 300.0
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"limit {f.name} must be a positive number, got {value!r}")
+        if self.memory_bytes < 64 * 1024 * 1024:
+            raise ValueError("limit memory_bytes must be at least 64 MiB: an interpreter "
+                             "needs that much to start")
+        if self.open_files < 16:
+            raise ValueError("limit open_files must be at least 16")
+
+
+@dataclass(frozen=True, slots=True)
+class PlaceSettings:
+    """How a place runs.
+
+    listen: HOST:PORT to accept meets on (port 0 picks a free one).
+    state_dir: what the place keeps: installed agents (agents/), agents' working
+        directories while they run (work/).
+    pool_size: pre-started workers kept ready per interpreter, so a meet hands its briefcase
+        to a process that already exists (TACOMA's fix for fork and exec on the critical path).
+    max_frame: largest frame, and so briefcase, accepted or sent, in bytes.
+    max_meets: meets running at once; more are refused with PlaceUnavailable.
+    grace_seconds: on shutdown, how long running meets may take to finish before being killed.
+    """
+
+    listen: str = DEFAULT_LISTEN
+    state_dir: Path = field(default_factory=default_state_dir)
+    pool_size: int = 2
+    max_frame: int = DEFAULT_MAX_FRAME
+    max_meets: int = 256
+    grace_seconds: float = 10.0
+    limits: Limits = field(default_factory=Limits)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state_dir", Path(self.state_dir).expanduser())
+        if not isinstance(self.pool_size, int) or not 0 <= self.pool_size <= 64:
+            raise ValueError(f"pool_size must be 0 to 64, got {self.pool_size!r}")
+        if not isinstance(self.max_frame, int) or self.max_frame < 64 * 1024:
+            raise ValueError(f"max_frame must be at least 65536 bytes, got {self.max_frame!r}")
+        if not isinstance(self.max_meets, int) or self.max_meets < 1:
+            raise ValueError(f"max_meets must be at least 1, got {self.max_meets!r}")
+        if self.grace_seconds < 0:
+            raise ValueError("grace_seconds must be >= 0")
+
+    @property
+    def agents_dir(self) -> Path:
+        return self.state_dir / "agents"
+
+    @property
+    def work_dir(self) -> Path:
+        return self.state_dir / "work"

@@ -1,0 +1,138 @@
+"""The asyncio driver around the sans-IO protocol: one Channel per connection.
+
+A Channel is an asyncio.Protocol (callbacks rather than streams: no task per connection and
+no extra copy through a StreamReader on the meet path). It says Hello as soon as it is
+connected, feeds received bytes to the `Connection`, and hands every event after the peer's
+Hello to an `EventHandler`. A protocol error from the peer is answered with a Bye naming the
+fault and the connection is closed; nothing else on the place is touched.
+
+The same Channel serves TCP connections (client <-> place) and the socketpair between a place
+and an agent's worker process (host <-> worker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Protocol, cast
+
+from ._errors import ConnectError, ConnectionLost, ProtocolError, map_transport_errors
+from ._protocol import NEED_DATA, Bye, Connection, Event, Role
+
+__all__ = ["Channel", "EventHandler", "connect", "parse_address"]
+
+
+class EventHandler(Protocol):
+    def event_received(self, channel: Channel, event: Event) -> None: ...
+
+    def channel_closed(self, channel: Channel, exc: BaseException | None) -> None: ...
+
+
+class Channel(asyncio.Protocol):
+    def __init__(self, role: Role, handler: EventHandler, max_frame: int,
+                 software: str = "") -> None:
+        self.conn = Connection(role, max_frame, software)
+        self.handler = handler
+        self.transport: asyncio.Transport | None = None
+        loop = asyncio.get_running_loop()
+        self.ready: asyncio.Future[None] = loop.create_future()
+        self.closed: asyncio.Future[None] = loop.create_future()
+        self.close_reason = ""
+        self.peer = ""
+
+    # -- asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "local"
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            # Meets are small request/reply exchanges: never wait to coalesce segments.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        transport.write(self.conn.send(self.conn.hello()))
+
+    def data_received(self, data: bytes) -> None:
+        self.conn.receive_data(data)
+        try:
+            while True:
+                event = self.conn.next_event()
+                if event is NEED_DATA:
+                    return
+                assert isinstance(event, Event)
+                if isinstance(event, Bye):
+                    self.close_reason = event.reason
+                    self.close()
+                    return
+                if not self.ready.done():
+                    self.ready.set_result(None)  # that was the peer's Hello
+                    continue
+                self.handler.event_received(self, event)
+        except ProtocolError as exc:
+            self.close_reason = str(exc)
+            if self.transport is not None and not self.transport.is_closing():
+                self.transport.write(self.conn.fail_bytes(str(exc)))
+            self._fail(exc)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        reason = self.close_reason or (str(exc) if exc else "connection closed by peer")
+        lost = ConnectionLost(reason)
+        if not self.ready.done():
+            self.ready.set_exception(lost)
+            self.ready.exception()  # mark retrieved: nobody may be waiting any more
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self.handler.channel_closed(self, exc if exc is not None else lost)
+
+    # -- ours
+    @property
+    def is_closing(self) -> bool:
+        return self.transport is None or self.transport.is_closing()
+
+    def send(self, event: Event) -> None:
+        """Encode and write an event (raises LocalProtocolError or LimitExceeded first)."""
+        data = self.conn.send(event)
+        if self.transport is None or self.transport.is_closing():
+            raise ConnectionLost(self.close_reason or "connection is closed")
+        self.transport.write(data)
+
+    def close(self, reason: str = "") -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            if reason and self.conn.our_state == "OPEN":
+                self.transport.write(self.conn.send(Bye(reason)))
+            self.transport.close()
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+def parse_address(address: str, listen: bool = False) -> tuple[str, int]:
+    """`host:port` or `[v6]:port` to (host, port); ValueError says what is expected.
+
+    Port 0 (any free port) is allowed only for an address to listen on.
+    """
+    host, sep, port = address.rpartition(":")
+    lowest = 0 if listen else 1
+    if not sep or not host or not port.isdigit() or not lowest <= int(port) < 65536:
+        raise ValueError(f"bad place address {address!r}: expected HOST:PORT, "
+                         "e.g. 127.0.0.1:7707")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
+async def connect(address: str, role: Role, handler: EventHandler, max_frame: int,
+                  timeout: float | None = 10.0, software: str = "") -> Channel:
+    """Open a Channel to a place and wait for its Hello."""
+    try:
+        host, port = parse_address(address)
+    except ValueError as exc:
+        raise ConnectError(str(exc)) from exc
+    loop = asyncio.get_running_loop()
+    with map_transport_errors(f"cannot connect to place {address}"):
+        async with asyncio.timeout(timeout):
+            _, channel = await loop.create_connection(
+                lambda: Channel(role, handler, max_frame, software), host, port)
+            await channel.ready
+    return channel

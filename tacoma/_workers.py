@@ -1,0 +1,459 @@
+"""Worker processes: one OS process per meet, pre-started in a pool.
+
+TACOMA spent about half of its 21.7 ms meet creating a process (fork, exec, loading the
+interpreter: steps 3, 8 and 10a of its Table 1) and proposed taking that off the critical
+path. So each interpreter has a `WorkerPool` of processes that are already started, already
+confined (`_sandbox.enter`) and already connected to the place over a socketpair; a meet
+takes one, hands it the briefcase, and the pool starts a replacement in the background.
+A worker serves exactly one meet and is then destroyed: a fresh address space per meet.
+
+Containment of what an agent starts:
+- every worker leads its own session and process group; `destroy` kills the group;
+- as root, every worker also gets a pids cgroup of its own (`PidsCgroups`): it caps the
+  number of processes (RLIMIT_NPROC does not bind root) and lists every process the agent
+  made, including ones that left the group with setsid, so `destroy` kills them all;
+- not as root, RLIMIT_NPROC counts the user's processes, so the worker's limit is set to what
+  the user runs now plus the configured allowance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from ._errors import (
+    AgentKilled,
+    ConnectionLost,
+    MeetError,
+    MeetTimeout,
+    PlaceUnavailable,
+    ProtocolError,
+    error_from_wire,
+)
+from ._interpreter import Interpreter
+from ._protocol import Event, Failed, Log, Meet, Result, Role
+from ._settings import PlaceSettings
+from ._transport import Channel
+
+__all__ = ["PidsCgroups", "Worker", "WorkerPool"]
+
+log = logging.getLogger("tacoma.place")
+
+#: Bytes of an agent's stdout/stderr returned with an error: enough for a traceback.
+OUTPUT_TAIL = 4096
+#: How long a new worker may take to start and say Hello.
+START_TIMEOUT = 30.0
+
+NestedHandler = Callable[["Worker", Meet], Awaitable[None]]
+
+
+# --------------------------------------------------------------------------- cgroups
+class PidsCgroups:
+    """Per-worker pids cgroups under `<hierarchy>/tacoma/<place pid>/`, when root.
+
+    Works with a cgroup v1 pids hierarchy or a cgroup v2 one where the pids controller can
+    be enabled. `available()` returns None (with the reason logged) where neither works.
+    """
+
+    def __init__(self, base: Path, v2: bool) -> None:
+        self.base = base
+        self.v2 = v2
+        self._n = 0
+
+    @classmethod
+    def available(cls) -> PidsCgroups | None:
+        if os.geteuid() != 0:
+            return None
+        try:
+            root, v2 = cls._find_hierarchy()
+            top = root / "tacoma"
+            top.mkdir(exist_ok=True)
+            if v2:
+                cls._enable_pids(root)
+                cls._enable_pids(top)
+            cls._sweep(top)
+            base = top / str(os.getpid())
+            base.mkdir(exist_ok=True)
+            if v2:
+                cls._enable_pids(base)
+            return cls(base, v2)
+        except (OSError, LookupError) as exc:
+            log.warning("no pids cgroup for agents (%s); process counts rely on rlimits", exc)
+            return None
+
+    @staticmethod
+    def _find_hierarchy() -> tuple[Path, bool]:
+        v2_root = None
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                fstype, _, options = right.split(" ", 2)
+                mount_point = Path(left.split(" ")[4])
+                if fstype == "cgroup" and "pids" in options.strip().split(","):
+                    return mount_point, False
+                if fstype == "cgroup2":
+                    v2_root = mount_point
+        if v2_root is not None and "pids" in (v2_root / "cgroup.controllers").read_text():
+            return v2_root, True
+        raise LookupError("no cgroup hierarchy with the pids controller is mounted")
+
+    @staticmethod
+    def _enable_pids(path: Path) -> None:
+        if "pids" not in (path / "cgroup.subtree_control").read_text().split():
+            (path / "cgroup.subtree_control").write_text("+pids")
+
+    @classmethod
+    def _sweep(cls, top: Path) -> None:
+        """Kill and remove cgroups left by places that died without cleaning up."""
+        for place_dir in top.iterdir():
+            if not place_dir.is_dir() or not place_dir.name.isdigit():
+                continue
+            if Path(f"/proc/{place_dir.name}").exists():
+                continue
+            for worker_dir in place_dir.iterdir():
+                if worker_dir.is_dir():
+                    cls._kill_sync(worker_dir)
+            with contextlib.suppress(OSError):
+                place_dir.rmdir()
+
+    @staticmethod
+    def _pids(path: Path) -> list[int]:
+        try:
+            return [int(p) for p in (path / "cgroup.procs").read_text().split()]
+        except FileNotFoundError:
+            return []
+
+    @classmethod
+    def _kill_sync(cls, path: Path) -> None:
+        for _ in range(1000):
+            pids = cls._pids(path)
+            if not pids:
+                break
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            path.rmdir()
+
+    def create(self, processes: int) -> Path:
+        self._n += 1
+        path = self.base / f"w{self._n}"
+        path.mkdir()
+        (path / "pids.max").write_text(str(processes))
+        return path
+
+    async def destroy(self, path: Path) -> None:
+        """Kill every process in the cgroup, wait until it is empty, and remove it."""
+        for _ in range(500):
+            pids = self._pids(path)
+            if not pids:
+                break
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            await asyncio.sleep(0.01)  # killed processes leave the cgroup once reaped
+        for _ in range(100):
+            try:
+                path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                await asyncio.sleep(0.01)
+        log.warning("could not remove cgroup %s", path)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.base.rmdir()
+
+
+def _user_process_count() -> int:
+    uid = os.getuid()
+    count = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if entry.stat().st_uid == uid:
+                    count += 1
+    return count
+
+
+def describe_exit(returncode: int, cpu_seconds: int) -> str:
+    """Why an agent's process ended without answering, in words."""
+    if returncode < 0:
+        sig = -returncode
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        why = {
+            signal.SIGXCPU: f"its CPU time limit of {cpu_seconds} s was reached",
+            signal.SIGKILL: "out of memory, or killed from outside",
+            signal.SIGSEGV: "a segmentation fault (crash)",
+            signal.SIGABRT: "abort",
+            signal.SIGBUS: "a bus error (crash)",
+            signal.SIGXFSZ: "its file size limit was reached",
+        }.get(sig)
+        return f"agent process killed by {name}" + (f": {why}" if why else "")
+    return f"agent process exited with status {returncode} before answering"
+
+
+# --------------------------------------------------------------------------- workers
+class Worker:
+    """One pre-started agent process and the place's end of its channel."""
+
+    def __init__(self, pool: WorkerPool, workdir: Path, output: Path,
+                 cgroup: Path | None) -> None:
+        self.pool = pool
+        self.workdir = workdir
+        self.output = output
+        self.cgroup = cgroup
+        self.proc: asyncio.subprocess.Process | None = None
+        self.channel: Channel | None = None
+        self.meet_id = ""
+        self._reply: asyncio.Future[Result | Failed] | None = None
+        self._nested: NestedHandler | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.destroyed = False
+
+    @property
+    def alive(self) -> bool:
+        return (self.proc is not None and self.proc.returncode is None
+                and self.channel is not None and not self.channel.is_closing)
+
+    async def run(self, meet: Meet, timeout: float, meet_id: str,
+                  nested: NestedHandler) -> Result:
+        """Hand this worker its meet and wait for the answer, the process's end or timeout."""
+        assert self.proc is not None and self.channel is not None
+        loop = asyncio.get_running_loop()
+        self.meet_id = meet_id
+        self._nested = nested
+        self._reply = reply = loop.create_future()
+        self.channel.send(Meet(1, meet.agent, meet.briefcase, "sync", timeout))
+        exited = asyncio.ensure_future(self.proc.wait())
+        try:
+            await asyncio.wait({reply, exited}, timeout=timeout,
+                               return_when=asyncio.FIRST_COMPLETED)
+            if not reply.done() and exited.done():
+                # The process ended; its last frames may still be on the way to us.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(self.channel.closed), 1.0)
+            if reply.done() and reply.exception() is None:
+                answer = reply.result()
+                if isinstance(answer, Failed):
+                    raise error_from_wire(answer.kind, answer.message, answer.detail)
+                return answer
+            if exited.done() or reply.done():
+                returncode = self.proc.returncode
+                if returncode is None:  # the channel failed but the process lives on
+                    exc = reply.exception()
+                    raise AgentKilled(f"agent broke the worker protocol: {exc}")
+                raise AgentKilled(describe_exit(returncode, self.pool.settings.limits.cpu_seconds),
+                                  self.output_tail())
+            raise MeetTimeout(f"agent did not finish within {timeout:g} s; "
+                              "its processes were killed")
+        finally:
+            exited.cancel()
+
+    def output_tail(self) -> str:
+        """The end of what the agent wrote to stdout and stderr."""
+        try:
+            with open(self.output, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - OUTPUT_TAIL))
+                tail = f.read()
+        except OSError:
+            return ""
+        text = tail.decode("utf-8", "replace").strip()
+        return ("...\n" if size > OUTPUT_TAIL else "") + text if text else ""
+
+    # -- EventHandler for the worker channel
+    def event_received(self, channel: Channel, event: Event) -> None:
+        if isinstance(event, Result | Failed):
+            if self._reply is not None and not self._reply.done():
+                self._reply.set_result(event)
+        elif isinstance(event, Log):
+            log.log(logging.getLevelName(event.level.upper()), "[%s] %s", self.meet_id,
+                    event.message)
+        elif isinstance(event, Meet) and self._nested is not None:
+            task = asyncio.ensure_future(self._nested(self, event))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def channel_closed(self, channel: Channel, exc: BaseException | None) -> None:
+        if self._reply is not None and not self._reply.done():
+            reason = channel.close_reason or "channel closed"
+            self._reply.set_exception(ConnectionLost(reason))
+            self._reply.exception()
+
+    def answer(self, event: Result | Failed | Event) -> None:
+        """Send the reply to a nested meet, if the worker is still there to get it."""
+        if self.channel is not None and not self.channel.is_closing:
+            try:
+                self.channel.send(event)
+            except MeetError:
+                raise
+            except (ProtocolError, ValueError) as exc:
+                if isinstance(event, Result | Failed):
+                    self.channel.send(Failed(event.rid, "limit-exceeded", str(exc)))
+
+    async def destroy(self) -> None:
+        """Kill everything this worker started and remove its files."""
+        if self.destroyed:
+            return
+        self.destroyed = True
+        for task in list(self._tasks):
+            task.cancel()
+        if self.channel is not None:
+            self.channel.close()
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        if self.cgroup is not None and self.pool.cgroups is not None:
+            await self.pool.cgroups.destroy(self.cgroup)
+        if self.proc is not None:
+            await self.proc.wait()
+        try:
+            await asyncio.to_thread(shutil.rmtree, self.workdir, True)
+        except RuntimeError:  # at interpreter exit no new threads can start: do it here
+            shutil.rmtree(self.workdir, True)
+        with contextlib.suppress(OSError):
+            self.output.unlink()
+
+
+class WorkerPool:
+    """Ready workers for one interpreter; each is used once, replacements start off-path."""
+
+    def __init__(self, interpreter: Interpreter, settings: PlaceSettings,
+                 cgroups: PidsCgroups | None, place_address: str) -> None:
+        self.interpreter = interpreter
+        self.settings = settings
+        self.cgroups = cgroups
+        self.place_address = place_address
+        self._ready: collections.deque[Worker] = collections.deque()
+        self._starting = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self._failures = 0
+
+    def fill(self) -> None:
+        """Start workers in the background until `pool_size` are ready or starting."""
+        while (not self._closed and self._failures < 3
+               and len(self._ready) + self._starting < self.settings.pool_size):
+            self._starting += 1
+            self._track(self._start_into_pool())
+
+    def _track(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _start_into_pool(self) -> None:
+        try:
+            worker = await self.start_worker()
+        except PlaceUnavailable as exc:
+            self._failures += 1
+            log.error("%s", exc)
+            return
+        finally:
+            self._starting -= 1
+        self._failures = 0
+        if self._closed:
+            await worker.destroy()
+        else:
+            self._ready.append(worker)
+
+    async def take(self) -> Worker:
+        """A ready worker (or a freshly started one if none is ready); refills the pool."""
+        self._failures = 0
+        while self._ready:
+            worker = self._ready.popleft()
+            if worker.alive:
+                return worker
+            self._track(worker.destroy())
+        self.fill()
+        return await self.start_worker()
+
+    def release(self, worker: Worker) -> None:
+        """Destroy a used worker and start its replacement, after the meet has its answer.
+
+        Both happen here rather than in `take` so that the fork, exec and interpreter start
+        of the replacement do not compete with the meet they would replace.
+        """
+        self._track(worker.destroy())
+        self.fill()
+
+    async def start_worker(self) -> Worker:
+        settings = self.settings
+        limits = settings.limits
+        settings.work_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        workdir = Path(tempfile.mkdtemp(prefix=f"{self.interpreter.language}-",
+                                        dir=settings.work_dir))
+        output = workdir.with_name(workdir.name + ".out")
+        cgroup = self.cgroups.create(limits.processes) if self.cgroups is not None else None
+        worker = Worker(self, workdir, output, cgroup)
+        parent_sock, child_sock = socket.socketpair()
+        try:
+            plan = {
+                "fd": child_sock.fileno(),
+                "parent": os.getpid(),
+                "place": self.place_address,
+                "max_frame": settings.max_frame,
+                "cgroup": str(cgroup) if cgroup is not None else None,
+                "nproc": (None if os.geteuid() == 0
+                          else _user_process_count() + limits.processes),
+                "limits": {"cpu_seconds": limits.cpu_seconds,
+                           "memory_bytes": limits.memory_bytes,
+                           "file_bytes": limits.file_bytes,
+                           "open_files": limits.open_files},
+            }
+            env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir),
+                   "TMPDIR": str(workdir), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+            with open(output, "wb") as out:
+                worker.proc = await asyncio.create_subprocess_exec(
+                    *self.interpreter.worker_argv(), json.dumps(plan),
+                    pass_fds=(child_sock.fileno(),), cwd=workdir, env=env,
+                    stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
+                    start_new_session=True)
+            child_sock.close()
+            loop = asyncio.get_running_loop()
+            _, worker.channel = await loop.create_unix_connection(
+                lambda: Channel(Role.HOST, worker, settings.max_frame), sock=parent_sock)
+            exited = asyncio.ensure_future(worker.proc.wait())
+            try:
+                await asyncio.wait({worker.channel.ready, exited}, timeout=START_TIMEOUT,
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                exited.cancel()
+            if not worker.channel.ready.done() or worker.channel.ready.exception():
+                raise PlaceUnavailable(
+                    f"a {self.interpreter.language} worker did not start",
+                    worker.output_tail())
+        except BaseException as exc:
+            child_sock.close()
+            parent_sock.close()
+            await worker.destroy()
+            if isinstance(exc, OSError):
+                raise PlaceUnavailable(f"cannot start a {self.interpreter.language} "
+                                       f"worker: {exc}") from exc
+            raise
+        return worker
+
+    async def close(self) -> None:
+        self._closed = True
+        for task in list(self._tasks):
+            if not task.done():
+                await asyncio.wait({task}, timeout=START_TIMEOUT)
+        ready, self._ready = list(self._ready), collections.deque()
+        await asyncio.gather(*(w.destroy() for w in ready), return_exceptions=True)

@@ -354,7 +354,7 @@ class Connection:
         new_state = TRANSITIONS.get((self.our_state, kind))
         if new_state is None:
             raise LocalProtocolError(f"cannot send {kind.__name__} in state {self.our_state}")
-        self._track(event, self.awaiting, self.owed, LocalProtocolError)
+        self._track(event, self.awaiting, self.owed, LocalProtocolError, commit=False)
         try:
             body = msgpack.packb([event.tag, *event.fields()], use_bin_type=True)
         except (TypeError, ValueError) as exc:
@@ -364,6 +364,7 @@ class Connection:
             raise LimitExceeded(
                 f"{kind.__name__} is {len(body):,} bytes encoded; the peer accepts frames of "
                 f"at most {limit:,} bytes")
+        self._track(event, self.awaiting, self.owed, LocalProtocolError, commit=True)
         self.our_state = new_state
         return len(body).to_bytes(_HEADER, "big") + body
 
@@ -436,12 +437,17 @@ class Connection:
 
     @staticmethod
     def _track(event: Event, requests: dict[int, str], replies: dict[int, str],
-               error: type[Exception]) -> None:
-        """Book a Meet into `requests`, or a reply against the meets recorded in `replies`."""
+               error: type[Exception], commit: bool = True) -> None:
+        """Book a Meet into `requests`, or a reply against the meets recorded in `replies`.
+
+        With commit=False only check, so that an event that then fails to encode leaves
+        the books as they were (the sender can still answer that rid another way).
+        """
         if isinstance(event, Meet):
             if event.rid in requests:
                 raise error(f"request id {event.rid} is already in use")
-            requests[event.rid] = event.mode
+            if commit:
+                requests[event.rid] = event.mode
         elif isinstance(event, Accepted | Result | Failed):
             mode = replies.get(event.rid)
             if mode is None:
@@ -449,7 +455,8 @@ class Connection:
                             "which has no meet outstanding")
             if type(event) not in ENDS[mode]:
                 raise error(f"{type(event).__name__} cannot answer a {mode} meet")
-            del replies[event.rid]
+            if commit:
+                del replies[event.rid]
 
     def _fail(self, why: str) -> Any:
         self.their_state = ERROR

@@ -45,11 +45,13 @@ def _prctl(option: int, arg: int) -> None:
         raise OSError(err, f"prctl({option}) failed: {os.strerror(err)}")
 
 
-def _setrlimit(which: int, value: int) -> None:
+def _setrlimit(which: int, value: int, slack: int = 0) -> None:
+    """Set soft limit `value` and hard limit `value + slack`, never above the current hard."""
     _, hard = resource.getrlimit(which)
+    soft, new_hard = value, value + slack
     if hard != resource.RLIM_INFINITY:
-        value = min(value, hard)
-    resource.setrlimit(which, (value, value))
+        soft, new_hard = min(soft, hard), min(new_hard, hard)
+    resource.setrlimit(which, (soft, new_hard))
 
 
 def enter(plan: dict[str, Any]) -> None:
@@ -67,7 +69,9 @@ def enter(plan: dict[str, Any]) -> None:
         _setrlimit(resource.RLIMIT_NPROC, int(plan["nproc"]))
     used = resource.getrusage(resource.RUSAGE_SELF)
     spent = int(used.ru_utime + used.ru_stime) + 1
-    _setrlimit(resource.RLIMIT_CPU, spent + int(limits["cpu_seconds"]))
+    # One second between soft and hard limit: the kernel sends SIGXCPU at the soft limit
+    # (reported as "CPU time limit reached") and SIGKILL only if that is ignored.
+    _setrlimit(resource.RLIMIT_CPU, spent + int(limits["cpu_seconds"]), slack=1)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     _prctl(_PR_SET_NO_NEW_PRIVS, 1)
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)

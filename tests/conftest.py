@@ -1,0 +1,110 @@
+"""Shared fixtures: real places in real processes, on loopback.
+
+`start_place(*flags)` runs `python -m tacoma place --listen 127.0.0.1:0 ...` as a child
+process, waits for the one line it prints once it accepts meets, and stops it (SIGTERM,
+then a check that it exited 0) when the test ends. Nothing of tacoma is mocked.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+READY = re.compile(r"tacoma place listening on (\S+) ")
+
+
+@dataclass
+class RunningPlace:
+    proc: subprocess.Popen[str]
+    address: str
+    state_dir: Path
+
+    def target(self, agent: str) -> str:
+        return f"{agent}@{self.address}"
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout)
+
+
+def launch_place(state_dir: Path, *flags: str, timeout: float = 30) -> RunningPlace:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tacoma", "place", "--listen", "127.0.0.1:0",
+         "--state-dir", str(state_dir), "-q", *flags],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    selector = selectors.DefaultSelector()
+    selector.register(proc.stdout, selectors.EVENT_READ)
+    if not selector.select(timeout):
+        proc.kill()
+        raise AssertionError("place did not print its ready line in time")
+    line = proc.stdout.readline()
+    match = READY.match(line)
+    if not match:
+        proc.kill()
+        _, err = proc.communicate()
+        raise AssertionError(f"place did not start: {line!r} {err}")
+    return RunningPlace(proc, match.group(1), state_dir)
+
+
+@pytest.fixture
+def start_place(tmp_path: Path) -> Iterator[Callable[..., RunningPlace]]:
+    places: list[RunningPlace] = []
+
+    def start(*flags: str, state_dir: Path | None = None) -> RunningPlace:
+        place = launch_place(state_dir or tmp_path / f"place{len(places)}", *flags)
+        places.append(place)
+        return place
+
+    yield start
+    for place in places:
+        if place.proc.poll() is None:
+            assert place.stop() == 0, place.proc.stderr.read() if place.proc.stderr else ""
+
+
+@pytest.fixture(scope="module")
+def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPlace]:
+    """A place with default settings, shared by a test module."""
+    running = launch_place(tmp_path_factory.mktemp("place"))
+    yield running
+    assert running.stop() == 0
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 20.0,
+               what: str = "condition") -> None:
+    """Poll `predicate` until it holds; for effects that happen off the meet's path."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie is dead for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+is_root = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not is_root, reason="needs root (pids cgroup)")

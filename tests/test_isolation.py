@@ -1,0 +1,193 @@
+"""Isolation and misbehaving agents: the OS confines each agent, the place survives all.
+
+Each misbehaviour runs at a place with tight limits, and every test ends by meeting ag_echo
+at the same place: it must still serve.
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from collections.abc import Callable
+
+import pytest
+from conftest import RunningPlace, is_root, needs_root, pid_alive, wait_until
+
+import tacoma
+from tacoma import Briefcase
+
+
+@pytest.fixture
+def tight(start_place: Callable[..., RunningPlace]) -> RunningPlace:
+    return start_place("--cpu-seconds", "2", "--memory", str(512 * 2**20),
+                       "--file-size", str(2**20), "--processes", "32",
+                       "--open-files", "64", "--meet-seconds", "30")
+
+
+def run(place: RunningPlace, code: str, timeout: float | None = 60) -> Briefcase:
+    return tacoma.meet(place.target("ag_python"), code=textwrap.dedent(code), timeout=timeout)
+
+
+def still_serves(place: RunningPlace) -> None:
+    assert tacoma.meet(place.target("ag_echo"), {"OK": [b"1"]}) == {"OK": [b"1"]}
+    assert run(place, 'bc["R"] = [b"ok"]')["R"] == [b"ok"]
+
+
+# --------------------------------------------------------------------------- confinement
+def test_each_meet_gets_a_fresh_process_never_the_places(tight: RunningPlace) -> None:
+    pids = [run(tight, 'import os; bc["PID"] = [str(os.getpid())]')["PID"][0]
+            for _ in range(3)]
+    assert len(set(pids)) == 3
+    assert str(tight.proc.pid).encode() not in pids
+
+
+def test_agent_process_is_confined(tight: RunningPlace, monkeypatch: pytest.MonkeyPatch
+                                   ) -> None:
+    result = run(tight, """
+        import os, resource
+        status = open("/proc/self/status").read()
+        bc["NNP"] = [l.split()[1] for l in status.splitlines() if l.startswith("NoNewPrivs")]
+        bc["SID"] = [str(os.getsid(0) == os.getpid())]
+        bc["CWD"] = [os.getcwd()]
+        bc["ENV"] = sorted(os.environ)
+        bc["CPU"] = [str(resource.getrlimit(resource.RLIMIT_CPU)[0])]
+        bc["AS"] = [str(resource.getrlimit(resource.RLIMIT_AS)[0])]
+        bc["FSIZE"] = [str(resource.getrlimit(resource.RLIMIT_FSIZE)[0])]
+        bc["NOFILE"] = [str(resource.getrlimit(resource.RLIMIT_NOFILE)[0])]
+        bc["CORE"] = [str(resource.getrlimit(resource.RLIMIT_CORE)[0])]
+        open("scratch.txt", "w").write("mine")
+    """)
+    assert result["NNP"] == [b"1"]
+    assert result["SID"] == [b"True"]
+    workdir = result.text("CWD")[0]
+    assert workdir.startswith(str(tight.state_dir / "work"))
+    assert set(result.text("ENV")) <= {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL"}
+    assert 2 <= int(result["CPU"][0]) <= 5  # the limit counts from the worker's start
+    assert int(result["AS"][0]) == 512 * 2**20
+    assert int(result["FSIZE"][0]) == 2**20
+    assert int(result["NOFILE"][0]) == 64
+    assert int(result["CORE"][0]) == 0
+    wait_until(lambda: not os.path.exists(workdir), what="the working directory's removal")
+
+
+def test_place_secrets_do_not_reach_agents(start_place, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    monkeypatch.setenv("TACOMA_TEST_SECRET", "hunter2")
+    p = start_place()
+    result = run(p, 'import os; bc["E"] = [os.environ.get("TACOMA_TEST_SECRET", "")]')
+    assert result["E"] == [b""]
+
+
+# --------------------------------------------------------------------------- misbehaviour
+def test_crash(tight: RunningPlace) -> None:
+    with pytest.raises(tacoma.AgentKilled, match="SIGSEGV") as info:
+        run(tight, "import ctypes; ctypes.string_at(0)")
+    assert "Segmentation fault" in info.value.detail  # faulthandler's report came back
+    with pytest.raises(tacoma.AgentKilled, match="status 7"):
+        run(tight, "import os; os._exit(7)")
+    still_serves(tight)
+
+
+def test_infinite_loop_hits_the_cpu_limit(tight: RunningPlace) -> None:
+    with pytest.raises(tacoma.AgentKilled, match="SIGXCPU.*CPU time limit of 2 s"):
+        run(tight, "while True: pass")
+    still_serves(tight)
+
+
+def test_timeout_kills_the_agent_and_its_children(tight: RunningPlace) -> None:
+    pid_file = tight.state_dir / "sleeper.pids"
+    with pytest.raises(tacoma.MeetTimeout):
+        run(tight, f"""
+            import os, time
+            child = os.fork()
+            if child == 0:
+                time.sleep(600)
+                os._exit(0)
+            open({str(pid_file)!r}, "w").write(f"{{os.getpid()}} {{child}}")
+            time.sleep(600)
+        """, timeout=2)
+    pids = [int(p) for p in pid_file.read_text().split()]
+    wait_until(lambda: not any(pid_alive(p) for p in pids), what="the agent's processes to die")
+    still_serves(tight)
+
+
+def test_memory_bomb(tight: RunningPlace) -> None:
+    with pytest.raises((tacoma.AgentFailed, tacoma.AgentKilled), match="MemoryError|memory"):
+        run(tight, """
+            hog = []
+            while True:
+                hog.append(bytearray(16 * 1024 * 1024))
+        """)
+    still_serves(tight)
+
+
+def test_huge_output_hits_the_file_size_limit(tight: RunningPlace) -> None:
+    with pytest.raises(tacoma.AgentFailed, match="File too large"):
+        run(tight, """
+            import sys
+            chunk = "x" * 65536
+            while True:
+                sys.stdout.write(chunk)
+                sys.stdout.flush()
+        """)
+    with pytest.raises(tacoma.AgentFailed, match="File too large"):
+        run(tight, 'open("big", "wb").write(b"x" * (4 * 1024 * 1024))')
+    still_serves(tight)
+
+
+def test_fork_bomb_is_bounded_and_cleaned_up(tight: RunningPlace) -> None:
+    # A bounded bomb: at most 300 forks, each child sleeping; the limit is 32 processes.
+    result = run(tight, """
+        import os, time
+        children, refused = [], 0
+        for _ in range(300):
+            try:
+                pid = os.fork()
+            except OSError:
+                refused += 1
+                break
+            if pid == 0:
+                time.sleep(600)
+                os._exit(0)
+            children.append(pid)
+        bc["CHILDREN"] = [str(p) for p in children]
+        bc["REFUSED"] = [str(refused)]
+    """)
+    children = [int(p) for p in result["CHILDREN"]]
+    assert result["REFUSED"] == [b"1"]
+    assert 0 < len(children) < 32
+    wait_until(lambda: not any(pid_alive(p) for p in children), what="the bomb's children to die")
+    still_serves(tight)
+
+
+@needs_root
+def test_processes_that_leave_the_group_are_killed_too(tight: RunningPlace) -> None:
+    result = run(tight, """
+        import os, time
+        r, w = os.pipe()
+        if os.fork() == 0:
+            os.setsid()  # a new session: out of the agent's process group
+            if os.fork() == 0:
+                os.write(w, str(os.getpid()).encode())
+                time.sleep(600)
+            os._exit(0)
+        bc["ESCAPEE"] = [os.read(r, 32)]
+    """)
+    escapee = int(result["ESCAPEE"][0])
+    wait_until(lambda: not pid_alive(escapee), what="the escaped process to die")
+    still_serves(tight)
+
+
+@pytest.mark.skipif(is_root, reason="as root the pids cgroup, not RLIMIT_NPROC, bounds processes")
+def test_rlimit_nproc_bounds_processes_when_not_root(tight: RunningPlace) -> None:
+    result = run(tight, """
+        import resource
+        bc["NPROC"] = [str(resource.getrlimit(resource.RLIMIT_NPROC)[0])]
+    """)
+    assert int(result["NPROC"][0]) != resource_infinity()
+
+
+def resource_infinity() -> int:
+    import resource
+
+    return resource.RLIM_INFINITY

@@ -1,0 +1,309 @@
+"""Meets against a real place process: the kernel's behaviour end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import msgpack
+import pytest
+from conftest import RunningPlace, pid_alive, wait_until
+
+import tacoma
+from tacoma import Briefcase
+
+
+def run(place: RunningPlace, code: str, timeout: float | None = 60, **folders: list[bytes]
+        ) -> Briefcase:
+    return tacoma.meet(place.target("ag_python"), Briefcase(folders),
+                       code=textwrap.dedent(code), timeout=timeout)
+
+
+# --------------------------------------------------------------------------- ag_echo
+def test_echo_returns_the_briefcase_it_got(place: RunningPlace) -> None:
+    every_byte = bytes(range(256))
+    big = os.urandom(1024 * 1024)
+    bc = Briefcase(TEXT=["hello", "wörld"], BIN=[every_byte, b"", big], EMPTY=[])
+    assert tacoma.meet(place.target("ag_echo"), bc) == bc
+
+
+def test_async_api_and_many_concurrent_meets_on_one_connection(place: RunningPlace) -> None:
+    async def many() -> list[Briefcase]:
+        return await asyncio.gather(*(
+            tacoma.ameet(place.target("ag_echo"), {"N": [str(i)]}) for i in range(200)))
+
+    results = asyncio.run(many())
+    assert [r.text("N") for r in results] == [[str(i)] for i in range(200)]
+
+
+# --------------------------------------------------------------------------- ag_python
+def test_python_agent_sees_and_changes_the_briefcase(place: RunningPlace) -> None:
+    result = run(place, """
+        bc["GREETING"] = [b"hello, " + n for n in bc["NAME"]]
+        bc["NAME"].append(b"more")
+        del bc["DROP"]
+    """, NAME=[b"world", b"tacoma"], DROP=[b"x"])
+    assert result["GREETING"] == [b"hello, world", b"hello, tacoma"]
+    assert result["NAME"] == [b"world", b"tacoma", b"more"]
+    assert "DROP" not in result
+
+
+def test_binary_elements_survive_a_python_agent(place: RunningPlace) -> None:
+    every_byte = bytes(range(256))
+    result = run(place, 'bc["OUT"] = [bytes(reversed(e)) for e in bc["IN"]]',
+                 IN=[every_byte, b"", b"\x00" * 1000])
+    assert result["OUT"] == [bytes(reversed(every_byte)), b"", b"\x00" * 1000]
+
+
+def test_async_meet_returns_a_meet_id_at_once(place: RunningPlace) -> None:
+    meet_id = tacoma.meet(place.target("ag_python"), code="import time; time.sleep(1)",
+                          mode="async")
+    assert isinstance(meet_id, str) and meet_id
+
+
+def test_unknown_agent_lists_what_the_place_has(place: RunningPlace) -> None:
+    with pytest.raises(tacoma.UnknownAgent) as info:
+        tacoma.meet(place.target("ag_nosuch"), {})
+    assert "ag_nosuch" in str(info.value)
+    assert "ag_echo" in info.value.detail and "ag_python" in info.value.detail
+
+
+def test_python_agent_without_code_is_a_clear_error(place: RunningPlace) -> None:
+    with pytest.raises(tacoma.MeetError, match="CODE folder"):
+        tacoma.meet(place.target("ag_python"), {})
+
+
+def test_agent_exception_carries_the_agents_traceback(place: RunningPlace) -> None:
+    with pytest.raises(tacoma.AgentFailed) as info:
+        run(place, """
+            def inner():
+                raise KeyError("missing thing")
+            inner()
+        """)
+    assert "KeyError" in str(info.value)
+    assert 'raise KeyError("missing thing")' in info.value.detail
+    assert "line 3, in inner" in info.value.detail
+
+
+def test_syntax_error_and_fail_are_reported(place: RunningPlace) -> None:
+    with pytest.raises(tacoma.AgentFailed, match="SyntaxError"):
+        run(place, "def (:")
+    with pytest.raises(tacoma.AgentFailed, match="^no luck today$"):
+        run(place, 'fail("no luck today")')
+    with pytest.raises(tacoma.AgentFailed, match="status 3"):
+        run(place, "import sys; sys.exit(3)")
+
+
+def test_result_that_is_not_a_briefcase_is_reported(place: RunningPlace) -> None:
+    with pytest.raises(tacoma.AgentFailed, match="must be a briefcase"):
+        run(place, "bc = 42")
+    with pytest.raises(tacoma.AgentFailed, match="cannot be sent"):
+        run(place, 'bc["X"].append(42)', X=[b"1"])
+
+
+def test_agent_meets_agents_at_its_own_place(place: RunningPlace) -> None:
+    result = run(place, """
+        echoed = meet("ag_echo", Briefcase(A=[b"x"]))
+        bc["ECHO"] = echoed["A"]
+        inner = meet("ag_python", Briefcase(CODE=['bc["R"] = [b"inner"]']))
+        bc["INNER"] = inner["R"]
+        bc["ID"] = [meet("ag_echo", Briefcase(), mode="async")]
+        try:
+            meet("ag_missing", Briefcase())
+        except UnknownAgent as exc:
+            bc["CAUGHT"] = [str(exc)]
+        log("nested meets done")
+    """.replace("UnknownAgent", "__import__('tacoma').UnknownAgent"))
+    assert result["ECHO"] == [b"x"]
+    assert result["INNER"] == [b"inner"]
+    assert result["ID"][0]
+    assert b"ag_missing" in result["CAUGHT"][0]
+
+
+def test_agent_meets_an_agent_at_another_place(place: RunningPlace, start_place) -> None:
+    other = start_place()
+    result = run(place, f"""
+        there = meet("ag_python@{other.address}",
+                     Briefcase(CODE=['import os; bc["PID"] = [str(os.getppid())]']))
+        bc["THERE"] = there["PID"]
+    """)
+    assert result["THERE"] == [str(other.proc.pid).encode()]
+
+
+def test_installed_agent_is_met_by_name(place: RunningPlace, tmp_path: Path) -> None:
+    program = tmp_path / "ag_hello.py"
+    program.write_text('bc["GREETING"] = [b"hello, " + n for n in bc["NAME"]]\n')
+    subprocess.run([sys.executable, "-m", "tacoma", "install", str(program),
+                    "--state-dir", str(place.state_dir)], check=True, capture_output=True)
+    result = tacoma.meet(place.target("ag_hello"), {"NAME": [b"x"]})
+    assert result["GREETING"] == [b"hello, x"]
+    assert "CODE" not in result  # the installed program is not handed to the caller
+    with_code = tacoma.meet(place.target("ag_hello"), {"NAME": [b"y"], "CODE": [b"mine"]})
+    assert with_code["CODE"] == [b"mine"]
+    with pytest.raises(tacoma.UnknownAgent) as info:
+        tacoma.meet(place.target("ag_nosuch"), {})
+    assert "ag_hello" in info.value.detail
+
+
+def test_many_clients_at_once(place: RunningPlace) -> None:
+    def one(i: int) -> bytes:
+        return run(place, 'bc["OUT"] = [bc["IN"][0] * 2]', IN=[str(i).encode()])["OUT"][0]
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(one, range(24))) == [str(i).encode() * 2 for i in range(24)]
+
+
+# --------------------------------------------------------------------------- the wire
+def _raw_connection(place: RunningPlace) -> socket.socket:
+    host, port = place.address.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def _frame(obj: object) -> bytes:
+    body = msgpack.packb(obj, use_bin_type=True)
+    return len(body).to_bytes(4, "big") + body
+
+
+def _read_frames(sock: socket.socket) -> list[object]:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    frames = []
+    while len(data) >= 4:
+        size = int.from_bytes(data[:4], "big")
+        frames.append(msgpack.unpackb(data[4:4 + size], raw=False))
+        data = data[4 + size:]
+    return frames
+
+
+@pytest.mark.parametrize("garbage", [
+    b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"\xff\xff\xff\xff",
+    _frame([1, 99, "client", 2**20, "x"]),  # a Hello with a version from the future
+    _frame([1, 1, "client", 2**20, "x"]) + _frame([4, 1, {}]),  # a client sending a Result
+    _frame([1, 1, "client", 2**20, "x"]) + (10**8).to_bytes(4, "big"),  # too large
+    _frame([1, 1, "client", 2**20, "x"]) + _frame([2, 1, "ag_echo", {"X": ["text"]}, "sync",
+                                                   None]),  # str where bytes belong
+])
+def test_garbage_gets_a_bye_and_the_place_serves_others(place: RunningPlace,
+                                                        garbage: bytes) -> None:
+    with _raw_connection(place) as sock:
+        sock.sendall(garbage)
+        frames = _read_frames(sock)
+    assert frames[0][0] == 1  # the place's Hello
+    bye = frames[-1]
+    assert bye[0] == 7 and bye[1], frames  # Bye, with a reason
+    assert tacoma.meet(place.target("ag_echo"), {"OK": [b"1"]}) == {"OK": [b"1"]}
+
+
+def test_version_mismatch_is_named_in_the_bye(place: RunningPlace) -> None:
+    with _raw_connection(place) as sock:
+        sock.sendall(_frame([1, 99, "client", 2**20, "x"]))
+        bye = _read_frames(sock)[-1]
+    assert "version 99" in bye[1] and "version 1" in bye[1]
+
+
+def test_a_stalled_partial_frame_does_not_block_others(place: RunningPlace) -> None:
+    with _raw_connection(place) as sock:
+        sock.sendall(_frame([1, 1, "client", 2**20, "x"]) + (1000).to_bytes(4, "big") + b"ab")
+        assert tacoma.meet(place.target("ag_echo"), {"OK": [b"1"]}) == {"OK": [b"1"]}
+
+
+def test_connection_refused_is_a_connect_error() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(tacoma.ConnectError, match="refused"):
+        tacoma.meet(f"ag_echo@127.0.0.1:{port}", {})
+
+
+def test_bad_target_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="AGENT@HOST:PORT"):
+        tacoma.meet("ag_echo@", {})
+
+
+def test_oversized_briefcase_is_refused_before_sending(start_place) -> None:
+    small = start_place("--max-briefcase", "100000")
+    with pytest.raises(tacoma.LimitExceeded, match="at most 100,000 bytes"):
+        tacoma.meet(small.target("ag_echo"), {"BIG": [b"x" * 200_000]})
+    assert tacoma.meet(small.target("ag_echo"), {"OK": [b"1"]}) == {"OK": [b"1"]}
+
+
+def test_result_too_large_for_the_place_is_reported(start_place) -> None:
+    small = start_place("--max-briefcase", "100000")
+    with pytest.raises(tacoma.LimitExceeded, match="too large"):
+        tacoma.meet(small.target("ag_python"), code='bc["BIG"] = [b"x" * 500_000]')
+    assert tacoma.meet(small.target("ag_echo"), {"OK": [b"1"]}) == {"OK": [b"1"]}
+
+
+# --------------------------------------------------------------------------- lifecycle
+def test_sigterm_lets_running_meets_finish_and_exits_zero(start_place) -> None:
+    p = start_place("--grace", "20")
+
+    async def scenario() -> Briefcase:
+        meet = asyncio.ensure_future(tacoma.ameet(
+            p.target("ag_python"),
+            code='import time; time.sleep(1.5); bc["DONE"] = [b"yes"]'))
+        await asyncio.sleep(0.5)  # let the meet reach its agent; then ask the place to stop
+        p.proc.send_signal(signal.SIGTERM)
+        return await meet
+
+    assert asyncio.run(scenario())["DONE"] == [b"yes"]
+    assert p.proc.wait(30) == 0
+
+
+def test_sigterm_kills_meets_that_outlast_the_grace(start_place) -> None:
+    p = start_place("--grace", "0.5")
+
+    async def scenario() -> None:
+        meet = asyncio.ensure_future(tacoma.ameet(
+            p.target("ag_python"), code="import os, time\nbc['P'] = [str(os.getpid())]\n"
+                                         "time.sleep(600)"))
+        await asyncio.sleep(0.5)
+        p.proc.send_signal(signal.SIGTERM)
+        with pytest.raises((tacoma.ConnectionLost, tacoma.MeetError)):
+            await meet
+
+    asyncio.run(scenario())
+    assert p.proc.wait(30) == 0
+    assert not list((p.state_dir / "work").iterdir())  # working directories removed
+
+
+def test_agents_die_with_a_killed_place(start_place) -> None:
+    p = start_place()
+    pid_file = p.state_dir / "agent.pid"
+
+    async def scenario() -> None:
+        meet = asyncio.ensure_future(tacoma.ameet(
+            p.target("ag_python"),
+            code=f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+                 "time.sleep(600)"))
+        await asyncio.to_thread(wait_until, lambda: pid_file.exists()
+                                and pid_file.read_text() != "", 20, "agent start")
+        p.proc.kill()
+        with pytest.raises(tacoma.ConnectionLost):
+            await meet
+
+    asyncio.run(scenario())
+    agent_pid = int(pid_file.read_text())
+    wait_until(lambda: not pid_alive(agent_pid), what="the agent to die with its place")
+
+
+def test_blocking_meet_works_inside_a_running_event_loop(place: RunningPlace) -> None:
+    async def notebook_cell() -> Briefcase:
+        return tacoma.meet(place.target("ag_echo"), {"X": [b"1"]})
+
+    assert asyncio.run(notebook_cell()) == {"X": [b"1"]}
+
+
+def test_bare_agent_name_meets_at_the_embedded_place() -> None:
+    result = tacoma.meet("ag_python", {"N": [b"2"]}, code='bc["N"] = [bc["N"][0] * 3]')
+    assert result["N"] == [b"222"]
+    assert tacoma.meet("ag_echo", {"E": [b""]}) == {"E": [b""]}

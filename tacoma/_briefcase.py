@@ -67,7 +67,7 @@ class Briefcase(MutableMapping[str, list[bytes]]):
         self._folders: dict[str, list[bytes]] = {}
         for source in (folders or {}, named):
             for name, elements in source.items():
-                self[name] = elements  # type: ignore[assignment]
+                self[name] = elements
 
     # -- mapping protocol: bc["NAME"] is the folder's own list, so mutating it changes bc.
     def __getitem__(self, name: str) -> list[bytes]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Mapping
-from typing import Any, Literal, overload
+from typing import Any, Literal, cast, overload
 
 from ._briefcase import CODE, Briefcase
 from ._errors import (
@@ -213,5 +213,6 @@ def meet(target: str, briefcase: Briefcase | Mapping[str, Any] | None = None, *,
     """Blocking `ameet`: usable from scripts and from notebook cells alike."""
     from ._runtime import run_blocking
 
-    return run_blocking(ameet(target, briefcase, code=code, mode=mode, timeout=timeout,
-                              connect_timeout=connect_timeout))
+    result = run_blocking(ameet(target, briefcase, code=code, mode=mode,
+                                timeout=timeout, connect_timeout=connect_timeout))
+    return cast(Briefcase | str, result)

@@ -19,7 +19,6 @@ meets (whose agents are killed: nobody is left to receive their result).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import time

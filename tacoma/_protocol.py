@@ -28,7 +28,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final, Literal
+from typing import Any, ClassVar, Final, Literal, NoReturn, cast
 
 import msgpack
 
@@ -69,7 +69,7 @@ _MAX_RID = 2**63 - 1
 MeetMode = Literal["sync", "async"]
 
 
-class Role(str, enum.Enum):
+class Role(enum.StrEnum):
     CLIENT = "client"
     PLACE = "place"
     HOST = "host"
@@ -356,7 +356,7 @@ class Connection:
             raise LocalProtocolError(f"cannot send {kind.__name__} in state {self.our_state}")
         self._track(event, self.awaiting, self.owed, LocalProtocolError, commit=False)
         try:
-            body = msgpack.packb([event.tag, *event.fields()], use_bin_type=True)
+            body = cast(bytes, msgpack.packb([event.tag, *event.fields()], use_bin_type=True))
         except (TypeError, ValueError) as exc:
             raise LocalProtocolError(f"cannot encode {kind.__name__}: {exc}") from exc
         limit = self.peer_max_frame
@@ -400,7 +400,7 @@ class Connection:
         try:
             value = msgpack.unpackb(body, raw=False, use_list=True, strict_map_key=True,
                                     ext_hook=_reject_ext, timestamp=0)
-        except Exception as exc:  # msgpack raises several unrelated types on garbage
+        except Exception as exc:  # noqa: BLE001 - msgpack raises many unrelated types on garbage
             self._fail(f"undecodable frame ({type(exc).__name__}: {exc})")
         if not isinstance(value, list) or not value or not _is_int(value[0]):
             self._fail("a frame must be an array starting with an event tag")
@@ -458,12 +458,12 @@ class Connection:
             if commit:
                 del replies[event.rid]
 
-    def _fail(self, why: str) -> Any:
+    def _fail(self, why: str) -> NoReturn:
         self.their_state = ERROR
         raise RemoteProtocolError(why)
 
     def fail_bytes(self, why: str) -> bytes:
         """A best-effort Bye to send before closing after a protocol error."""
-        body = msgpack.packb([Bye.tag, why[:1000]], use_bin_type=True)
+        body = cast(bytes, msgpack.packb([Bye.tag, why[:1000]], use_bin_type=True))
         self.our_state = CLOSED
         return len(body).to_bytes(_HEADER, "big") + body

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -66,15 +67,12 @@ def _shutdown() -> None:
 
     async def finish() -> None:
         for callback in reversed(_at_exit):
-            try:
+            # Exiting: a failed clean-up must not stop the next one, and has nobody to tell.
+            with contextlib.suppress(Exception):
                 await asyncio.wait_for(callback(), 15)
-            except Exception:  # noqa: BLE001 - exiting: report nothing, skip to the next
-                pass
 
-    try:
+    with contextlib.suppress(Exception):
         asyncio.run_coroutine_threadsafe(finish(), loop).result(timeout=20)
-    except Exception:  # noqa: BLE001, S110 - exiting anyway
-        pass
     loop.call_soon_threadsafe(loop.stop)
 
 

@@ -50,7 +50,7 @@ class Channel(asyncio.Protocol):
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             # Meets are small request/reply exchanges: never wait to coalesce segments.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        transport.write(self.conn.send(self.conn.hello()))
+        self.transport.write(self.conn.send(self.conn.hello()))
 
     def data_received(self, data: bytes) -> None:
         self.conn.receive_data(data)

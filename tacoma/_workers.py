@@ -30,6 +30,7 @@ import socket
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from ._errors import (
     AgentKilled,
@@ -196,14 +197,15 @@ def describe_exit(returncode: int, cpu_seconds: int) -> str:
             name = signal.Signals(sig).name
         except ValueError:
             name = f"signal {sig}"
-        why = {
+        reasons: dict[int, str] = {
             signal.SIGXCPU: f"its CPU time limit of {cpu_seconds} s was reached",
             signal.SIGKILL: "out of memory, or killed from outside",
             signal.SIGSEGV: "a segmentation fault (crash)",
             signal.SIGABRT: "abort",
             signal.SIGBUS: "a bus error (crash)",
             signal.SIGXFSZ: "its file size limit was reached",
-        }.get(sig)
+        }
+        why = reasons.get(sig)
         return f"agent process killed by {name}" + (f": {why}" if why else "")
     return f"agent process exited with status {returncode} before answering"
 
@@ -234,13 +236,15 @@ class Worker:
     async def run(self, meet: Meet, timeout: float, meet_id: str,
                   nested: NestedHandler) -> Result:
         """Hand this worker its meet and wait for the answer, the process's end or timeout."""
-        assert self.proc is not None and self.channel is not None
+        assert self.proc is not None
+        assert self.channel is not None
         loop = asyncio.get_running_loop()
         self.meet_id = meet_id
         self._nested = nested
-        self._reply = reply = loop.create_future()
+        reply: asyncio.Future[Result | Failed] = loop.create_future()
+        self._reply = reply
         self.channel.send(Meet(1, meet.agent, meet.briefcase, "sync", timeout))
-        exited = asyncio.ensure_future(self.proc.wait())
+        exited: asyncio.Future[Any] = asyncio.ensure_future(self.proc.wait())
         try:
             await asyncio.wait({reply, exited}, timeout=timeout,
                                return_when=asyncio.FIRST_COMPLETED)
@@ -430,7 +434,7 @@ class WorkerPool:
             loop = asyncio.get_running_loop()
             _, worker.channel = await loop.create_unix_connection(
                 lambda: Channel(Role.HOST, worker, settings.max_frame), sock=parent_sock)
-            exited = asyncio.ensure_future(worker.proc.wait())
+            exited: asyncio.Future[Any] = asyncio.ensure_future(worker.proc.wait())
             try:
                 await asyncio.wait({worker.channel.ready, exited}, timeout=START_TIMEOUT,
                                    return_when=asyncio.FIRST_COMPLETED)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import RunningPlace
 
 AGENT = 'bc["GREETING"] = [b"hello, " + n for n in bc["NAME"]]\n'

@@ -11,10 +11,10 @@ import textwrap
 from collections.abc import Callable
 
 import pytest
-from conftest import RunningPlace, is_root, needs_root, pid_alive, wait_until
-
 import tacoma
 from tacoma import Briefcase
+
+from conftest import RunningPlace, is_root, needs_root, pid_alive, wait_until
 
 
 @pytest.fixture
@@ -89,7 +89,7 @@ def test_crash(tight: RunningPlace) -> None:
 
 
 def test_infinite_loop_hits_the_cpu_limit(tight: RunningPlace) -> None:
-    with pytest.raises(tacoma.AgentKilled, match="SIGXCPU.*CPU time limit of 2 s"):
+    with pytest.raises(tacoma.AgentKilled, match=r"SIGXCPU.*CPU time limit of 2 s"):
         run(tight, "while True: pass")
     still_serves(tight)
 
@@ -112,7 +112,7 @@ def test_timeout_kills_the_agent_and_its_children(tight: RunningPlace) -> None:
 
 
 def test_memory_bomb(tight: RunningPlace) -> None:
-    with pytest.raises((tacoma.AgentFailed, tacoma.AgentKilled), match="MemoryError|memory"):
+    with pytest.raises((tacoma.AgentFailed, tacoma.AgentKilled), match=r"MemoryError|memory"):
         run(tight, """
             hog = []
             while True:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import msgpack
 import pytest
-from conftest import RunningPlace, pid_alive, wait_until
-
 import tacoma
 from tacoma import Briefcase
+
+from conftest import RunningPlace, pid_alive, wait_until
 
 
 def run(place: RunningPlace, code: str, timeout: float | None = 60, **folders: list[bytes]
@@ -95,7 +95,7 @@ def test_agent_exception_carries_the_agents_traceback(place: RunningPlace) -> No
 def test_syntax_error_and_fail_are_reported(place: RunningPlace) -> None:
     with pytest.raises(tacoma.AgentFailed, match="SyntaxError"):
         run(place, "def (:")
-    with pytest.raises(tacoma.AgentFailed, match="^no luck today$"):
+    with pytest.raises(tacoma.AgentFailed, match=r"^no luck today$"):
         run(place, 'fail("no luck today")')
     with pytest.raises(tacoma.AgentFailed, match="status 3"):
         run(place, "import sys; sys.exit(3)")

@@ -119,15 +119,28 @@ def _describe_element(element: bytes) -> str:
     return f"<{len(element):,} bytes of binary: {preview}{more}>"
 
 
+#: Lines of one text element shown before the rest is summarised.
+SHOWN_LINES = 20
+
+
 def print_briefcase(bc: Briefcase) -> None:
-    """A briefcase as a person reads it: each folder, its element count, its elements."""
+    """A briefcase as a person reads it: each folder, its element count, its elements.
+
+    The CODE folder is summarised (the caller has the program already) and long text is
+    cut after SHOWN_LINES lines; --json shows everything.
+    """
     if not bc:
         click.echo("(empty briefcase)")
     for name, elements in bc.items():
         count = f"{len(elements)} element" + ("" if len(elements) == 1 else "s")
         click.echo(click.style(name, bold=True) + f" ({count})")
         for element in elements:
+            if name == CODE:
+                click.echo(f"  <program, {len(element):,} bytes>")
+                continue
             lines = _describe_element(element).splitlines() or [""]
+            if len(lines) > SHOWN_LINES:
+                lines = [*lines[:SHOWN_LINES], f"... ({len(lines) - SHOWN_LINES} more lines)"]
             click.echo("  " + "\n  ".join(lines))
 
 

@@ -361,8 +361,14 @@ class Connection:
             raise LocalProtocolError(f"cannot encode {kind.__name__}: {exc}") from exc
         limit = self.peer_max_frame
         if len(body) > limit:
+            what = kind.__name__
+            briefcase = getattr(event, "briefcase", None)
+            if isinstance(briefcase, Briefcase) and briefcase:
+                name = max(briefcase, key=lambda n: sum(len(e) for e in briefcase[n]))
+                size = sum(len(e) for e in briefcase[name])
+                what = f"the briefcase (largest folder {name}: {size:,} bytes)"
             raise LimitExceeded(
-                f"{kind.__name__} is {len(body):,} bytes encoded; the peer accepts frames of "
+                f"{what} is {len(body):,} bytes encoded; the peer accepts frames of "
                 f"at most {limit:,} bytes")
         self._track(event, self.awaiting, self.owed, LocalProtocolError, commit=True)
         self.our_state = new_state

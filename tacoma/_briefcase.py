@@ -31,6 +31,10 @@ def check_folder_name(name: object) -> str:
         raise TypeError(f"folder names are str, got {type(name).__name__}: {name!r}")
     if not name or len(name) > MAX_FOLDER_NAME:
         raise ValueError(f"folder name must be 1 to {MAX_FOLDER_NAME} characters, got {name!r}")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"folder name must be valid Unicode text, got {name!r}") from None
     return name
 
 
@@ -65,6 +69,9 @@ class Briefcase(MutableMapping[str, list[bytes]]):
         **named: Iterable[bytes | str],
     ) -> None:
         self._folders: dict[str, list[bytes]] = {}
+        if folders is not None and not isinstance(folders, Mapping):
+            raise TypeError(f"a briefcase is built from a mapping of folder name to elements, "
+                            f"got {type(folders).__name__}")
         for source in (folders or {}, named):
             for name, elements in source.items():
                 self[name] = elements
@@ -75,9 +82,10 @@ class Briefcase(MutableMapping[str, list[bytes]]):
 
     def __setitem__(self, name: str, elements: Iterable[bytes | str]) -> None:
         check_folder_name(name)
-        if isinstance(elements, bytes | bytearray | str | memoryview):
-            raise TypeError(f"folder {name!r}: assign a list of elements, not a single "
-                            f"{type(elements).__name__}")
+        if (isinstance(elements, bytes | bytearray | str | memoryview | Mapping)
+                or not isinstance(elements, Iterable)):
+            raise TypeError(f"folder {name!r}: assign a list of elements (bytes or str), not "
+                            f"a {type(elements).__name__}")
         self._folders[name] = [_as_bytes(e, f"folder {name!r}") for e in elements]
 
     def __delitem__(self, name: str) -> None:
@@ -114,7 +122,14 @@ class Briefcase(MutableMapping[str, list[bytes]]):
     def append(self, name: str, element: bytes | str) -> None:
         """Append one element to a folder, creating the folder if needed."""
         check_folder_name(name)
-        self._folders.setdefault(name, []).append(_as_bytes(element, f"folder {name!r}"))
+        value = _as_bytes(element, f"folder {name!r}")  # checked before the folder is made
+        self._folders.setdefault(name, []).append(value)
+
+    def setdefault(self, name: str, default: Iterable[bytes | str] = ()) -> list[bytes]:
+        """The folder's own list, created from `default` if absent (so appends stick)."""
+        if name not in self._folders:
+            self[name] = default
+        return self._folders[name]
 
     def replace(self, name: str, elements: Iterable[bytes | str]) -> None:
         """Replace a folder's elements."""

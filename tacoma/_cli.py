@@ -246,9 +246,13 @@ def _limits_options(f: Any) -> Any:
 @click.option("--grace", "grace_seconds", type=click.FloatRange(min=0), default=10.0,
               show_default=True, help="On SIGINT/SIGTERM, seconds running meets may finish in.")
 @_limits_options
+@click.option("--same-uid", is_flag=True,
+              help="As root, run agents as root too (unsafe: they can then signal the place "
+                   "and read whatever root may). By default each agent gets a uid of its own.")
 @click.option("-q", "--quiet", is_flag=True, help="Log warnings and errors only.")
 def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
-          max_meets: int, grace_seconds: float, quiet: bool, **limits: Any) -> None:
+          max_meets: int, grace_seconds: float, same_uid: bool, quiet: bool,
+          **limits: Any) -> None:
     """Run a place: accept meets and run agents until SIGINT or SIGTERM.
 
     Prints one line on stdout once it accepts meets, then logs to stderr.
@@ -262,7 +266,7 @@ def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
         settings = PlaceSettings(
             listen=listen, state_dir=state_dir or default_state_dir(), pool_size=pool_size,
             max_frame=max_frame, max_meets=max_meets, grace_seconds=grace_seconds,
-            limits=Limits(**limits))
+            limits=Limits(**limits), separate_uids=not same_uid)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, stream=sys.stderr,

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import importlib.util
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -40,7 +42,7 @@ from ._protocol import Accepted, Event, Failed, Meet, Result, Role
 from ._settings import PlaceSettings
 from ._transport import Channel, parse_address
 from ._version import __version__
-from ._workers import PidsCgroups, Worker, WorkerPool
+from ._workers import AgentUids, PidsCgroups, Worker, WorkerPool
 
 __all__ = ["ECHO_AGENT", "Place"]
 
@@ -80,6 +82,7 @@ class Place:
         self.running: dict[str, asyncio.Task[None]] = {}
         self.address = ""
         self.cgroups: PidsCgroups | None = None
+        self.uids: AgentUids | None = None
         self._server: asyncio.AbstractServer | None = None
         self._ids = itertools.count(1)
         self._boot = f"{int(time.time()) & 0xFFFFFF:06x}"
@@ -93,10 +96,23 @@ class Place:
         """Listen, start the worker pools, and return the address meets are accepted on."""
         settings = self.settings
         host, port = parse_address(settings.listen, listen=True)
-        for sub in (settings.state_dir, settings.agents_dir, settings.work_dir):
-            sub.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.interpreters = discover_interpreters()
         self.cgroups = PidsCgroups.available()
+        separate = settings.separate_uids and os.geteuid() == 0
+        # Agents under their own uids must reach their working directory by its path:
+        # the state and work directories are then enterable (0711) but not listable.
+        enterable = 0o711 if separate else 0o700
+        for sub, mode in ((settings.state_dir, enterable), (settings.work_dir, enterable),
+                          (settings.agents_dir, 0o700)):
+            sub.mkdir(parents=True, exist_ok=True, mode=mode)
+            sub.chmod(mode)
+        if separate:
+            modules = ["tacoma", "msgpack", *(i.worker_module for i in self.interpreters.values())]
+            self.uids = AgentUids(settings, [
+                os.path.dirname(p) for m in modules if (p := _module_file(m))])
+        elif os.geteuid() == 0:
+            log.warning("agents run as root (separate_uids is off): they can signal the "
+                        "place and read whatever root may")
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: self._new_channel(), host, port, reuse_address=True, backlog=1024)
@@ -107,7 +123,7 @@ class Place:
             if problem is not None:
                 log.warning("%s cannot run here: %s", agent, problem)
                 continue
-            pool = WorkerPool(interpreter, settings, self.cgroups, self.address)
+            pool = WorkerPool(interpreter, settings, self.cgroups, self.uids, self.address)
             self.pools[agent] = pool
             pool.fill()
         log.info("place %s listening, state in %s, agents: %s", self.address,
@@ -313,6 +329,15 @@ class Place:
             client = self._clients[address] = await PlaceClient.connect(
                 address, max_frame=self.settings.max_frame)
         return client
+
+
+def _module_file(module: str) -> str | None:
+    """Where a module's file is, without importing it (for the agents' uid to reach)."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    return spec.origin if spec is not None else None
 
 
 def _failed(rid: int, exc: BaseException) -> Failed:

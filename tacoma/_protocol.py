@@ -9,7 +9,9 @@ with an in-memory pair.
 Framing: a 4-byte big-endian length, then one msgpack array `[tag, field, ...]`. Length
 prefixes let a receiver refuse an oversized frame from its header, before buffering it.
 msgpack is decoded with every extension type refused, so only nil, bool, int, float, str,
-bytes, arrays and maps can arrive; each event then checks its own fields. Never pickle.
+bytes, arrays and maps can arrive (the one extension msgpack decodes itself, Timestamp, is
+not a type any event field accepts); each event then checks its own fields and their
+number. Never pickle.
 
 One connection carries many concurrent meets: every Meet has a request id (rid) chosen by its
 sender, and exactly one reply ends it: Result or Failed for a sync meet, Accepted or Failed
@@ -25,6 +27,7 @@ their transitions are data, in `TRANSITIONS`.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from dataclasses import dataclass
@@ -413,6 +416,9 @@ class Connection:
         cls = _EVENTS.get(value[0])
         if cls is None:
             self._fail(f"unknown event tag {value[0]!r}")
+        arity = len(dataclasses.fields(cls))
+        if len(value) - 1 != arity:
+            self._fail(f"malformed {cls.__name__}: {len(value) - 1} fields, expected {arity}")
         try:
             event: Event = cls.build(value[1:])
         except (TypeError, ValueError) as exc:

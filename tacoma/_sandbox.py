@@ -14,9 +14,15 @@ What is applied, in order:
    time counted from now (start-up costs are not charged to the agent);
 3. SIGXFSZ ignored, so writing past the file-size limit is an OSError the agent can report
    rather than a silent death;
-4. no_new_privs: nothing exec'd later can gain privileges (set-uid binaries, file caps);
-5. parent-death signal: if the place dies, so does the worker;
-6. a private umask; the working directory was made private by the place.
+4. as root, a uid and gid of the agent's own (no supplementary groups): the agent cannot
+   signal the place or other agents, nor read what only root may. Where the interpreter is
+   installed below a directory others may not enter (Python under a 0700 /root, say), the
+   worker first enters a private mount namespace in which each such directory is covered by
+   an empty read-only tmpfs holding bind mounts of just the paths the agent needs (`reveal`);
+5. no_new_privs: nothing exec'd later can gain privileges (set-uid binaries, file caps);
+6. parent-death signal: if the place dies, so does the worker (armed after the uid change,
+   which would clear it);
+7. a private umask; the working directory was made private by the place.
 
 The new session (setsid) is made by the place when it starts the process.
 This module is imported inside agent processes: standard library only.
@@ -36,13 +42,61 @@ __all__ = ["enter", "plan_from_argv"]
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
+_CLONE_NEWNS = 0x00020000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV = 1, 2, 4
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
 def _prctl(option: int, arg: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(option, arg, 0, 0, 0) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"prctl({option}) failed: {os.strerror(err)}")
+    _check(_libc.prctl(option, arg, 0, 0, 0), f"prctl({option})")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int,
+           data: str | None = None) -> None:
+    def enc(s: str | None) -> bytes | None:
+        return None if s is None else os.fsencode(s)
+
+    _check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)),
+           f"mount {target}")
+
+
+def reveal(cover: list[tuple[str, list[str]]]) -> None:
+    """In a new mount namespace, cover each directory with a tmpfs showing only `paths`.
+
+    `cover` pairs a directory others may not enter with the paths below it the agent needs;
+    the tmpfs holds just enough directories to mount those paths on (bind mounts of the
+    originals, opened before the tmpfs hides them), and is then made read-only.
+    """
+    _check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    for directory, paths in cover:
+        originals = [(path, os.open(path, os.O_PATH)) for path in paths]
+        _mount("tmpfs", directory, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")
+        for path, fd in originals:
+            if os.path.isdir(f"/proc/self/fd/{fd}"):
+                os.makedirs(path, 0o755, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
+                open(path, "a").close()  # noqa: SIM115 - an empty file to mount on
+            _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC)
+            os.close(fd)
+        _mount(None, directory, None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+
+
+def _become(uid: int) -> None:
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    if os.getuid() != uid or os.geteuid() != uid:  # never run an agent as root by mistake
+        raise OSError(f"could not switch to uid {uid}")
 
 
 def _setrlimit(which: int, value: int, slack: int = 0) -> None:
@@ -73,6 +127,10 @@ def enter(plan: dict[str, Any]) -> None:
     # (reported as "CPU time limit reached") and SIGKILL only if that is ignored.
     _setrlimit(resource.RLIMIT_CPU, spent + int(limits["cpu_seconds"]), slack=1)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    if plan.get("reveal"):
+        reveal([(d, list(paths)) for d, paths in plan["reveal"]])
+    if plan.get("uid") is not None:
+        _become(int(plan["uid"]))
     _prctl(_PR_SET_NO_NEW_PRIVS, 1)
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != plan["parent"]:

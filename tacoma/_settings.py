@@ -68,6 +68,8 @@ class PlaceSettings:
     max_frame: largest frame, and so briefcase, accepted or sent, in bytes.
     max_meets: meets running at once; more are refused with PlaceUnavailable.
     grace_seconds: on shutdown, how long running meets may take to finish before being killed.
+    separate_uids: as root, run every agent under a uid and gid of its own (the default).
+        Off, agents run as root: they can then signal the place and read what root may.
     """
 
     listen: str = DEFAULT_LISTEN
@@ -77,6 +79,7 @@ class PlaceSettings:
     max_meets: int = 256
     grace_seconds: float = 10.0
     limits: Limits = field(default_factory=Limits)
+    separate_uids: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state_dir", Path(self.state_dir).expanduser())

@@ -7,6 +7,11 @@ confined (`_sandbox.enter`) and already connected to the place over a socketpair
 takes one, hands it the briefcase, and the pool starts a replacement in the background.
 A worker serves exactly one meet and is then destroyed: a fresh address space per meet.
 
+Who an agent is: as root, every worker switches to a uid and gid of its own (`AgentUids`)
+before it says Hello, so agents can neither signal the place nor each other, nor read what
+only root may; the place hands it its working directory. If the interpreter lives below a
+directory others may not enter, the worker is told which paths to reveal (see _sandbox).
+
 Containment of what an agent starts:
 - every worker leads its own session and process group; `destroy` kills the group;
 - as root, every worker also gets a pids cgroup of its own (`PidsCgroups`): it caps the
@@ -27,6 +32,8 @@ import os
 import shutil
 import signal
 import socket
+import stat
+import sys
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -178,6 +185,50 @@ class PidsCgroups:
             self.base.rmdir()
 
 
+class AgentUids:
+    """Uids for agents: one per worker, from a block of 65,536 chosen by the place's pid.
+
+    The blocks start at 0x70000000, far above the uids of real users and services (Debian
+    hands out up to 60,000; 65,534 is nobody), and a place cycles through its own block.
+    """
+
+    BASE = 0x70000000
+
+    def __init__(self, settings: PlaceSettings, module_paths: list[str]) -> None:
+        self.base = self.BASE + (os.getpid() % 2048) * 65536
+        self._n = 0
+        self.cover = self.cover_plan([*self.interpreter_paths(), *module_paths,
+                                      str(settings.work_dir)])
+
+    def next(self) -> int:
+        self._n = self._n % 65535 + 1
+        return self.base + self._n
+
+    @staticmethod
+    def interpreter_paths() -> list[str]:
+        """What a Python worker reads after it dropped root: the installation, sys.path."""
+        return [sys.prefix, sys.base_prefix, sys.exec_prefix,
+                *(p for p in sys.path if os.path.isabs(p))]
+
+    @staticmethod
+    def cover_plan(paths: list[str]) -> list[tuple[str, list[str]]]:
+        """For each outermost directory others may not enter, the needed paths below it."""
+        real = sorted({os.path.realpath(p) for p in paths if os.path.exists(p)})
+        kept: list[str] = []
+        for path in real:  # sorted, so an ancestor comes before what it contains
+            if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
+                kept.append(path)
+        cover: dict[str, list[str]] = {}
+        for path in kept:
+            parts = Path(path).parts
+            for i in range(2, len(parts)):
+                ancestor = os.path.join(*parts[:i])
+                if not os.stat(ancestor).st_mode & stat.S_IXOTH:
+                    cover.setdefault(ancestor, []).append(path)
+                    break
+        return sorted(cover.items())
+
+
 def _user_process_count() -> int:
     uid = os.getuid()
     count = 0
@@ -258,6 +309,10 @@ class Worker:
                     raise error_from_wire(answer.kind, answer.message, answer.detail)
                 return answer
             if exited.done() or reply.done():
+                if not exited.done():
+                    # The channel closed first; the process's exit status follows shortly.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(exited), 2.0)
                 returncode = self.proc.returncode
                 if returncode is None:  # the channel failed but the process lives on
                     exc = reply.exception()
@@ -340,10 +395,12 @@ class WorkerPool:
     """Ready workers for one interpreter; each is used once, replacements start off-path."""
 
     def __init__(self, interpreter: Interpreter, settings: PlaceSettings,
-                 cgroups: PidsCgroups | None, place_address: str) -> None:
+                 cgroups: PidsCgroups | None, uids: AgentUids | None,
+                 place_address: str) -> None:
         self.interpreter = interpreter
         self.settings = settings
         self.cgroups = cgroups
+        self.uids = uids
         self.place_address = place_address
         self._ready: collections.deque[Worker] = collections.deque()
         self._starting = 0
@@ -401,9 +458,11 @@ class WorkerPool:
     async def start_worker(self) -> Worker:
         settings = self.settings
         limits = settings.limits
-        settings.work_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         workdir = Path(tempfile.mkdtemp(prefix=f"{self.interpreter.language}-",
                                         dir=settings.work_dir))
+        uid = self.uids.next() if self.uids is not None else None
+        if uid is not None:
+            os.chown(workdir, uid, uid)
         output = workdir.with_name(workdir.name + ".out")
         cgroup = self.cgroups.create(limits.processes) if self.cgroups is not None else None
         worker = Worker(self, workdir, output, cgroup)
@@ -415,7 +474,10 @@ class WorkerPool:
                 "place": self.place_address,
                 "max_frame": settings.max_frame,
                 "cgroup": str(cgroup) if cgroup is not None else None,
-                "nproc": (None if os.geteuid() == 0
+                "uid": uid,
+                "reveal": self.uids.cover if self.uids is not None else [],
+                "nproc": (limits.processes if uid is not None
+                          else None if os.geteuid() == 0
                           else _user_process_count() + limits.processes),
                 "limits": {"cpu_seconds": limits.cpu_seconds,
                            "memory_bytes": limits.memory_bytes,

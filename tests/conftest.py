@@ -10,9 +10,11 @@ from __future__ import annotations
 import os
 import re
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -79,6 +81,16 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPlace]:
     running = launch_place(tmp_path_factory.mktemp("place"))
     yield running
     assert running.stop() == 0
+
+
+@pytest.fixture
+def drop_box() -> Iterator[Path]:
+    """A directory agents can write to (they run under uids of their own as root, and the
+    test's own temporary directories are out of their reach)."""
+    path = Path(tempfile.mkdtemp(prefix="tacoma-test-", dir="/tmp"))
+    path.chmod(0o1777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 20.0,

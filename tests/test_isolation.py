@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import textwrap
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import tacoma
@@ -94,8 +95,9 @@ def test_infinite_loop_hits_the_cpu_limit(tight: RunningPlace) -> None:
     still_serves(tight)
 
 
-def test_timeout_kills_the_agent_and_its_children(tight: RunningPlace) -> None:
-    pid_file = tight.state_dir / "sleeper.pids"
+def test_timeout_kills_the_agent_and_its_children(tight: RunningPlace, drop_box: Path
+                                                  ) -> None:
+    pid_file = drop_box / "sleeper.pids"
     with pytest.raises(tacoma.MeetTimeout):
         run(tight, f"""
             import os, time
@@ -191,3 +193,44 @@ def resource_infinity() -> int:
     import resource
 
     return resource.RLIM_INFINITY
+
+
+# --------------------------------------------------------------------------- who agents are
+@needs_root
+def test_agents_run_under_uids_of_their_own(tight: RunningPlace, drop_box: Path) -> None:
+    secret = drop_box / "root-only"
+    secret.write_text("hunter2")
+    secret.chmod(0o600)
+    code = f"""
+        import os, tempfile
+        bc["UID"] = [str(os.getuid())]
+        bc["GID"] = [str(os.getgid())]
+        bc["GROUPS"] = [str(g) for g in os.getgroups()]
+        try:
+            os.kill({tight.proc.pid}, 0)
+            bc["SIGNAL"] = [b"allowed"]
+        except PermissionError:
+            bc["SIGNAL"] = [b"denied"]
+        try:
+            open({str(secret)!r}).read()
+            bc["SECRET"] = [b"read"]
+        except PermissionError:
+            bc["SECRET"] = [b"denied"]
+        with tempfile.NamedTemporaryFile() as f:  # TMPDIR is the agent's own directory
+            f.write(b"scratch")
+        open("here.txt", "w").write("the working directory is the agent's")
+    """
+    first, second = run(tight, code), run(tight, code)
+    assert int(first["UID"][0]) >= 0x70000000
+    assert first["UID"] == first["GID"]
+    assert first["GROUPS"] == []
+    assert first["UID"] != second["UID"]  # agents cannot signal each other either
+    assert first["SIGNAL"] == [b"denied"]
+    assert first["SECRET"] == [b"denied"]
+    still_serves(tight)
+
+
+@needs_root
+def test_same_uid_runs_agents_as_root(start_place: Callable[..., RunningPlace]) -> None:
+    p = start_place("--same-uid")
+    assert run(p, 'import os; bc["UID"] = [str(os.getuid())]')["UID"] == [b"0"]

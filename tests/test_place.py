@@ -276,9 +276,9 @@ def test_sigterm_kills_meets_that_outlast_the_grace(start_place) -> None:
     assert not list((p.state_dir / "work").iterdir())  # working directories removed
 
 
-def test_agents_die_with_a_killed_place(start_place) -> None:
+def test_agents_die_with_a_killed_place(start_place, drop_box: Path) -> None:
     p = start_place()
-    pid_file = p.state_dir / "agent.pid"
+    pid_file = drop_box / "agent.pid"
 
     async def scenario() -> None:
         meet = asyncio.ensure_future(tacoma.ameet(

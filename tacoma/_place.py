@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import importlib.util
 import logging
 import os
 import time
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 from ._briefcase import CODE, Briefcase
 from ._client import PlaceClient, split_target
@@ -37,7 +38,7 @@ from ._errors import (
     UnknownAgent,
     kind_of,
 )
-from ._interpreter import Interpreter, discover_interpreters
+from ._interpreter import Interpreter, discover_interpreters, module_file
 from ._protocol import Accepted, Event, Failed, Meet, Result, Role
 from ._settings import PlaceSettings
 from ._transport import Channel, parse_address
@@ -109,7 +110,7 @@ class Place:
         if separate:
             modules = ["tacoma", "msgpack", *(i.worker_module for i in self.interpreters.values())]
             self.uids = AgentUids(settings, [
-                os.path.dirname(p) for m in modules if (p := _module_file(m))])
+                os.path.dirname(p) for m in modules if (p := module_file(m))])
         elif os.geteuid() == 0:
             log.warning("agents run as root (separate_uids is off): they can signal the "
                         "place and read whatever root may")
@@ -225,16 +226,36 @@ class Place:
     def _new_meet_id(self) -> str:
         return f"{self._boot}-{next(self._ids)}"
 
-    def _spawn_meet(self, meet_id: str, coro: asyncio.Future[None] | object) -> asyncio.Task[None]:
+    def _spawn_meet(self, meet_id: str, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run a meet as a task, counted in `_meets` exactly while it runs.
+
+        The count drops in the coroutine's own `finally`, not in a done callback (which runs
+        a loop iteration later, so meets arriving meanwhile would be refused as over
+        --max-meets); the callback only covers a task cancelled before it started.
+        """
         self._meets += 1
-        task: asyncio.Task[None] = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        counted = True
+
+        def uncount() -> None:
+            nonlocal counted
+            if counted:
+                counted = False
+                self._meets -= 1
+                self.running.pop(meet_id, None)
+
+        async def tracked() -> None:
+            try:
+                await coro
+            finally:
+                uncount()
+
+        task = asyncio.ensure_future(tracked())
         self.running[meet_id] = task
+        def cancelled_early(_: object) -> None:
+            uncount()
+            coro.close()
 
-        def done(_: object) -> None:
-            self._meets -= 1
-            self.running.pop(meet_id, None)
-
-        task.add_done_callback(done)
+        task.add_done_callback(cancelled_early)
         return task
 
     async def _serve_sync(self, channel: Channel, meet: Meet, meet_id: str) -> None:
@@ -329,15 +350,6 @@ class Place:
             client = self._clients[address] = await PlaceClient.connect(
                 address, max_frame=self.settings.max_frame)
         return client
-
-
-def _module_file(module: str) -> str | None:
-    """Where a module's file is, without importing it (for the agents' uid to reach)."""
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return None
-    return spec.origin if spec is not None else None
 
 
 def _failed(rid: int, exc: BaseException) -> Failed:

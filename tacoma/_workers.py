@@ -425,7 +425,7 @@ class WorkerPool:
             worker = await self.start_worker()
         except PlaceUnavailable as exc:
             self._failures += 1
-            log.error("%s", exc)
+            log.error("%s%s", exc, f":\n{exc.detail}" if exc.detail else "")
             return
         finally:
             self._starting -= 1

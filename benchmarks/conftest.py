@@ -1,0 +1,98 @@
+"""Fixtures for the benchmarks: real servers in their own processes, one client event loop.
+
+A place is the `tacoma place` command in a separate process, as in use; the passive baseline
+is passive_echo.py, also in a separate process. Both are started once per session (the
+memory and cold-start benchmarks get places of their own, so that nothing earlier in the
+session is measured with them) and stopped with SIGTERM; a non-zero exit status fails the
+session's teardown. The client side is one uvloop event loop per session, and each benchmarked
+call is driven with `loop.run_until_complete`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from tacoma._runtime import new_event_loop
+
+from _harness import (
+    PassiveClient,
+    ServerProcess,
+    close_meet_connections,
+    start_passive,
+    start_place,
+)
+
+#: Lines the benchmarks want printed after the table (what extra_info holds that the table
+#: cannot show: rates, memory).
+_SUMMARY = pytest.StashKey[list[str]]()
+
+
+@pytest.fixture
+def summary(request: pytest.FixtureRequest) -> Callable[[str], None]:
+    """Add a line to the summary printed at the end of the run."""
+    lines = request.config.stash.setdefault(_SUMMARY, [])
+    name = request.node.name
+    return lambda line: lines.append(f"{name}: {line}")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    lines = terminalreporter.config.stash.get(_SUMMARY, [])
+    if lines:
+        terminalreporter.write_sep("-", "benchmark summary (from extra_info)")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session")
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """The client side's event loop (uvloop), shared by every benchmark of the session."""
+    loop = new_event_loop()
+    yield loop
+    close_meet_connections(loop)
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
+
+
+def _serve(server: ServerProcess) -> Iterator[ServerProcess]:
+    try:
+        yield server
+    finally:
+        server.stop_checked()
+
+
+@pytest.fixture(scope="session")
+def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A place with the default pool (2 pre-started Python workers)."""
+    yield from _serve(start_place(tmp_path_factory.mktemp("place") / "state"))
+
+
+@pytest.fixture
+def cold_place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A place without a worker pool: every Python meet starts its worker on the path."""
+    state = tmp_path_factory.mktemp("cold_place") / "state"
+    yield from _serve(start_place(state, "--pool-size", "0"))
+
+
+@pytest.fixture
+def fresh_place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A place of its own for one benchmark (its memory is not shared with others)."""
+    yield from _serve(start_place(tmp_path_factory.mktemp("fresh_place") / "state"))
+
+
+@pytest.fixture(scope="session")
+def passive_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The passive msgpack echo server (PAN's passive node)."""
+    yield from _serve(start_passive(Path(tmp_path_factory.mktemp("passive"))))
+
+
+@pytest.fixture(scope="session")
+def passive_client(loop: asyncio.AbstractEventLoop,
+                   passive_server: ServerProcess) -> Iterator[PassiveClient]:
+    """One connection to the passive server, kept for the session."""
+    client = loop.run_until_complete(PassiveClient.connect(passive_server.address))
+    yield client
+    client.close()
+    loop.run_until_complete(asyncio.sleep(0))  # let the transport run its close

@@ -1,0 +1,220 @@
+"""Latency percentiles of the meet path, without pytest-benchmark: `python benchmarks/report.py`.
+
+Starts its own place (and a second one without a worker pool) and the passive echo server,
+each in its own process as the benchmarks do (_harness.py), times N calls of each path on one
+uvloop event loop, and prints p50 and p99 in microseconds, the ratios to the passive
+baseline (PAN's ActiveOverhead) and to TACOMA v1.3's 21,675 us meet. Each call is timed
+around its `await` inside one coroutine, so the numbers do not include starting the loop;
+every call's result is checked.
+
+The Python-agent meets are paced (an untimed pause before each, so the place's pool has
+replaced the last worker); a pause lets the CPUs go idle, and waking processes costs time of
+its own on a virtual machine, so the same pause is also put before a set of null meets: that
+row is the control to compare the paced Python meet with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import tacoma
+from tacoma._runtime import new_event_loop
+
+from _harness import (
+    PAYLOAD,
+    PassiveClient,
+    ServerProcess,
+    close_meet_connections,
+    start_passive,
+    start_place,
+)
+
+#: TACOMA v1.3's median meet, the sum of its Table 1 (HP C-160, 10 Mbit/s Ethernet).
+TACOMA_MEET_US = 21_675
+PYTHON_RESULT = {**PAYLOAD, "CODE": [b"pass"]}
+
+
+def check(ok: bool, what: str) -> None:
+    """Fail the report if a call did not do its work (not an assert: -O must not skip it)."""
+    if not ok:
+        raise RuntimeError(f"benchmark call did not do its work: {what}")
+
+
+def percentile(samples: list[float], q: int) -> float:
+    """The q-th percentile (1..99) by linear interpolation between closest ranks."""
+    if len(samples) == 1:
+        return samples[0]
+    return statistics.quantiles(samples, n=100, method="inclusive")[q - 1]
+
+
+Call = Callable[[], Awaitable[None]]
+
+
+async def timed(call: Call, count: int, warmup: int = 0, before: Call | None = None,
+                ) -> list[float]:
+    """Microseconds of each of `count` awaits of `call()`, after `warmup` untimed ones.
+
+    `before`, if given, is awaited untimed before each call (warm-up calls included).
+    """
+    for _ in range(warmup):
+        if before is not None:
+            await before()
+        await call()
+    samples = []
+    for _ in range(count):
+        if before is not None:
+            await before()
+        start = time.perf_counter_ns()
+        await call()
+        samples.append((time.perf_counter_ns() - start) / 1000)
+    return samples
+
+
+async def measure(args: argparse.Namespace, passive: ServerProcess, place: ServerProcess,
+                  cold_place: ServerProcess) -> dict[str, list[float]]:
+    client = await PassiveClient.connect(passive.address)
+    echo_target = f"ag_echo@{place.address}"
+
+    async def passive_echo() -> None:
+        reply = await client.request(PAYLOAD)
+        check(reply == PAYLOAD, f"passive echo returned {reply!r}")
+
+    async def null_meet() -> None:
+        result = await tacoma.ameet(echo_target, PAYLOAD)
+        check(result == PAYLOAD, f"ag_echo returned {result!r}")
+
+    def python_meet(address: str) -> Call:
+        async def call() -> None:
+            result = await tacoma.ameet(f"ag_python@{address}", PAYLOAD, code="pass")
+            check(result == PYTHON_RESULT, f"ag_python returned {result!r}")
+        return call
+
+    async def async_batch() -> None:
+        ids = await asyncio.gather(*(tacoma.ameet(echo_target, PAYLOAD, mode="async")
+                                     for _ in range(args.batch)))
+        check(all(isinstance(i, str) and i for i in ids), f"meet ids {ids!r}")
+        check(len(set(ids)) == args.batch, f"{len(set(ids))} distinct meet ids")
+
+    async def previous_batch_ended() -> None:
+        # Two sync meets in a row, so each batch starts at an idle place (see test_meet.py).
+        await null_meet()
+        await null_meet()
+
+    async def pause() -> None:
+        await asyncio.sleep(args.pause)  # pacing for the pool to refill; see the header
+
+    results: dict[str, list[float]] = {}
+    step = "passive echo"
+    print(f"  {step} x{args.n}", file=sys.stderr)
+    results[step] = await timed(passive_echo, args.n, warmup=100)
+    step = "ag_echo null meet"
+    print(f"  {step} x{args.n}", file=sys.stderr)
+    results[step] = await timed(null_meet, args.n, warmup=100)
+    step = "ag_python meet (pooled, paced)"
+    print(f"  {step} x{args.n_python}, {args.pause} s apart", file=sys.stderr)
+    results[step] = await timed(python_meet(place.address), args.n_python, warmup=2,
+                                before=pause)
+    step = "ag_echo null meet (paced, control)"
+    print(f"  {step} x{args.n_control}, {args.pause} s apart", file=sys.stderr)
+    results[step] = await timed(null_meet, args.n_control, before=pause)
+    step = "ag_python meet (no pool, cold)"
+    print(f"  {step} x{args.n_cold}", file=sys.stderr)
+    results[step] = await timed(python_meet(cold_place.address), args.n_cold, warmup=1)
+    step = f"async submission, batch of {args.batch}"
+    print(f"  {step} x{args.rounds}", file=sys.stderr)
+    results[step] = await timed(async_batch, args.rounds, warmup=2,
+                                before=previous_batch_ended)
+    client.close()
+    return results
+
+
+def print_report(args: argparse.Namespace, results: dict[str, list[float]]) -> None:
+    passive_p50 = percentile(results["passive echo"], 50)
+    print(f"\ntacoma {tacoma.__version__}, Python {platform.python_version()}, "
+          f"{os.cpu_count()} CPUs, load average at the end "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"payload: {sorted(PAYLOAD)} ({sum(len(e) for v in PAYLOAD.values() for e in v)} "
+          "bytes in elements); loopback TCP; client and servers in separate processes\n")
+    header = f"{'path':<38} {'n':>5} {'p50 us':>11} {'p99 us':>11} {'p50/passive':>12}"
+    print(header)
+    print("-" * len(header))
+    batch_name = f"async submission, batch of {args.batch}"
+    for name, samples in results.items():
+        p50, p99 = percentile(samples, 50), percentile(samples, 99)
+        ratio = "-" if name == batch_name else f"{p50 / passive_p50:.2f}x"
+        print(f"{name:<38} {len(samples):>5} {p50:>11,.1f} {p99:>11,.1f} {ratio:>12}")
+
+    batch = results[batch_name]
+    p50, p99 = percentile(batch, 50), percentile(batch, 99)
+    print(f"\nasync submission rate: {args.batch / p50 * 1e6:,.0f} meets/s at the p50 round "
+          f"({p50 / args.batch:,.1f} us a meet), {args.batch / p99 * 1e6:,.0f} meets/s at p99")
+
+    def overhead(name: str) -> str:
+        active = percentile(results[name], 50)
+        return f"{100 * (active - passive_p50) / passive_p50:,.0f}%"
+
+    print("\nPAN ActiveOverhead = (t_active - t_passive) / t_passive, from p50 round trips:")
+    print(f"  ag_echo null meet:          {overhead('ag_echo null meet')}")
+    paced_python = percentile(results["ag_python meet (pooled, paced)"], 50)
+    paced_echo = percentile(results["ag_echo null meet (paced, control)"], 50)
+    print(f"  ag_python meet (pooled):    {overhead('ag_python meet (pooled, paced)')}  "
+          f"({paced_python / paced_echo:.1f}x the paced null meet)")
+    print(f"\nTACOMA v1.3 meet (Table 1 total): {TACOMA_MEET_US:,} us. Here, at p50:")
+    for name in ("ag_echo null meet", "ag_python meet (pooled, paced)",
+                 "ag_python meet (no pool, cold)"):
+        p50 = percentile(results[name], 50)
+        print(f"  {name:<32} {p50:>11,.1f} us = {p50 / TACOMA_MEET_US:.3f} of TACOMA's")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=2000,
+                        help="passive echoes and null meets (default 2000)")
+    parser.add_argument("--n-python", type=int, default=300,
+                        help="paced Python-agent meets (default 300)")
+    parser.add_argument("--n-control", type=int, default=100,
+                        help="paced null meets, the control (default 100)")
+    parser.add_argument("--n-cold", type=int, default=30,
+                        help="Python-agent meets at a place without a pool (default 30)")
+    parser.add_argument("--pause", type=float, default=0.2,
+                        help="seconds before each paced meet, for the pool to refill "
+                             "(default 0.2; a worker starts in about 0.12 s here)")
+    parser.add_argument("--batch", type=int, default=200, help="async meets per round")
+    parser.add_argument("--rounds", type=int, default=50, help="async rounds (default 50)")
+    parser.add_argument("--quick", action="store_true", help="a tenth of every count")
+    args = parser.parse_args()
+    if args.quick:
+        for name in ("n", "n_python", "n_control", "n_cold", "rounds"):
+            setattr(args, name, max(3, getattr(args, name) // 10))
+
+    with tempfile.TemporaryDirectory(prefix="tacoma-report-") as tmp:
+        base = Path(tmp)
+        servers = [start_passive(base), start_place(base / "place"),
+                   start_place(base / "cold", "--pool-size", "0")]
+        loop = new_event_loop()
+        try:
+            print(f"passive {servers[0].address}, place {servers[1].address}, "
+                  f"place without pool {servers[2].address}; measuring:", file=sys.stderr)
+            results = loop.run_until_complete(measure(args, *servers))
+        finally:
+            close_meet_connections(loop)
+            loop.close()
+            statuses = {server.name + f" ({server.address})": server.stop()
+                        for server in servers}
+    bad = {name: status for name, status in statuses.items() if status != 0}
+    if bad:
+        raise SystemExit(f"servers exited badly after SIGTERM: {bad}")
+    print_report(args, results)
+
+
+if __name__ == "__main__":
+    main()

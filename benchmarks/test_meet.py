@@ -1,0 +1,207 @@
+"""The meet path, measured: from the passive baseline up to a Python agent in a new process.
+
+What each benchmark times is one call of the benchmarked function on the client's event loop
+(`loop.run_until_complete`), so every number includes the client's own work: building and
+encoding the request, the loopback round trip, decoding the reply. Every round checks that it
+did its work (the briefcase came back equal, a meet id was returned); nothing here asserts a
+time. See README.md for how the numbers map to TACOMA's Table 1 and PAN's passive baseline.
+
+Round counts are fixed (pedantic mode) rather than sized by pytest-benchmark from a first
+call, which on a shared machine can be a stall; the passive and null-meet paths get the same
+count. The first call of each is untimed: the first meet to a place also opens the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import tacoma
+from tacoma import Briefcase
+
+from _harness import PAYLOAD, PassiveClient, ServerProcess, rss_kib
+
+Summary = Callable[[str], None]
+
+#: Rounds of the passive echo and of the null meet (the same for both), after a warm-up.
+ECHO_ROUNDS = 2000
+ECHO_WARMUP = 100
+#: Async meets submitted per round of the submission-rate benchmark.
+ASYNC_BATCH = 200
+ASYNC_ROUNDS = 50
+#: Null meets between the two memory readings, and before the first.
+MEMORY_MEETS = 10_000
+MEMORY_WARMUP = 1_000
+#: Pause before each paced Python meet, not timed: long enough for the place to have
+#: destroyed the last worker and started its replacement (about 0.12 s here, measured by
+#: test_meet_python_agent_cold), so the timed meet neither waits for a worker nor shares
+#: the CPU with one starting.
+POOL_REFILL_PAUSE = 0.2
+PYTHON_ROUNDS = 20
+COLD_ROUNDS = 8
+
+
+def _median_seconds(benchmark: Any) -> float | None:
+    """The benchmark's median round time, or None when benchmarks are disabled."""
+    stats = getattr(benchmark, "stats", None)
+    inner = getattr(stats, "stats", None)
+    return None if inner is None else float(inner.median)
+
+
+def _payload_bytes() -> int:
+    return int(Briefcase(PAYLOAD).size())
+
+
+def test_passive_echo_round_trip(benchmark: Any, loop: asyncio.AbstractEventLoop,
+                                 passive_client: PassiveClient) -> None:
+    """PAN's t_passive: a msgpack request/reply over the same loopback transport, no meet."""
+
+    async def echo() -> None:
+        reply = await passive_client.request(PAYLOAD)
+        assert reply == PAYLOAD, reply
+
+    benchmark.extra_info.update(
+        measures="one msgpack request/reply with the briefcase-shaped payload to the passive "
+                 "echo server (separate process, one kept TCP connection)",
+        payload_bytes=_payload_bytes(), folders=sorted(PAYLOAD))
+    loop.run_until_complete(echo())  # untimed first call: see the header
+    benchmark.pedantic(lambda: loop.run_until_complete(echo()),
+                       rounds=ECHO_ROUNDS, warmup_rounds=ECHO_WARMUP, iterations=1)
+
+
+def test_meet_ag_echo_sync(benchmark: Any, loop: asyncio.AbstractEventLoop,
+                           place: ServerProcess) -> None:
+    """The null meet: tacoma.ameet to ag_echo, which the place answers itself (no agent code)."""
+    target = f"ag_echo@{place.address}"
+
+    async def null_meet() -> None:
+        result = await tacoma.ameet(target, PAYLOAD)
+        assert result == PAYLOAD, result
+
+    benchmark.extra_info.update(
+        measures="one sync tacoma.ameet to ag_echo: protocol, checks and meet bookkeeping at "
+                 "the place, no agent process; cached connection",
+        target="ag_echo", payload_bytes=_payload_bytes())
+    loop.run_until_complete(null_meet())  # untimed first call (connects): see the header
+    benchmark.pedantic(lambda: loop.run_until_complete(null_meet()),
+                       rounds=ECHO_ROUNDS, warmup_rounds=ECHO_WARMUP, iterations=1)
+
+
+def test_meet_python_agent_pooled(benchmark: Any, loop: asyncio.AbstractEventLoop,
+                                  place: ServerProcess) -> None:
+    """A Python agent that only returns, in a pre-started worker, the pool refilled between."""
+    target = f"ag_python@{place.address}"
+    expected = {**PAYLOAD, "CODE": [b"pass"]}
+
+    async def python_meet() -> None:
+        result = await tacoma.ameet(target, PAYLOAD, code="pass")
+        assert result == expected, result
+
+    def refill() -> None:
+        # Pacing between timed rounds, not waiting for an event: the place's pool cannot be
+        # observed from outside its process, so give it time to replace the used worker.
+        loop.run_until_complete(asyncio.sleep(POOL_REFILL_PAUSE))
+
+    benchmark.extra_info.update(
+        measures="one sync meet to ag_python with code 'pass': a pre-started sandboxed worker "
+                 "gets the briefcase, compiles and runs the program, returns the briefcase. "
+                 f"Untimed {POOL_REFILL_PAUSE} s pause before each round lets the pool refill, "
+                 "so this is the latency of an unloaded place, not a sustained rate.",
+        target="ag_python", pool_size=2, refill_pause_s=POOL_REFILL_PAUSE,
+        payload_bytes=_payload_bytes())
+    benchmark.pedantic(lambda: loop.run_until_complete(python_meet()), setup=refill,
+                       rounds=PYTHON_ROUNDS, warmup_rounds=2, iterations=1)
+
+
+def test_meet_python_agent_cold(benchmark: Any, loop: asyncio.AbstractEventLoop,
+                                cold_place: ServerProcess) -> None:
+    """The same meet at a place with no pool: the worker's start is on the critical path.
+
+    This is the closest to what TACOMA v1.3 measured (fork, exec and interpreter start in
+    every meet: steps 3, 7, 8 and 10a of its Table 1).
+    """
+    target = f"ag_python@{cold_place.address}"
+    expected = {**PAYLOAD, "CODE": [b"pass"]}
+
+    async def python_meet() -> None:
+        result = await tacoma.ameet(target, PAYLOAD, code="pass")
+        assert result == expected, result
+
+    benchmark.extra_info.update(
+        measures="one sync meet to ag_python at a place started with --pool-size 0: process "
+                 "creation, sandbox entry and interpreter start-up are inside the meet",
+        target="ag_python", pool_size=0, payload_bytes=_payload_bytes())
+    benchmark.pedantic(lambda: loop.run_until_complete(python_meet()),
+                       rounds=COLD_ROUNDS, warmup_rounds=1, iterations=1)
+
+
+def test_meet_async_submission_rate(benchmark: Any, loop: asyncio.AbstractEventLoop,
+                                    place: ServerProcess, summary: Summary) -> None:
+    """ASYNC_BATCH async meets to ag_echo in flight at once on one connection, per round."""
+    target = f"ag_echo@{place.address}"
+
+    async def submit_batch() -> None:
+        meet_ids = await asyncio.gather(*(tacoma.ameet(target, PAYLOAD, mode="async")
+                                          for _ in range(ASYNC_BATCH)))
+        assert all(isinstance(meet_id, str) and meet_id for meet_id in meet_ids), meet_ids
+        assert len(set(meet_ids)) == ASYNC_BATCH, "meet ids must be distinct"
+
+    async def previous_batch_ended() -> None:
+        # Each round should start at an idle place: an async meet is accepted before it
+        # runs, so the last batch's meets may still be in flight. Two sync meets in a row
+        # are a barrier: the place replies to the second after those have run.
+        for _ in range(2):
+            assert await tacoma.ameet(target, PAYLOAD) == PAYLOAD
+
+    def barrier() -> None:
+        loop.run_until_complete(previous_batch_ended())
+
+    benchmark.extra_info.update(
+        measures=f"one round = {ASYNC_BATCH} async tacoma.ameet calls to ag_echo submitted "
+                 "concurrently over one connection, until every Accepted (meet id) arrived; "
+                 "before each round (untimed) two sync meets make sure the last batch ended",
+        batch=ASYNC_BATCH)
+    loop.run_until_complete(submit_batch())  # untimed first call: see the header
+    benchmark.pedantic(lambda: loop.run_until_complete(submit_batch()), setup=barrier,
+                       rounds=ASYNC_ROUNDS, warmup_rounds=2, iterations=1)
+    median = _median_seconds(benchmark)
+    if median is not None:
+        benchmark.extra_info["meets_per_s"] = round(ASYNC_BATCH / median)
+        benchmark.extra_info["us_per_meet"] = round(median / ASYNC_BATCH * 1e6, 1)
+        summary(f"{benchmark.extra_info['meets_per_s']:,} async meets/s submitted "
+                f"({benchmark.extra_info['us_per_meet']} us each, median round of "
+                f"{ASYNC_BATCH})")
+
+
+def test_place_memory_10k_null_meets(benchmark: Any, loop: asyncio.AbstractEventLoop,
+                                     fresh_place: ServerProcess, summary: Summary) -> None:
+    """The place's resident memory before and after MEMORY_MEETS null meets."""
+    target = f"ag_echo@{fresh_place.address}"
+
+    async def null_meets(count: int) -> int:
+        done = 0
+        for _ in range(count):
+            result = await tacoma.ameet(target, PAYLOAD)
+            done += result == PAYLOAD
+        return done
+
+    assert loop.run_until_complete(null_meets(MEMORY_WARMUP)) == MEMORY_WARMUP
+    before = rss_kib(fresh_place.pid)
+    done = benchmark.pedantic(lambda: loop.run_until_complete(null_meets(MEMORY_MEETS)),
+                              rounds=1, iterations=1)
+    after = rss_kib(fresh_place.pid)
+    assert done == MEMORY_MEETS, f"only {done} of {MEMORY_MEETS} null meets returned the payload"
+    benchmark.extra_info.update(
+        measures=f"wall time of {MEMORY_MEETS} sequential sync ag_echo meets (after "
+                 f"{MEMORY_WARMUP} warm-up meets), and the place process's VmRSS around them",
+        meets=MEMORY_MEETS, warmup_meets=MEMORY_WARMUP, rss_before_kib=before,
+        rss_after_kib=after, rss_growth_kib=after - before,
+        rss_growth_bytes_per_meet=round((after - before) * 1024 / MEMORY_MEETS, 2))
+    median = _median_seconds(benchmark)
+    if median is not None:
+        benchmark.extra_info["us_per_meet"] = round(median / MEMORY_MEETS * 1e6, 1)
+    summary(f"place VmRSS {before:,} KiB -> {after:,} KiB over {MEMORY_MEETS:,} null meets "
+            f"({after - before:+,} KiB, "
+            f"{benchmark.extra_info['rss_growth_bytes_per_meet']:+} bytes/meet)")
+

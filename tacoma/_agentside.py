@@ -1,13 +1,11 @@
 """The agent's side of the worker channel: what runs inside an agent's process.
 
-A worker is a one-shot process: `serve_one` confines it (`_sandbox.enter`), says Hello to its
-place over the inherited socket, blocks until the place hands it one Meet, lets the language
-run the agent, answers with Result or Failed, and returns; the process then exits and is
-never reused. Everything here is blocking and single-threaded on purpose: an agent is one
-sequential program, so reads and writes on the inherited file descriptor and the sans-IO
-`Connection` are all it needs. Imports are kept to what every meet uses (not even socket or
-traceback, which cost a worker 11 and 7 ms to import): start-up is on the pool's refill
-path, and on the critical path of a meet at a place with no pool.
+A worker is a one-shot process, forked by its language's zygote (`_zygote`): `serve_one`
+confines it (`_sandbox.enter`), says Hello to its place over the socket it was handed, blocks
+until the place hands it one Meet, lets the language run the agent, answers with Result or
+Failed, and returns; the process then exits and is never reused. Everything here is
+blocking and single-threaded on purpose: an agent is one sequential program, so reads and
+writes on the file descriptor it was handed and the sans-IO `Connection` are all it needs.
 
 The agent API (meet, log, fail) is `AgentChannel`'s methods; each language binds them under
 its own names. Only the standard library and msgpack are imported here.
@@ -135,6 +133,11 @@ class AgentChannel:
 
 Runner = Callable[[Meet, AgentChannel], Briefcase]
 
+# typing costs a worker ~9 ms to import; annotations are strings (PEP 563) anyway.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 
 def _warm_up(run: Runner, channel: AgentChannel, meet: Meet) -> None:
     """Take one dummy meet through decode, `run` and encode, before the real one comes.
@@ -153,21 +156,22 @@ def _warm_up(run: Runner, channel: AgentChannel, meet: Meet) -> None:
     msgpack.packb([Result.tag, *Result(0, result).fields()], use_bin_type=True)
 
 
-def serve_one(run: Runner, warm_up: Meet | None = None) -> None:
-    """Confine this process, serve one meet with `run`, and exit.
+def warm_up(run: Runner, meet: Meet) -> None:
+    """Run `_warm_up` with a channel that is not connected (the dummy meet never uses it)."""
+    _warm_up(run, AgentChannel(-1, 1 << 20), meet)
+
+
+def serve_one(run: Runner, plan: dict[str, Any]) -> None:
+    """Confine this process as `plan` says, serve one meet with `run`, and return.
 
     `run` returns the result briefcase or raises AgentFailure (a message and the agent's
-    traceback) or any exception (a bug, reported with its traceback). `warm_up`, if given,
-    is a harmless meet run once before the worker says it is ready.
+    traceback) or any exception (a bug, reported with its traceback).
     """
-    plan = _sandbox.plan_from_argv()
     _sandbox.enter(plan)
     fd = int(plan["fd"])
     os.set_inheritable(fd, False)  # the agent's own children do not get it
     channel = AgentChannel(fd, int(plan["max_frame"]))
     channel.place = str(plan.get("place", ""))
-    if warm_up is not None:
-        _warm_up(run, channel, warm_up)
     channel.hello()
     try:
         meet = channel.wait_meet()

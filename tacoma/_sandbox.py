@@ -42,7 +42,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["enter", "plan_from_argv"]
+__all__ = ["die_with_parent", "enter", "plan_from_argv"]
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
@@ -136,10 +136,15 @@ def enter(plan: dict[str, Any]) -> None:
     if plan.get("uid") is not None:
         _become(int(plan["uid"]))
     _prctl(_PR_SET_NO_NEW_PRIVS, 1)
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != plan["parent"]:
-        os._exit(70)  # the place died before the death signal was armed
+    die_with_parent(int(plan["parent"]))
     os.umask(0o077)
+
+
+def die_with_parent(parent: int) -> None:
+    """SIGKILL this process when `parent` dies (and exit now if it already has)."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(70)  # the parent died before the death signal was armed
 
 
 def plan_from_argv() -> dict[str, Any]:

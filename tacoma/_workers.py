@@ -7,6 +7,11 @@ confined (`_sandbox.enter`) and already connected to the place over a socketpair
 takes one, hands it the briefcase, and the pool starts a replacement in the background.
 A worker serves exactly one meet and is then destroyed: a fresh address space per meet.
 
+Replacements are forked by the language's `Zygote`, an interpreter started once, warmed up
+and never given an agent (see _zygote): a fork and the sandbox set-up cost a few
+milliseconds where an exec and an interpreter start cost tens, so a busy place does not
+spend its CPUs starting interpreters.
+
 Who an agent is: as root, every worker switches to a uid and gid of its own (`AgentUids`)
 before it says Hello, so agents can neither signal the place nor each other, nor read what
 only root may; the place hands it its working directory. If the interpreter lives below a
@@ -39,10 +44,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import msgpack
+
 from ._errors import (
     AgentKilled,
     ConnectionLost,
-    MeetError,
     MeetTimeout,
     PlaceUnavailable,
     ProtocolError,
@@ -52,6 +58,7 @@ from ._interpreter import Interpreter
 from ._protocol import Event, Failed, Log, Meet, Result, Role
 from ._settings import PlaceSettings
 from ._transport import Channel
+from ._zygote import MAX_CONTROL
 
 __all__ = ["PidsCgroups", "Worker", "WorkerPool"]
 
@@ -261,9 +268,164 @@ def describe_exit(returncode: int, cpu_seconds: int) -> str:
     return f"agent process exited with status {returncode} before answering"
 
 
+# --------------------------------------------------------------------------- zygotes
+class Zygote:
+    """The place's end of a language's zygote (see _zygote): it forks the workers.
+
+    Started once per pool by exec'ing the interpreter's worker command; thereafter a worker
+    costs a fork and the sandbox set-up instead of an exec and an interpreter start.
+    """
+
+    def __init__(self, interpreter: Interpreter, settings: PlaceSettings,
+                 place_address: str) -> None:
+        self.interpreter = interpreter
+        self.settings = settings
+        self.place_address = place_address
+        self.proc: asyncio.subprocess.Process | None = None
+        self.sock: socket.socket | None = None
+        self.output = settings.work_dir / f"zygote-{interpreter.language}.out"
+        self._ready: asyncio.Future[None] | None = None
+        self._spawning: dict[int, asyncio.Future[int]] = {}
+        self._exits: dict[int, asyncio.Future[int]] = {}
+        self._ids = 0
+        self.dead = False
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and not self.dead
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours.setblocking(False)
+        self.sock = ours
+        self._ready = loop.create_future()
+        plan = {"zygote": True, "parent": os.getpid(), "control_fd": theirs.fileno()}
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+        try:
+            with open(self.output, "wb") as out:
+                self.proc = await asyncio.create_subprocess_exec(
+                    *self.interpreter.worker_argv(), json.dumps(plan),
+                    pass_fds=(theirs.fileno(),), cwd=self.settings.work_dir, env=env,
+                    stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
+                    start_new_session=True)
+        except (OSError, LookupError) as exc:
+            ours.close()
+            raise PlaceUnavailable(f"cannot start the {self.interpreter.language} "
+                                   f"interpreter: {exc}") from exc
+        finally:
+            theirs.close()
+        loop.add_reader(ours.fileno(), self._readable)
+        exited: asyncio.Future[Any] = asyncio.ensure_future(self.proc.wait())
+        try:
+            await asyncio.wait({self._ready, exited}, timeout=START_TIMEOUT,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            exited.cancel()
+        if not self._ready.done():
+            await self.close()
+            raise PlaceUnavailable(f"the {self.interpreter.language} interpreter did not start",
+                                   _tail(self.output))
+
+    async def spawn(self, plan: dict[str, Any], fds: list[int]) -> tuple[int, asyncio.Future[int]]:
+        """Fork a worker with this plan and descriptors: its pid and a future of its exit."""
+        if not self.alive or self.sock is None:
+            raise PlaceUnavailable(f"the {self.interpreter.language} zygote is not running")
+        self._ids += 1
+        request = self._ids
+        spawned = asyncio.get_running_loop().create_future()
+        self._spawning[request] = spawned
+        message = msgpack.packb({"op": "spawn", "id": request, "plan": plan},
+                                use_bin_type=True)
+        try:
+            while True:
+                try:
+                    socket.send_fds(self.sock, [message], fds)
+                    break
+                except BlockingIOError:  # the zygote is behind: wait until it reads
+                    await asyncio.sleep(0.001)
+            pid = await asyncio.wait_for(spawned, START_TIMEOUT)
+        except TimeoutError:
+            raise PlaceUnavailable(f"the {self.interpreter.language} zygote did not fork a "
+                                   f"worker within {START_TIMEOUT:g} s") from None
+        finally:
+            self._spawning.pop(request, None)
+        return pid, self._exits[pid]
+
+    def _readable(self) -> None:
+        assert self.sock is not None
+        while True:
+            try:
+                data = self.sock.recv(MAX_CONTROL)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._died()
+                return
+            message = msgpack.unpackb(data, raw=False)
+            op = message.get("op")
+            if op == "ready" and self._ready is not None and not self._ready.done():
+                self._ready.set_result(None)
+            elif op == "spawned":
+                pid = int(message["pid"])
+                self._exits[pid] = asyncio.get_running_loop().create_future()
+                future = self._spawning.get(int(message["id"]))
+                if future is not None and not future.done():
+                    future.set_result(pid)
+            elif op == "exited":
+                exit_future = self._exits.pop(int(message["pid"]), None)
+                if exit_future is not None and not exit_future.done():
+                    exit_future.set_result(int(message["status"]))
+
+    def _died(self, expected: bool = False) -> None:
+        """The zygote is gone, and with it (parent-death signal) every worker it forked."""
+        if self.dead:
+            return
+        self.dead = True
+        if self.sock is not None:
+            asyncio.get_running_loop().remove_reader(self.sock.fileno())
+            self.sock.close()
+        for future in self._spawning.values():
+            if not future.done():
+                future.set_exception(PlaceUnavailable(
+                    f"the {self.interpreter.language} zygote died", _tail(self.output)))
+        for future in self._exits.values():
+            if not future.done():
+                future.set_result(-signal.SIGKILL)
+        self._exits.clear()
+        if not expected:
+            log.warning("the %s zygote ended; a new one starts with the next worker",
+                        self.interpreter.language)
+
+    async def close(self) -> None:
+        self._died(expected=True)
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            await self.proc.wait()
+        with contextlib.suppress(OSError):
+            self.output.unlink()
+
+
+def _tail(path: Path) -> str:
+    """The end of a process's output file: enough for a traceback."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - OUTPUT_TAIL))
+            tail = f.read()
+    except OSError:
+        return ""
+    text = tail.decode("utf-8", "replace").strip()
+    return ("...\n" if size > OUTPUT_TAIL else "") + text if text else ""
+
+
 # --------------------------------------------------------------------------- workers
 class Worker:
-    """One pre-started agent process and the place's end of its channel."""
+    """One forked, confined agent process waiting for its meet, and the place's end of it."""
 
     def __init__(self, pool: WorkerPool, workdir: Path, output: Path,
                  cgroup: Path | None) -> None:
@@ -271,7 +433,8 @@ class Worker:
         self.workdir = workdir
         self.output = output
         self.cgroup = cgroup
-        self.proc: asyncio.subprocess.Process | None = None
+        self.pid = 0
+        self.exited: asyncio.Future[int] | None = None
         self.channel: Channel | None = None
         self.meet_id = ""
         self._reply: asyncio.Future[Result | Failed] | None = None
@@ -281,61 +444,48 @@ class Worker:
 
     @property
     def alive(self) -> bool:
-        return (self.proc is not None and self.proc.returncode is None
+        return (self.exited is not None and not self.exited.done()
                 and self.channel is not None and not self.channel.is_closing)
 
     async def run(self, meet: Meet, timeout: float, meet_id: str,
                   nested: NestedHandler) -> Result:
         """Hand this worker its meet and wait for the answer, the process's end or timeout."""
-        assert self.proc is not None
+        assert self.exited is not None
         assert self.channel is not None
         loop = asyncio.get_running_loop()
         self.meet_id = meet_id
         self._nested = nested
         reply: asyncio.Future[Result | Failed] = loop.create_future()
         self._reply = reply
+        exited = self.exited
         self.channel.send(Meet(1, meet.agent, meet.briefcase, "sync", timeout))
-        exited: asyncio.Future[Any] = asyncio.ensure_future(self.proc.wait())
-        try:
-            await asyncio.wait({reply, exited}, timeout=timeout,
-                               return_when=asyncio.FIRST_COMPLETED)
-            if not reply.done() and exited.done():
-                # The process ended; its last frames may still be on the way to us.
+        waits: set[asyncio.Future[Any]] = {reply, exited}
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if not reply.done() and exited.done():
+            # The process ended; its last frames may still be on the way to us.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.channel.closed), 1.0)
+        if reply.done() and reply.exception() is None:
+            answer = reply.result()
+            if isinstance(answer, Failed):
+                raise error_from_wire(answer.kind, answer.message, answer.detail)
+            return answer
+        if exited.done() or reply.done():
+            if not exited.done():
+                # The channel closed first; the process's exit status follows shortly.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(self.channel.closed), 1.0)
-            if reply.done() and reply.exception() is None:
-                answer = reply.result()
-                if isinstance(answer, Failed):
-                    raise error_from_wire(answer.kind, answer.message, answer.detail)
-                return answer
-            if exited.done() or reply.done():
-                if not exited.done():
-                    # The channel closed first; the process's exit status follows shortly.
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(asyncio.shield(exited), 2.0)
-                returncode = self.proc.returncode
-                if returncode is None:  # the channel failed but the process lives on
-                    exc = reply.exception()
-                    raise AgentKilled(f"agent broke the worker protocol: {exc}")
-                raise AgentKilled(describe_exit(returncode, self.pool.settings.limits.cpu_seconds),
-                                  self.output_tail())
-            raise MeetTimeout(f"agent did not finish within {timeout:g} s; "
-                              "its processes were killed")
-        finally:
-            exited.cancel()
+                    await asyncio.wait_for(asyncio.shield(exited), 2.0)
+            if not exited.done():  # the channel failed but the process lives on
+                raise AgentKilled(f"agent broke the worker protocol: {reply.exception()}")
+            raise AgentKilled(describe_exit(exited.result(),
+                                            self.pool.settings.limits.cpu_seconds),
+                              self.output_tail())
+        raise MeetTimeout(f"agent did not finish within {timeout:g} s; "
+                          "its processes were killed")
 
     def output_tail(self) -> str:
         """The end of what the agent wrote to stdout and stderr."""
-        try:
-            with open(self.output, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                size = f.tell()
-                f.seek(max(0, size - OUTPUT_TAIL))
-                tail = f.read()
-        except OSError:
-            return ""
-        text = tail.decode("utf-8", "replace").strip()
-        return ("...\n" if size > OUTPUT_TAIL else "") + text if text else ""
+        return _tail(self.output)
 
     # -- EventHandler for the worker channel
     def event_received(self, channel: Channel, event: Event) -> None:
@@ -361,8 +511,6 @@ class Worker:
         if self.channel is not None and not self.channel.is_closing:
             try:
                 self.channel.send(event)
-            except MeetError:
-                raise
             except (ProtocolError, ValueError) as exc:
                 if isinstance(event, Result | Failed):
                     self.channel.send(Failed(event.rid, "limit-exceeded", str(exc)))
@@ -376,13 +524,14 @@ class Worker:
             task.cancel()
         if self.channel is not None:
             self.channel.close()
-        if self.proc is not None:
+        if self.pid:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                os.killpg(self.pid, signal.SIGKILL)
         if self.cgroup is not None and self.pool.cgroups is not None:
             await self.pool.cgroups.destroy(self.cgroup)
-        if self.proc is not None:
-            await self.proc.wait()
+        if self.exited is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.exited), 10)
         try:
             await asyncio.to_thread(shutil.rmtree, self.workdir, True)
         except RuntimeError:  # at interpreter exit no new threads can start: do it here
@@ -402,6 +551,8 @@ class WorkerPool:
         self.cgroups = cgroups
         self.uids = uids
         self.place_address = place_address
+        self.zygote: Zygote | None = None
+        self._zygote_lock = asyncio.Lock()
         self._ready: collections.deque[Worker] = collections.deque()
         self._starting = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -436,28 +587,39 @@ class WorkerPool:
             self._ready.append(worker)
 
     async def take(self) -> Worker:
-        """A ready worker (or a freshly started one if none is ready); refills the pool."""
+        """A ready worker (or a freshly started one if none is ready)."""
         self._failures = 0
         while self._ready:
             worker = self._ready.popleft()
             if worker.alive:
                 return worker
             self._track(worker.destroy())
-        self.fill()
         return await self.start_worker()
 
     def release(self, worker: Worker) -> None:
         """Destroy a used worker and start its replacement, after the meet has its answer.
 
-        Both happen here rather than in `take` so that the fork, exec and interpreter start
-        of the replacement do not compete with the meet they would replace.
+        Both happen here rather than in `take` so that the replacement's fork and set-up do
+        not compete with the meet it replaces.
         """
         self._track(worker.destroy())
         self.fill()
 
+    async def _live_zygote(self) -> Zygote:
+        async with self._zygote_lock:
+            if self._closed:
+                raise PlaceUnavailable("the place is shutting down")
+            if self.zygote is None or not self.zygote.alive:
+                zygote = Zygote(self.interpreter, self.settings, self.place_address)
+                await zygote.start()
+                self.zygote = zygote
+            return self.zygote
+
     async def start_worker(self) -> Worker:
+        """Fork a worker from the zygote, confined and connected, ready for one meet."""
         settings = self.settings
         limits = settings.limits
+        zygote = await self._live_zygote()
         workdir = Path(tempfile.mkdtemp(prefix=f"{self.interpreter.language}-",
                                         dir=settings.work_dir))
         uid = self.uids.next() if self.uids is not None else None
@@ -466,11 +628,12 @@ class WorkerPool:
         output = workdir.with_name(workdir.name + ".out")
         cgroup = self.cgroups.create(limits.processes) if self.cgroups is not None else None
         worker = Worker(self, workdir, output, cgroup)
-        parent_sock, child_sock = socket.socketpair()
+        ours, theirs = socket.socketpair()
         try:
             plan = {
-                "fd": child_sock.fileno(),
-                "parent": os.getpid(),
+                "workdir": str(workdir),
+                "env": {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir),
+                        "TMPDIR": str(workdir), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"},
                 "place": self.place_address,
                 "max_frame": settings.max_frame,
                 "cgroup": str(cgroup) if cgroup is not None else None,
@@ -484,31 +647,21 @@ class WorkerPool:
                            "file_bytes": limits.file_bytes,
                            "open_files": limits.open_files},
             }
-            env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir),
-                   "TMPDIR": str(workdir), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
             with open(output, "wb") as out:
-                worker.proc = await asyncio.create_subprocess_exec(
-                    *self.interpreter.worker_argv(), json.dumps(plan),
-                    pass_fds=(child_sock.fileno(),), cwd=workdir, env=env,
-                    stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
-                    start_new_session=True)
-            child_sock.close()
+                worker.pid, worker.exited = await zygote.spawn(plan, [theirs.fileno(),
+                                                                       out.fileno()])
+            theirs.close()
             loop = asyncio.get_running_loop()
             _, worker.channel = await loop.create_unix_connection(
-                lambda: Channel(Role.HOST, worker, settings.max_frame), sock=parent_sock)
-            exited: asyncio.Future[Any] = asyncio.ensure_future(worker.proc.wait())
-            try:
-                await asyncio.wait({worker.channel.ready, exited}, timeout=START_TIMEOUT,
-                                   return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                exited.cancel()
+                lambda: Channel(Role.HOST, worker, settings.max_frame), sock=ours)
+            waits: set[asyncio.Future[Any]] = {worker.channel.ready, worker.exited}
+            await asyncio.wait(waits, timeout=START_TIMEOUT, return_when=asyncio.FIRST_COMPLETED)
             if not worker.channel.ready.done() or worker.channel.ready.exception():
-                raise PlaceUnavailable(
-                    f"a {self.interpreter.language} worker did not start",
-                    worker.output_tail())
+                raise PlaceUnavailable(f"a {self.interpreter.language} worker did not start",
+                                       worker.output_tail())
         except BaseException as exc:
-            child_sock.close()
-            parent_sock.close()
+            theirs.close()
+            ours.close()
             await worker.destroy()
             if isinstance(exc, OSError):
                 raise PlaceUnavailable(f"cannot start a {self.interpreter.language} "
@@ -523,3 +676,5 @@ class WorkerPool:
                 await asyncio.wait({task}, timeout=START_TIMEOUT)
         ready, self._ready = list(self._ready), collections.deque()
         await asyncio.gather(*(w.destroy() for w in ready), return_exceptions=True)
+        if self.zygote is not None:
+            await self.zygote.close()

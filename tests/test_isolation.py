@@ -7,6 +7,7 @@ at the same place: it must still serve.
 from __future__ import annotations
 
 import os
+import signal
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -234,3 +235,14 @@ def test_agents_run_under_uids_of_their_own(tight: RunningPlace, drop_box: Path)
 def test_same_uid_runs_agents_as_root(start_place: Callable[..., RunningPlace]) -> None:
     p = start_place("--same-uid")
     assert run(p, 'import os; bc["UID"] = [str(os.getuid())]')["UID"] == [b"0"]
+
+
+def test_a_killed_zygote_is_replaced(tight: RunningPlace) -> None:
+    # Workers are forked by a zygote per language; the agent's parent is that zygote.
+    zygote = int(run(tight, 'import os; bc["PPID"] = [str(os.getppid())]')["PPID"][0])
+    assert zygote != tight.proc.pid
+    os.kill(zygote, signal.SIGKILL)
+    wait_until(lambda: not pid_alive(zygote), what="the zygote to die")
+    result = run(tight, 'import os; bc["PPID"] = [str(os.getppid())]')
+    assert int(result["PPID"][0]) not in (zygote, tight.proc.pid)
+    still_serves(tight)

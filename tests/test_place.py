@@ -130,11 +130,12 @@ def test_agent_meets_agents_at_its_own_place(place: RunningPlace) -> None:
 def test_agent_meets_an_agent_at_another_place(place: RunningPlace, start_place) -> None:
     other = start_place()
     result = run(place, f"""
-        there = meet("ag_python@{other.address}",
-                     Briefcase(CODE=['import os; bc["PID"] = [str(os.getppid())]']))
-        bc["THERE"] = there["PID"]
+        there = meet("ag_python@{other.address}", Briefcase(CODE=['bc["AT"] = [place]']))
+        bc["THERE"] = there["AT"]
+        bc["HERE"] = [place]
     """)
-    assert result["THERE"] == [str(other.proc.pid).encode()]
+    assert result["THERE"] == [other.address.encode()]
+    assert result["HERE"] == [place.address.encode()]
 
 
 def test_installed_agent_is_met_by_name(place: RunningPlace, tmp_path: Path) -> None:

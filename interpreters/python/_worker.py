@@ -1,8 +1,9 @@
 """The ag_python worker process: runs one Python agent and exits.
 
-Started ahead of time by the place's pool (`python -I -B -m tacoma.interpreters.python._worker
-PLAN`); by the time a meet arrives the interpreter is up, msgpack imported and the sandbox
-entered, so the meet costs only compiling and running the agent's program.
+Run by the place as this language's zygote (tacoma/_zygote.py), which forks one worker per
+meet ahead of time: by the time a meet arrives the interpreter is up, msgpack imported, the
+code paths warmed and the sandbox entered, so the meet costs only compiling and running
+the agent's program.
 
 The program sees these globals (the Python face of the one agent API):
     bc          the briefcase (tacoma.Briefcase): bc["NAME"] is folder NAME's list of bytes
@@ -19,7 +20,8 @@ from __future__ import annotations
 import builtins
 from collections.abc import Mapping
 
-from tacoma._agentside import AgentChannel, AgentFailure, serve_one
+from tacoma import _zygote as zygote
+from tacoma._agentside import AgentChannel, AgentFailure
 from tacoma._briefcase import CODE, Briefcase
 from tacoma._protocol import Meet
 
@@ -100,4 +102,4 @@ def _result(bc: object) -> Briefcase:
 WARM_UP = Meet(0, "ag_python", Briefcase(CODE=[b"bc['W'] = [bytes(len(bc['CODE']))]"]))
 
 if __name__ == "__main__":
-    serve_one(run, WARM_UP)
+    zygote.main(run, WARM_UP)

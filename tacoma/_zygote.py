@@ -1,0 +1,122 @@
+"""The zygote: one pre-initialised interpreter per language that forks the workers.
+
+Starting a Python worker from scratch costs tens of milliseconds of CPU (exec, interpreter
+start, imports); forking one from a process that already did all that costs about one. So
+each language's pool starts one zygote (its worker module run as `main`), which warms its
+code paths up with a dummy meet and then waits for spawn requests from the place on a
+SOCK_SEQPACKET control socket. For each request it forks a child that makes itself a
+worker: a new session, the output file on stdout and stderr, the private working directory,
+a minimal environment, then `_agentside.serve_one`, which confines it and serves one meet.
+
+The zygote never runs an agent and never sees a briefcase (those reach the child after the
+fork, over the channel it was handed), so every worker starts from the same clean image:
+a fresh address space per meet, with nothing of the place's memory, nor of another agent's.
+The zygote reaps its children and reports how each ended; it dies with the place, and its
+children die with it.
+
+Control messages are msgpack maps: place -> zygote `{"op": "spawn", "id", "plan"}` with the
+worker's channel and output file descriptors attached (SCM_RIGHTS); zygote -> place
+`{"op": "ready"}`, `{"op": "spawned", "id", "pid"}`, `{"op": "exited", "pid", "status"}`
+(status as subprocess reports it: an exit code, or minus the signal number).
+
+Standard library and msgpack only: this is the image every agent process starts from.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import sys
+import traceback
+
+import msgpack
+
+from . import _agentside, _sandbox
+from ._protocol import Meet
+
+__all__ = ["main"]
+
+#: Largest control message: a spawn request is a sandbox plan, well under this.
+MAX_CONTROL = 64 * 1024
+
+
+def _send(control: socket.socket, message: dict[str, object]) -> None:
+    control.send(msgpack.packb(message, use_bin_type=True))
+
+
+def _reap(control: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _send(control, {"op": "exited", "pid": pid,
+                        "status": os.waitstatus_to_exitcode(status)})
+
+
+def _become_worker(run: _agentside.Runner, plan: dict[str, object], fds: list[int],
+                   zygote: int) -> None:
+    """In the forked child: shed the zygote's state and serve one meet."""
+    channel_fd, output_fd = fds
+    os.setsid()  # a session and process group of its own, for the place to kill whole
+    os.dup2(output_fd, 1)
+    os.dup2(output_fd, 2)
+    os.close(output_fd)
+    os.chdir(str(plan["workdir"]))
+    os.environ.clear()
+    os.environ.update({str(k): str(v) for k, v in dict(plan["env"]).items()})  # type: ignore[call-overload]
+    sys.argv = ["tacoma-agent"]
+    _agentside.serve_one(run, {**plan, "fd": channel_fd, "parent": zygote})
+
+
+def main(run: _agentside.Runner, warm_up: Meet | None = None) -> None:
+    """Run as a zygote until the place closes the control socket. Never returns."""
+    plan = _sandbox.plan_from_argv()
+    _sandbox.die_with_parent(int(plan["parent"]))
+    control = socket.socket(fileno=int(plan["control_fd"]))
+    os.set_inheritable(control.fileno(), False)
+    if warm_up is not None:
+        _agentside.warm_up(run, warm_up)
+    # SIGCHLD wakes the select below through a pipe (Python's own wakeup-fd mechanism).
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w)
+    _send(control, {"op": "ready"})
+    while True:
+        readable, _, _ = select.select([control.fileno(), wake_r], [], [])
+        if wake_r in readable:
+            os.read(wake_r, 4096)
+            _reap(control)
+        if control.fileno() not in readable:
+            continue
+        data, fds, _, _ = socket.recv_fds(control, MAX_CONTROL, 2)
+        if not data:
+            os._exit(0)  # the place is gone or closing: our children die with us
+        request = msgpack.unpackb(data, raw=False)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            status = 0
+            try:
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                for fd in (wake_r, wake_w):
+                    os.close(fd)
+                control.close()
+                _become_worker(run, request["plan"], fds, os.getppid())
+            except BaseException:  # noqa: BLE001 - whatever happens, never return to the loop
+                traceback.print_exc()
+                status = 71
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(status)
+        for fd in fds:
+            os.close(fd)
+        _send(control, {"op": "spawned", "id": request["id"], "pid": pid})

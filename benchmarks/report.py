@@ -187,7 +187,8 @@ def main() -> None:
                         help="Python-agent meets at a place without a pool (default 30)")
     parser.add_argument("--pause", type=float, default=0.2,
                         help="seconds before each paced meet, for the pool to refill "
-                             "(default 0.2; a worker starts in about 0.12 s here)")
+                             "(default 0.2; forking and confining a worker takes a few "
+                             "ms, destroying the last one as long again)")
     parser.add_argument("--batch", type=int, default=200, help="async meets per round")
     parser.add_argument("--rounds", type=int, default=50, help="async rounds (default 50)")
     parser.add_argument("--quick", action="store_true", help="a tenth of every count")

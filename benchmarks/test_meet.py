@@ -34,7 +34,7 @@ ASYNC_ROUNDS = 50
 MEMORY_MEETS = 10_000
 MEMORY_WARMUP = 1_000
 #: Pause before each paced Python meet, not timed: long enough for the place to have
-#: destroyed the last worker and started its replacement (about 0.12 s here, measured by
+#: destroyed the last worker and forked its replacement (a few ms; see
 #: test_meet_python_agent_cold), so the timed meet neither waits for a worker nor shares
 #: the CPU with one starting.
 POOL_REFILL_PAUSE = 0.2
@@ -118,8 +118,10 @@ def test_meet_python_agent_cold(benchmark: Any, loop: asyncio.AbstractEventLoop,
                                 cold_place: ServerProcess) -> None:
     """The same meet at a place with no pool: the worker's start is on the critical path.
 
-    This is the closest to what TACOMA v1.3 measured (fork, exec and interpreter start in
-    every meet: steps 3, 7, 8 and 10a of its Table 1).
+    The worker is forked from the language's zygote (an interpreter started once, never given
+    an agent) inside the meet, then confined: the closest to what TACOMA v1.3 measured
+    (fork, exec and interpreter start in every meet: steps 3, 7, 8 and 10a of its Table 1),
+    without the exec and interpreter start, which the zygote took off every meet's path.
     """
     target = f"ag_python@{cold_place.address}"
     expected = {**PAYLOAD, "CODE": [b"pass"]}
@@ -130,7 +132,7 @@ def test_meet_python_agent_cold(benchmark: Any, loop: asyncio.AbstractEventLoop,
 
     benchmark.extra_info.update(
         measures="one sync meet to ag_python at a place started with --pool-size 0: process "
-                 "creation, sandbox entry and interpreter start-up are inside the meet",
+                 "creation (a fork of the zygote) and sandbox entry are inside the meet",
         target="ag_python", pool_size=0, payload_bytes=_payload_bytes())
     benchmark.pedantic(lambda: loop.run_until_complete(python_meet()),
                        rounds=COLD_ROUNDS, warmup_rounds=1, iterations=1)

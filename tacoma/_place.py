@@ -163,6 +163,8 @@ class Place:
                              return_exceptions=True)
         for client in self._clients.values():
             client.close()
+        for session in list(self.sessions):  # peers that did not take their last replies
+            session.channel.abort()
         if self.cgroups is not None:
             self.cgroups.close()
         log.info("place %s stopped", self.address)

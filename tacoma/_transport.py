@@ -90,17 +90,30 @@ class Channel(asyncio.Protocol):
         return self.transport is None or self.transport.is_closing()
 
     def send(self, event: Event) -> None:
-        """Encode and write an event (raises LocalProtocolError or LimitExceeded first)."""
+        """Encode and write an event (raises LocalProtocolError or LimitExceeded first).
+
+        A peer that does not read what it is sent would make us buffer without bound; past
+        two of its largest frames unsent, it is disconnected instead.
+        """
         data = self.conn.send(event)
         if self.transport is None or self.transport.is_closing():
             raise ConnectionLost(self.close_reason or "connection is closed")
         self.transport.write(data)
+        unsent = self.transport.get_write_buffer_size()
+        if unsent > 2 * self.conn.peer_max_frame:
+            self.close_reason = f"peer is not reading: {unsent:,} bytes unsent"
+            self.transport.abort()
 
     def close(self, reason: str = "") -> None:
         if self.transport is not None and not self.transport.is_closing():
             if reason and self.conn.our_state == "OPEN":
                 self.transport.write(self.conn.send(Bye(reason)))
             self.transport.close()
+
+    def abort(self) -> None:
+        """Drop the connection now, without flushing what the peer has not read."""
+        if self.transport is not None:
+            self.transport.abort()
 
     def _fail(self, exc: BaseException) -> None:
         if self.transport is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import signal
 import socket
@@ -308,3 +309,25 @@ def test_bare_agent_name_meets_at_the_embedded_place() -> None:
     result = tacoma.meet("ag_python", {"N": [b"2"]}, code='bc["N"] = [bc["N"][0] * 3]')
     assert result["N"] == [b"222"]
     assert tacoma.meet("ag_echo", {"E": [b""]}) == {"E": [b""]}
+
+
+def test_a_client_that_never_reads_is_disconnected(start_place) -> None:
+    small = start_place("--max-briefcase", "1000000")
+    payload = {"BIG": [b"x" * 400_000]}
+    with _raw_connection(small) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.sendall(_frame([1, 1, "client", 2**20, "x"]))
+        sent = 0
+        with contextlib.suppress(OSError):  # the place may cut us off while we still send
+            for rid in range(1, 200):
+                sock.sendall(_frame([2, rid, "ag_echo", payload, "sync", None]))
+                sent += 1
+        # We never read; the place must have stopped buffering replies for us.
+        assert tacoma.meet(small.target("ag_echo"), {"OK": [b"1"]}) == {"OK": [b"1"]}
+        sock.settimeout(20)
+        received = 0
+        with contextlib.suppress(OSError):
+            while chunk := sock.recv(1 << 20):
+                received += len(chunk)
+    assert sent > 5
+    assert received < sent * 400_000  # cut off before every reply was delivered

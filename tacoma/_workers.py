@@ -66,6 +66,8 @@ log = logging.getLogger("tacoma.place")
 
 #: Bytes of an agent's stdout/stderr returned with an error: enough for a traceback.
 OUTPUT_TAIL = 4096
+#: Longest line an agent may write to the place's log.
+LOG_LINE = 4096
 #: How long a new worker may take to start and say Hello.
 START_TIMEOUT = 30.0
 
@@ -493,8 +495,12 @@ class Worker:
             if self._reply is not None and not self._reply.done():
                 self._reply.set_result(event)
         elif isinstance(event, Log):
-            log.log(logging.getLevelName(event.level.upper()), "[%s] %s", self.meet_id,
-                    event.message)
+            # An agent's line is cut to LOG_LINE characters: the log is the place's, not a
+            # channel for an agent to fill.
+            text = event.message
+            if len(text) > LOG_LINE:
+                text = f"{text[:LOG_LINE]}... ({len(event.message) - LOG_LINE:,} more)"
+            log.log(logging.getLevelName(event.level.upper()), "[%s] %s", self.meet_id, text)
         elif isinstance(event, Meet) and self._nested is not None:
             task = asyncio.ensure_future(self._nested(self, event))
             self._tasks.add(task)

@@ -30,6 +30,11 @@ class RunningPlace:
     proc: subprocess.Popen[str]
     address: str
     state_dir: Path
+    log_path: Path
+
+    def log(self) -> str:
+        """What the place wrote to stderr (its log)."""
+        return self.log_path.read_text()
 
     def target(self, agent: str) -> str:
         return f"{agent}@{self.address}"
@@ -41,10 +46,13 @@ class RunningPlace:
 
 
 def launch_place(state_dir: Path, *flags: str, timeout: float = 30) -> RunningPlace:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tacoma", "place", "--listen", "127.0.0.1:0",
-         "--state-dir", str(state_dir), "-q", *flags],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The log goes to a file: a pipe nobody drains would block a chatty place.
+    log_path = state_dir.parent / f"{state_dir.name}.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tacoma", "place", "--listen", "127.0.0.1:0",
+             "--state-dir", str(state_dir), "-q", *flags],
+            stdout=subprocess.PIPE, stderr=log, text=True)
     assert proc.stdout is not None
     selector = selectors.DefaultSelector()
     selector.register(proc.stdout, selectors.EVENT_READ)
@@ -55,9 +63,9 @@ def launch_place(state_dir: Path, *flags: str, timeout: float = 30) -> RunningPl
     match = READY.match(line)
     if not match:
         proc.kill()
-        _, err = proc.communicate()
-        raise AssertionError(f"place did not start: {line!r} {err}")
-    return RunningPlace(proc, match.group(1), state_dir)
+        proc.wait()
+        raise AssertionError(f"place did not start: {line!r} {log_path.read_text()}")
+    return RunningPlace(proc, match.group(1), state_dir, log_path)
 
 
 @pytest.fixture
@@ -72,7 +80,7 @@ def start_place(tmp_path: Path) -> Iterator[Callable[..., RunningPlace]]:
     yield start
     for place in places:
         if place.proc.poll() is None:
-            assert place.stop() == 0, place.proc.stderr.read() if place.proc.stderr else ""
+            assert place.stop() == 0, place.log()
 
 
 @pytest.fixture(scope="module")

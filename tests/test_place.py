@@ -331,3 +331,14 @@ def test_a_client_that_never_reads_is_disconnected(start_place) -> None:
                 received += len(chunk)
     assert sent > 5
     assert received < sent * 400_000  # cut off before every reply was delivered
+
+
+def test_agent_log_lines_are_cut(start_place) -> None:
+    p = start_place()
+    result = tacoma.meet(p.target("ag_python"),
+                         code='log("x" * 5_000_000, level="error"); bc["OK"] = [b"1"]')
+    assert result["OK"] == [b"1"]
+    assert p.stop() == 0
+    err = p.log()
+    assert "(4,995,904 more)" in err
+    assert len(err) < 100_000

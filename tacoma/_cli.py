@@ -209,10 +209,10 @@ def _limits_options(f: Any) -> Any:
     options = [
         click.option("--cpu-seconds", type=click.IntRange(min=1),
                      default=defaults.cpu_seconds, show_default=True,
-                     help="CPU time limit of each agent."),
+                     help="CPU time limit of each agent process."),
         click.option("--memory", "memory_bytes", type=click.IntRange(min=64 * 2**20),
                      default=defaults.memory_bytes, show_default=True,
-                     help="Address-space limit of each agent, in bytes."),
+                     help="Address-space limit of each agent process, in bytes."),
         click.option("--file-size", "file_bytes", type=click.IntRange(min=1),
                      default=defaults.file_bytes, show_default=True,
                      help="Largest file an agent may write, in bytes."),
@@ -277,6 +277,9 @@ def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
         try:
             address = await place.start()
         except OSError as exc:
+            if exc.filename:
+                raise click.ClickException(f"cannot use {exc.filename}: "
+                                           f"{exc.strerror or exc}") from None
             raise click.ClickException(f"cannot listen on {listen}: {exc.strerror or exc}") \
                 from None
         loop = asyncio.get_running_loop()
@@ -311,6 +314,10 @@ def install(program: Path, name: str | None, state_dir: Path | None) -> None:
     name = name or program.stem
     if not name.isidentifier():
         raise click.UsageError(f"agent name {name!r} must be letters, digits and underscores")
+    builtin = {"ag_echo", *discover_interpreters()}
+    if name in builtin:
+        raise click.UsageError(f"{name} is a built-in agent; install under another name "
+                               "(--name)")
     agents_dir = (state_dir or default_state_dir()) / "agents"
     agents_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     for old in agents_dir.glob(f"{name}.*"):

@@ -22,6 +22,7 @@ import asyncio
 import itertools
 import logging
 import os
+import shutil
 import time
 from collections.abc import Coroutine
 from pathlib import Path
@@ -107,6 +108,11 @@ class Place:
                           (settings.agents_dir, 0o700)):
             sub.mkdir(parents=True, exist_ok=True, mode=mode)
             sub.chmod(mode)
+        for leftover in settings.work_dir.iterdir():  # from a place that was killed
+            if leftover.is_dir():
+                shutil.rmtree(leftover, ignore_errors=True)
+            else:
+                leftover.unlink(missing_ok=True)
         if separate:
             modules = ["tacoma", "msgpack", *(i.worker_module for i in self.interpreters.values())]
             self.uids = AgentUids(settings, [
@@ -195,8 +201,11 @@ class Place:
             for interpreter in self.interpreters.values():
                 for suffix in interpreter.suffixes:
                     path = self.settings.agents_dir / f"{agent}{suffix}"
-                    if path.is_file() and interpreter.agent in self.pools:
-                        return self.pools[interpreter.agent], path.read_bytes()
+                    try:
+                        if path.is_file() and interpreter.agent in self.pools:
+                            return self.pools[interpreter.agent], path.read_bytes()
+                    except OSError:  # a name too long for a file, say: not installed
+                        continue
         if agent in self.interpreters:
             reason = self.interpreters[agent].check() or "its worker pool is not running"
             raise PlaceUnavailable(f"agent {agent} cannot run at this place: {reason}")
@@ -204,17 +213,20 @@ class Place:
                            "agents here: " + ", ".join(self.agent_names()))
 
     # ------------------------------------------------------------------ meets
+    def _admit(self) -> None:
+        """Raise PlaceUnavailable unless one more meet may start now (from anyone)."""
+        if self._stopping:
+            raise PlaceUnavailable(f"place {self.address} is shutting down")
+        if self._meets >= self.settings.max_meets:
+            raise PlaceUnavailable(f"place {self.address} is running its maximum of "
+                                   f"{self.settings.max_meets} meets; try again later")
+
     def accept(self, channel: Channel, meet: Meet, tasks: dict[int, asyncio.Task[None]]) -> None:
         """Start serving a meet from a client connection."""
-        if self._stopping:
-            self._reply(channel, Failed(meet.rid, PlaceUnavailable.kind,
-                                        f"place {self.address} is shutting down"))
-            return
-        if self._meets >= self.settings.max_meets:
-            self._reply(channel, Failed(
-                meet.rid, PlaceUnavailable.kind,
-                f"place {self.address} is running its maximum of "
-                f"{self.settings.max_meets} meets; try again later"))
+        try:
+            self._admit()
+        except PlaceUnavailable as exc:
+            self._reply(channel, _failed(meet.rid, exc))
             return
         meet_id = self._new_meet_id()
         if meet.mode == "async":
@@ -263,7 +275,7 @@ class Place:
     async def _serve_sync(self, channel: Channel, meet: Meet, meet_id: str) -> None:
         try:
             result = await self.run_meet(meet.agent, meet.briefcase, meet.timeout, meet_id)
-        except TacomaError as exc:
+        except Exception as exc:  # noqa: BLE001 - every meet gets an answer, whatever failed
             self._reply(channel, _failed(meet.rid, exc))
             return
         self._reply(channel, Result(meet.rid, result))
@@ -273,6 +285,9 @@ class Place:
             await self.run_meet(meet.agent, meet.briefcase, meet.timeout, meet_id)
         except TacomaError as exc:
             log.info("async meet %s (%s) failed: %s", meet_id, meet.agent, exc)
+        except Exception:
+            log.exception("async meet %s (%s) failed on an unexpected error", meet_id,
+                          meet.agent)
         else:
             log.info("async meet %s (%s) done", meet_id, meet.agent)
 
@@ -320,15 +335,13 @@ class Place:
         try:
             agent, address = split_target(meet.agent)
             if address is None or address == self.address:
+                self._admit()  # an agent's meets count against --max-meets like anyone's
                 if meet.mode == "async":
                     meet_id = self._new_meet_id()
                     self._spawn_meet(meet_id, self._run_async(
                         Meet(meet.rid, agent, meet.briefcase, "async", meet.timeout), meet_id))
                     worker.answer(Accepted(meet.rid, meet_id))
                     return
-                if self._meets >= self.settings.max_meets:
-                    raise PlaceUnavailable(f"place {self.address} is running its maximum of "
-                                           f"{self.settings.max_meets} meets")
                 meet_id = self._new_meet_id()
                 self._meets += 1
                 try:
@@ -343,7 +356,7 @@ class Place:
                 worker.answer(Accepted(meet.rid, answer))
             else:
                 worker.answer(Result(meet.rid, answer))
-        except (TacomaError, ValueError) as exc:
+        except Exception as exc:  # noqa: BLE001 - the agent is waiting for an answer
             worker.answer(_failed(meet.rid, exc))
 
     async def _client(self, address: str) -> PlaceClient:
@@ -355,7 +368,12 @@ class Place:
 
 
 def _failed(rid: int, exc: BaseException) -> Failed:
+    """The Failed reply for an exception raised while serving a meet."""
     if isinstance(exc, MeetError):
         return Failed(rid, exc.kind, exc.message, exc.detail)
-    return Failed(rid, kind_of(exc), str(exc))
+    if isinstance(exc, TacomaError | ValueError):  # ValueError: a bad target from an agent
+        return Failed(rid, kind_of(exc), str(exc))
+    log.error("meet failed on an unexpected error", exc_info=exc)
+    return Failed(rid, PlaceUnavailable.kind,
+                  f"the place could not serve this meet: {type(exc).__name__}: {exc}")
 

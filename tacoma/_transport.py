@@ -16,10 +16,19 @@ import asyncio
 import socket
 from typing import Protocol, cast
 
-from ._errors import ConnectError, ConnectionLost, ProtocolError, map_transport_errors
+from ._errors import (
+    ConnectError,
+    ConnectionLost,
+    ProtocolError,
+    RemoteProtocolError,
+    map_transport_errors,
+)
 from ._protocol import NEED_DATA, Bye, Connection, Event, Role
 
 __all__ = ["Channel", "EventHandler", "connect", "parse_address"]
+
+#: Seconds a place waits for a new connection's Hello (a client sends it at once).
+HELLO_TIMEOUT = 10.0
 
 
 class EventHandler(Protocol):
@@ -39,6 +48,8 @@ class Channel(asyncio.Protocol):
         self.closed: asyncio.Future[None] = loop.create_future()
         self.close_reason = ""
         self.peer = ""
+        self._error: ProtocolError | None = None
+        self._hello_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -51,6 +62,15 @@ class Channel(asyncio.Protocol):
             # Meets are small request/reply exchanges: never wait to coalesce segments.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.transport.write(self.conn.send(self.conn.hello()))
+        if self.conn.role == Role.PLACE:
+            # A connection that never says Hello would hold a descriptor forever.
+            self._hello_timer = asyncio.get_running_loop().call_later(
+                HELLO_TIMEOUT, self._no_hello)
+
+    def _no_hello(self) -> None:
+        if not self.ready.done():
+            self.close_reason = f"no Hello within {HELLO_TIMEOUT:g} s"
+            self.abort()
 
     def data_received(self, data: bytes) -> None:
         self.conn.receive_data(data)
@@ -62,14 +82,19 @@ class Channel(asyncio.Protocol):
                 assert isinstance(event, Event)
                 if isinstance(event, Bye):
                     self.close_reason = event.reason
+                    if not self.ready.done():  # refused before the handshake ended
+                        self._error = RemoteProtocolError(f"peer refused: {event.reason}")
                     self.close()
                     return
                 if not self.ready.done():
                     self.ready.set_result(None)  # that was the peer's Hello
+                    if self._hello_timer is not None:
+                        self._hello_timer.cancel()
                     continue
                 self.handler.event_received(self, event)
         except ProtocolError as exc:
             self.close_reason = str(exc)
+            self._error = exc
             if self.transport is not None and not self.transport.is_closing():
                 self.transport.write(self.conn.fail_bytes(str(exc)))
             self._fail(exc)
@@ -77,8 +102,10 @@ class Channel(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         reason = self.close_reason or (str(exc) if exc else "connection closed by peer")
         lost = ConnectionLost(reason)
+        if self._hello_timer is not None:
+            self._hello_timer.cancel()
         if not self.ready.done():
-            self.ready.set_exception(lost)
+            self.ready.set_exception(self._error or lost)
             self.ready.exception()  # mark retrieved: nobody may be waiting any more
         if not self.closed.done():
             self.closed.set_result(None)
@@ -100,7 +127,8 @@ class Channel(asyncio.Protocol):
             raise ConnectionLost(self.close_reason or "connection is closed")
         self.transport.write(data)
         unsent = self.transport.get_write_buffer_size()
-        if unsent > 2 * self.conn.peer_max_frame:
+        # The peer's own max_frame is its word, so it is capped by ours.
+        if unsent > 2 * min(self.conn.peer_max_frame, self.conn.max_frame):
             self.close_reason = f"peer is not reading: {unsent:,} bytes unsent"
             self.transport.abort()
 
@@ -147,5 +175,12 @@ async def connect(address: str, role: Role, handler: EventHandler, max_frame: in
         async with asyncio.timeout(timeout):
             _, channel = await loop.create_connection(
                 lambda: Channel(role, handler, max_frame, software), host, port)
-            await channel.ready
+            try:
+                await channel.ready
+            except RemoteProtocolError as exc:
+                raise RemoteProtocolError(f"{address} did not answer as a tacoma place "
+                                          f"(is it one?): {exc}") from None
+            except ConnectionLost as exc:
+                raise ConnectError(f"cannot connect to place {address}: closed before "
+                                   f"its Hello ({exc})") from None
     return channel

@@ -47,6 +47,7 @@ from typing import Any
 import msgpack
 
 from ._errors import (
+    AgentFailed,
     AgentKilled,
     ConnectionLost,
     MeetTimeout,
@@ -66,6 +67,8 @@ log = logging.getLogger("tacoma.place")
 
 #: Bytes of an agent's stdout/stderr returned with an error: enough for a traceback.
 OUTPUT_TAIL = 4096
+#: The failure kinds a worker may report; anything else it sends is an AgentFailed.
+WORKER_KINDS = frozenset({AgentFailed.kind, "limit-exceeded"})
 #: Longest line an agent may write to the place's log.
 LOG_LINE = 4096
 #: How long a new worker may take to start and say Hello.
@@ -135,8 +138,9 @@ class PidsCgroups:
         for place_dir in top.iterdir():
             if not place_dir.is_dir() or not place_dir.name.isdigit():
                 continue
-            if Path(f"/proc/{place_dir.name}").exists():
-                continue
+            alive = Path(f"/proc/{place_dir.name}").exists()
+            if alive and place_dir.name != str(os.getpid()):  # a place with our pid was
+                continue                                      # before us (containers)
             for worker_dir in place_dir.iterdir():
                 if worker_dir.is_dir():
                     cls._kill_sync(worker_dir)
@@ -163,9 +167,14 @@ class PidsCgroups:
             path.rmdir()
 
     def create(self, processes: int) -> Path:
-        self._n += 1
-        path = self.base / f"w{self._n}"
-        path.mkdir()
+        while True:
+            self._n += 1
+            path = self.base / f"w{self._n}"
+            try:
+                path.mkdir()
+                break
+            except FileExistsError:  # left by a place that had our pid; swept, or in use
+                continue
         (path / "pids.max").write_text(str(processes))
         return path
 
@@ -322,12 +331,14 @@ class Zygote:
         try:
             await asyncio.wait({self._ready, exited}, timeout=START_TIMEOUT,
                                return_when=asyncio.FIRST_COMPLETED)
+            if not self._ready.done():
+                raise PlaceUnavailable(f"the {self.interpreter.language} interpreter did "
+                                       "not start", _tail(self.output))
+        except BaseException:  # not started, or the meet waiting for it was cancelled
+            await asyncio.shield(self.close())
+            raise
         finally:
             exited.cancel()
-        if not self._ready.done():
-            await self.close()
-            raise PlaceUnavailable(f"the {self.interpreter.language} interpreter did not start",
-                                   _tail(self.output))
 
     async def spawn(self, plan: dict[str, Any], fds: list[int]) -> tuple[int, asyncio.Future[int]]:
         """Fork a worker with this plan and descriptors: its pid and a future of its exit."""
@@ -352,7 +363,10 @@ class Zygote:
                                    f"worker within {START_TIMEOUT:g} s") from None
         finally:
             self._spawning.pop(request, None)
-        return pid, self._exits[pid]
+        exit_future = self._exits.get(pid)
+        if exit_future is None:  # the zygote died, and the worker with it, as it reported
+            raise PlaceUnavailable(f"the {self.interpreter.language} zygote died")
+        return pid, exit_future
 
     def _readable(self) -> None:
         assert self.sock is not None
@@ -470,6 +484,8 @@ class Worker:
         if reply.done() and reply.exception() is None:
             answer = reply.result()
             if isinstance(answer, Failed):
+                if answer.kind not in WORKER_KINDS:  # a worker cannot speak for the place
+                    raise AgentFailed(f"agent failed: {answer.message}", answer.detail)
                 raise error_from_wire(answer.kind, answer.message, answer.detail)
             return answer
         if exited.done() or reply.done():
@@ -497,9 +513,10 @@ class Worker:
         elif isinstance(event, Log):
             # An agent's line is cut to LOG_LINE characters: the log is the place's, not a
             # channel for an agent to fill.
-            text = event.message
-            if len(text) > LOG_LINE:
-                text = f"{text[:LOG_LINE]}... ({len(event.message) - LOG_LINE:,} more)"
+            # Control characters are escaped, so an agent cannot forge lines of the log.
+            text = event.message[:LOG_LINE].encode("unicode_escape").decode("ascii")
+            if len(event.message) > LOG_LINE:
+                text = f"{text}... ({len(event.message) - LOG_LINE:,} more)"
             log.log(logging.getLevelName(event.level.upper()), "[%s] %s", self.meet_id, text)
         elif isinstance(event, Meet) and self._nested is not None:
             task = asyncio.ensure_future(self._nested(self, event))
@@ -530,7 +547,9 @@ class Worker:
             task.cancel()
         if self.channel is not None:
             self.channel.close()
-        if self.pid:
+        if self.pid and self.exited is not None and not self.exited.done():
+            # Only while the zygote has not reported it reaped: after that the pid may be
+            # reused. What the agent left behind is then killed through its cgroup.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGKILL)
         if self.cgroup is not None and self.pool.cgroups is not None:
@@ -584,6 +603,10 @@ class WorkerPool:
             self._failures += 1
             log.error("%s%s", exc, f":\n{exc.detail}" if exc.detail else "")
             return
+        except Exception:
+            self._failures += 1
+            log.exception("cannot start a %s worker", self.interpreter.language)
+            return
         finally:
             self._starting -= 1
         self._failures = 0
@@ -623,19 +646,29 @@ class WorkerPool:
 
     async def start_worker(self) -> Worker:
         """Fork a worker from the zygote, confined and connected, ready for one meet."""
+        try:
+            return await self._start_worker()
+        except OSError as exc:
+            raise PlaceUnavailable(f"cannot start a {self.interpreter.language} worker: "
+                                   f"{exc.strerror or exc}") from exc
+
+    async def _start_worker(self) -> Worker:
         settings = self.settings
         limits = settings.limits
         zygote = await self._live_zygote()
         workdir = Path(tempfile.mkdtemp(prefix=f"{self.interpreter.language}-",
                                         dir=settings.work_dir))
-        uid = self.uids.next() if self.uids is not None else None
-        if uid is not None:
-            os.chown(workdir, uid, uid)
         output = workdir.with_name(workdir.name + ".out")
-        cgroup = self.cgroups.create(limits.processes) if self.cgroups is not None else None
-        worker = Worker(self, workdir, output, cgroup)
-        ours, theirs = socket.socketpair()
+        worker = Worker(self, workdir, output, None)
+        ours = theirs = None
         try:
+            uid = self.uids.next() if self.uids is not None else None
+            if uid is not None:
+                os.chown(workdir, uid, uid)
+            if self.cgroups is not None:
+                worker.cgroup = self.cgroups.create(limits.processes)
+            cgroup = worker.cgroup
+            ours, theirs = socket.socketpair()
             plan = {
                 "workdir": str(workdir),
                 "env": {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir),
@@ -665,13 +698,11 @@ class WorkerPool:
             if not worker.channel.ready.done() or worker.channel.ready.exception():
                 raise PlaceUnavailable(f"a {self.interpreter.language} worker did not start",
                                        worker.output_tail())
-        except BaseException as exc:
-            theirs.close()
-            ours.close()
-            await worker.destroy()
-            if isinstance(exc, OSError):
-                raise PlaceUnavailable(f"cannot start a {self.interpreter.language} "
-                                       f"worker: {exc}") from exc
+        except BaseException:
+            for sock in (theirs, ours):
+                if sock is not None:
+                    sock.close()
+            await asyncio.shield(worker.destroy())
             raise
         return worker
 

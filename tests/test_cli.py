@@ -107,8 +107,9 @@ def test_protocol_error_status(tmp_path: Path) -> None:
         assert server.stdout is not None
         port = server.stdout.readline().strip()
         out = tacoma("meet", f"ag_echo@127.0.0.1:{port}")
-        assert out.returncode in (8, 11), out.stderr
-        assert out.stderr.startswith("tacoma: ")
+        assert out.returncode == 8, out.stderr
+        assert out.stderr.startswith("tacoma: ProtocolError: ")
+        assert "did not answer as a tacoma place" in out.stderr
     finally:
         server.kill()
         server.wait()
@@ -139,3 +140,11 @@ def test_install_refuses_unknown_languages(tmp_path: Path) -> None:
     program.write_text("")
     out = tacoma("install", str(program), "--state-dir", str(tmp_path))
     assert out.returncode == 2 and "no interpreter runs .xyz files" in out.stderr
+
+
+def test_install_refuses_built_in_names(tmp_path: Path) -> None:
+    program = tmp_path / "agent.py"
+    program.write_text("pass\n")
+    out = tacoma("install", str(program), "--name", "ag_echo", "--state-dir", str(tmp_path))
+    assert out.returncode == 2
+    assert "built-in agent" in out.stderr

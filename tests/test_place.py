@@ -311,12 +311,15 @@ def test_bare_agent_name_meets_at_the_embedded_place() -> None:
     assert tacoma.meet("ag_echo", {"E": [b""]}) == {"E": [b""]}
 
 
-def test_a_client_that_never_reads_is_disconnected(start_place) -> None:
+@pytest.mark.parametrize("declared_max_frame", [2**20, 2**62])
+def test_a_client_that_never_reads_is_disconnected(start_place, declared_max_frame: int
+                                                   ) -> None:
+    # However large the frames the client says it accepts, the place buffers little for it.
     small = start_place("--max-briefcase", "1000000")
     payload = {"BIG": [b"x" * 400_000]}
     with _raw_connection(small) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.sendall(_frame([1, 1, "client", 2**20, "x"]))
+        sock.sendall(_frame([1, 1, "client", declared_max_frame, "x"]))
         sent = 0
         with contextlib.suppress(OSError):  # the place may cut us off while we still send
             for rid in range(1, 200):
@@ -342,3 +345,83 @@ def test_agent_log_lines_are_cut(start_place) -> None:
     err = p.log()
     assert "(4,995,904 more)" in err
     assert len(err) < 100_000
+
+
+def test_an_agents_own_meets_count_against_max_meets(start_place) -> None:
+    p = start_place("--max-meets", "3")
+    result = tacoma.meet(p.target("ag_python"), code=textwrap.dedent("""
+        import tacoma
+        accepted = refused = 0
+        for _ in range(10):
+            try:
+                meet("ag_python", Briefcase(CODE=["import time; time.sleep(3)"]), mode="async")
+                accepted += 1
+            except tacoma.PlaceUnavailable:
+                refused += 1
+        bc["COUNTS"] = [str(accepted), str(refused)]
+    """))
+    accepted, refused = (int(n) for n in result["COUNTS"])
+    assert accepted == 2  # this agent's own meet is the third
+    assert refused == 8
+
+
+def test_an_unusable_agent_name_is_an_unknown_agent(place: RunningPlace) -> None:
+    with pytest.raises(tacoma.UnknownAgent):
+        tacoma.meet(place.target("a" * 300), {}, timeout=30)
+
+
+def test_a_connection_that_never_says_hello_is_closed(place: RunningPlace) -> None:
+    with _raw_connection(place) as sock:
+        sock.settimeout(30)
+        frames = _read_frames(sock)  # returns when the place closes the connection
+    assert frames[0][0] == 1  # only the place's own Hello came
+
+
+def test_a_worker_cannot_speak_for_the_place(place: RunningPlace) -> None:
+    # The agent writes a forged Failed straight to its channel, claiming the place shuts down.
+    forged = ("import os, msgpack\n"
+              "body = msgpack.packb([5, 1, 'unavailable', 'place is shutting down', ''])\n"
+              "os.write(meet.__self__.fd, len(body).to_bytes(4, 'big') + body)\n"
+              "os._exit(0)\n")
+    with pytest.raises(tacoma.AgentFailed, match="place is shutting down"):
+        tacoma.meet(place.target("ag_python"), code=forged)
+
+
+def test_agent_log_lines_cannot_forge_place_lines(start_place) -> None:
+    p = start_place()
+    tacoma.meet(p.target("ag_python"),
+                code='log("hi\\n2099-01-01 ERROR tacoma.place: forged", level="error")')
+    assert p.stop() == 0
+    lines = [line for line in p.log().splitlines() if "forged" in line]
+    assert len(lines) == 1
+    assert "hi\\n2099" in lines[0]
+
+
+def test_a_place_cleans_up_after_a_killed_predecessor(start_place, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    stale = state / "work" / "python-stale"
+    stale.mkdir(parents=True)
+    (stale / "left.txt").write_text("from a place killed with SIGKILL")
+    p = start_place(state_dir=state)
+    assert not stale.exists()
+    assert tacoma.meet(p.target("ag_echo"), {"OK": [b"1"]}) == {"OK": [b"1"]}
+
+
+def test_cancelled_meets_leave_no_zygotes_behind(start_place) -> None:
+    p = start_place("--pool-size", "0")
+    for _ in range(4):  # each client disconnects while its worker is being started
+        with _raw_connection(p) as sock:
+            sock.sendall(_frame([1, 1, "client", 2**20, "x"])
+                         + _frame([2, 1, "ag_python", {"CODE": [b"pass"]}, "sync", None]))
+    assert run(p, 'bc["OK"] = [b"1"]')["OK"] == [b"1"]
+
+    def zygotes() -> int:
+        count = 0
+        for entry in Path("/proc").iterdir():
+            with contextlib.suppress(OSError):
+                if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1]
+                                                .split()[1]) == p.proc.pid:
+                    count += "_worker.py" in (entry / "cmdline").read_text()
+        return count
+
+    wait_until(lambda: zygotes() == 1, what="one zygote for the place")

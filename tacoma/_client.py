@@ -102,7 +102,7 @@ class PlaceClient:
                     f"place {self.address} closed the connection during the meet: {reason}"))
 
 
-class _ClientCache:
+class ClientCache:
     """Open PlaceClients of one event loop, by address; connects once per place."""
 
     def __init__(self) -> None:
@@ -131,15 +131,15 @@ class _ClientCache:
         self.clients.clear()
 
 
-_caches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _ClientCache] = (
+_caches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ClientCache] = (
     weakref.WeakKeyDictionary())
 
 
-def _cache() -> _ClientCache:
+def _cache() -> ClientCache:
     loop = asyncio.get_running_loop()
     cache = _caches.get(loop)
     if cache is None:
-        cache = _caches[loop] = _ClientCache()
+        cache = _caches[loop] = ClientCache()
     return cache
 
 

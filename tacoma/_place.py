@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ._briefcase import CODE, Briefcase
-from ._client import PlaceClient, split_target
+from ._client import PlaceClient, ClientCache, split_target
 from ._errors import (
     LimitExceeded,
     MeetError,
@@ -88,7 +88,7 @@ class Place:
         self._server: asyncio.AbstractServer | None = None
         self._ids = itertools.count(1)
         self._boot = f"{int(time.time()) & 0xFFFFFF:06x}"
-        self._clients: dict[str, PlaceClient] = {}
+        self._clients = ClientCache()  # connections to other places, for agents' meets
         self._meets = 0
         self._stopping = False
         self._stopped = asyncio.Event()
@@ -167,8 +167,7 @@ class Place:
             session.channel.close(f"place {self.address} is shutting down")
         await asyncio.gather(*(pool.close() for pool in self.pools.values()),
                              return_exceptions=True)
-        for client in self._clients.values():
-            client.close()
+        self._clients.close()
         for session in list(self.sessions):  # peers that did not take their last replies
             session.channel.abort()
         if self.cgroups is not None:
@@ -360,11 +359,7 @@ class Place:
             worker.answer(_failed(meet.rid, exc))
 
     async def _client(self, address: str) -> PlaceClient:
-        client = self._clients.get(address)
-        if client is None or not client.usable:
-            client = self._clients[address] = await PlaceClient.connect(
-                address, max_frame=self.settings.max_frame)
-        return client
+        return await self._clients.get(address, timeout=10.0)
 
 
 def _failed(rid: int, exc: BaseException) -> Failed:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ._briefcase import CODE, Briefcase
-from ._client import PlaceClient, ClientCache, split_target
+from ._client import ClientCache, PlaceClient, split_target
 from ._errors import (
     LimitExceeded,
     MeetError,

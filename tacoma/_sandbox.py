@@ -140,9 +140,9 @@ def enter(plan: dict[str, Any]) -> None:
     os.umask(0o077)
 
 
-def die_with_parent(parent: int) -> None:
-    """SIGKILL this process when `parent` dies (and exit now if it already has)."""
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> None:
+    """Send `sig` to this process when `parent` dies (and exit now if it already has)."""
+    _prctl(_PR_SET_PDEATHSIG, sig)
     if os.getppid() != parent:
         os._exit(70)  # the parent died before the death signal was armed
 

@@ -11,8 +11,10 @@ a minimal environment, then `_agentside.serve_one`, which confines it and serves
 The zygote never runs an agent and never sees a briefcase (those reach the child after the
 fork, over the channel it was handed), so every worker starts from the same clean image:
 a fresh address space per meet, with nothing of the place's memory, nor of another agent's.
-The zygote reaps its children and reports how each ended; it dies with the place, and its
-children die with it.
+The zygote reaps its children and reports how each ended. When the place dies, however it
+dies (SIGTERM as its parent-death signal, or the control socket's end), the zygote kills
+every process of its live workers, through their cgroups where they have them and their
+process groups otherwise, and exits: an agent's own children do not outlive the place.
 
 Control messages are msgpack maps: place -> zygote `{"op": "spawn", "id", "plan"}` with the
 worker's channel and output file descriptors attached (SCM_RIGHTS); zygote -> place
@@ -24,6 +26,7 @@ Standard library and msgpack only: this is the image every agent process starts 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -46,7 +49,7 @@ def _send(control: socket.socket, message: dict[str, object]) -> None:
     control.send(msgpack.packb(message, use_bin_type=True))
 
 
-def _reap(control: socket.socket) -> None:
+def _reap(control: socket.socket, live: dict[int, str | None]) -> None:
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -54,8 +57,31 @@ def _reap(control: socket.socket) -> None:
             return
         if pid == 0:
             return
-        _send(control, {"op": "exited", "pid": pid,
-                        "status": os.waitstatus_to_exitcode(status)})
+        live.pop(pid, None)
+        # If the place is gone the send fails; the main loop notices and cleans up.
+        with contextlib.suppress(OSError):
+            _send(control, {"op": "exited", "pid": pid,
+                            "status": os.waitstatus_to_exitcode(status)})
+
+
+def _kill_everything(live: dict[int, str | None]) -> None:
+    """Kill every process of every live worker: the place is gone and nobody else will."""
+    for pid, cgroup in live.items():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)  # not reaped yet, so the pid is still ours
+        if cgroup is None:
+            continue
+        for _ in range(1000):  # a fork bomb may refill it a few times; it is bounded
+            try:
+                with open(os.path.join(cgroup, "cgroup.procs")) as f:
+                    pids = [int(p) for p in f.read().split()]
+            except OSError:
+                break
+            if not pids:
+                break
+            for member in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(member, signal.SIGKILL)
 
 
 def _become_worker(run: _agentside.Runner, plan: dict[str, object], fds: list[int],
@@ -76,7 +102,9 @@ def _become_worker(run: _agentside.Runner, plan: dict[str, object], fds: list[in
 def main(run: _agentside.Runner, warm_up: Meet | None = None) -> None:
     """Run as a zygote until the place closes the control socket. Never returns."""
     plan = _sandbox.plan_from_argv()
-    _sandbox.die_with_parent(int(plan["parent"]))
+    parent = int(plan["parent"])
+    signal.signal(signal.SIGTERM, lambda *_: None)  # wakes the loop below, which cleans up
+    _sandbox.die_with_parent(parent, signal.SIGTERM)
     control = socket.socket(fileno=int(plan["control_fd"]))
     os.set_inheritable(control.fileno(), False)
     if warm_up is not None:
@@ -86,17 +114,25 @@ def main(run: _agentside.Runner, warm_up: Meet | None = None) -> None:
     os.set_blocking(wake_w, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w)
+    live: dict[int, str | None] = {}  # worker pid -> its cgroup
     _send(control, {"op": "ready"})
     while True:
         readable, _, _ = select.select([control.fileno(), wake_r], [], [])
         if wake_r in readable:
             os.read(wake_r, 4096)
-            _reap(control)
+            _reap(control, live)
+            if os.getppid() != parent:
+                _kill_everything(live)
+                os._exit(0)
         if control.fileno() not in readable:
             continue
-        data, fds, _, _ = socket.recv_fds(control, MAX_CONTROL, 2)
-        if not data:
-            os._exit(0)  # the place is gone or closing: our children die with us
+        try:
+            data, fds, _, _ = socket.recv_fds(control, MAX_CONTROL, 2)
+        except OSError:
+            data, fds = b"", []
+        if not data:  # the place is gone or closing
+            _kill_everything(live)
+            os._exit(0)
         request = msgpack.unpackb(data, raw=False)
         sys.stdout.flush()
         sys.stderr.flush()
@@ -106,6 +142,7 @@ def main(run: _agentside.Runner, warm_up: Meet | None = None) -> None:
             try:
                 signal.set_wakeup_fd(-1)
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 for fd in (wake_r, wake_w):
                     os.close(fd)
                 control.close()
@@ -119,4 +156,5 @@ def main(run: _agentside.Runner, warm_up: Meet | None = None) -> None:
                 os._exit(status)
         for fd in fds:
             os.close(fd)
+        live[pid] = request["plan"].get("cgroup")
         _send(control, {"op": "spawned", "id": request["id"], "pid": pid})

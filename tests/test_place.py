@@ -278,24 +278,32 @@ def test_sigterm_kills_meets_that_outlast_the_grace(start_place) -> None:
     assert not list((p.state_dir / "work").iterdir())  # working directories removed
 
 
-def test_agents_die_with_a_killed_place(start_place, drop_box: Path) -> None:
+def test_agents_and_their_children_die_with_a_killed_place(start_place, drop_box: Path
+                                                           ) -> None:
     p = start_place()
-    pid_file = drop_box / "agent.pid"
+    pid_file = drop_box / "agent.pids"
 
     async def scenario() -> None:
         meet = asyncio.ensure_future(tacoma.ameet(
             p.target("ag_python"),
-            code=f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+            code="import os, time\n"
+                 "child = os.fork()\n"
+                 "if child == 0:\n"
+                 "    os.setsid()\n"  # even out of the agent's process group
+                 "    time.sleep(600)\n"
+                 "    os._exit(0)\n"
+                 f"open({str(pid_file)!r}, 'w').write(f'{{os.getpid()}} {{child}}')\n"
                  "time.sleep(600)"))
         await asyncio.to_thread(wait_until, lambda: pid_file.exists()
-                                and pid_file.read_text() != "", 20, "agent start")
+                                and len(pid_file.read_text().split()) == 2, 20, "agent start")
         p.proc.kill()
         with pytest.raises(tacoma.ConnectionLost):
             await meet
 
     asyncio.run(scenario())
-    agent_pid = int(pid_file.read_text())
-    wait_until(lambda: not pid_alive(agent_pid), what="the agent to die with its place")
+    pids = [int(pid) for pid in pid_file.read_text().split()]
+    wait_until(lambda: not any(pid_alive(pid) for pid in pids),
+               what="the agent and its child to die with their place")
 
 
 def test_blocking_meet_works_inside_a_running_event_loop(place: RunningPlace) -> None:

@@ -243,6 +243,8 @@ def _limits_options(f: Any) -> Any:
               help="Largest briefcase (frame) accepted or sent, in bytes.")
 @click.option("--max-meets", type=click.IntRange(min=1), default=256, show_default=True,
               help="Meets running at once; more are refused.")
+@click.option("--max-connections", type=click.IntRange(min=1), default=1024,
+              show_default=True, help="Client connections open at once; more are refused.")
 @click.option("--grace", "grace_seconds", type=click.FloatRange(min=0), default=10.0,
               show_default=True, help="On SIGINT/SIGTERM, seconds running meets may finish in.")
 @_limits_options
@@ -251,7 +253,8 @@ def _limits_options(f: Any) -> Any:
                    "and read whatever root may). By default each agent gets a uid of its own.")
 @click.option("-q", "--quiet", is_flag=True, help="Log warnings and errors only.")
 def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
-          max_meets: int, grace_seconds: float, same_uid: bool, quiet: bool,
+          max_meets: int, max_connections: int, grace_seconds: float, same_uid: bool,
+          quiet: bool,
           **limits: Any) -> None:
     """Run a place: accept meets and run agents until SIGINT or SIGTERM.
 
@@ -265,7 +268,8 @@ def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
         parse_address(listen, listen=True)
         settings = PlaceSettings(
             listen=listen, state_dir=state_dir or default_state_dir(), pool_size=pool_size,
-            max_frame=max_frame, max_meets=max_meets, grace_seconds=grace_seconds,
+            max_frame=max_frame, max_meets=max_meets, max_connections=max_connections,
+            grace_seconds=grace_seconds,
             limits=Limits(**limits), separate_uids=not same_uid)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None

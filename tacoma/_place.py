@@ -139,8 +139,14 @@ class Place:
 
     def _new_channel(self) -> Channel:
         session = _Session(self)
-        self.sessions.add(session)
-        session.channel = Channel(Role.PLACE, session, self.settings.max_frame, _SOFTWARE)
+        refuse = ""
+        if len(self.sessions) >= self.settings.max_connections:
+            refuse = (f"place {self.address} has its maximum of "
+                      f"{self.settings.max_connections} connections; try again later")
+        else:
+            self.sessions.add(session)
+        session.channel = Channel(Role.PLACE, session, self.settings.max_frame, _SOFTWARE,
+                                  refuse)
         return session.channel
 
     async def wait_stopped(self) -> None:

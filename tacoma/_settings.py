@@ -67,6 +67,7 @@ class PlaceSettings:
         to a process that already exists (TACOMA's fix for fork and exec on the critical path).
     max_frame: largest frame, and so briefcase, accepted or sent, in bytes.
     max_meets: meets running at once; more are refused with PlaceUnavailable.
+    max_connections: client connections open at once; more are refused (ConnectError).
     grace_seconds: on shutdown, how long running meets may take to finish before being killed.
     separate_uids: as root, run every agent under a uid and gid of its own (the default).
         Off, agents run as root: they can then signal the place and read what root may.
@@ -77,6 +78,7 @@ class PlaceSettings:
     pool_size: int = 2
     max_frame: int = DEFAULT_MAX_FRAME
     max_meets: int = 256
+    max_connections: int = 1024
     grace_seconds: float = 10.0
     limits: Limits = field(default_factory=Limits)
     separate_uids: bool = True
@@ -89,6 +91,9 @@ class PlaceSettings:
             raise ValueError(f"max_frame must be at least 65536 bytes, got {self.max_frame!r}")
         if not isinstance(self.max_meets, int) or self.max_meets < 1:
             raise ValueError(f"max_meets must be at least 1, got {self.max_meets!r}")
+        if not isinstance(self.max_connections, int) or self.max_connections < 1:
+            raise ValueError(f"max_connections must be at least 1, got "
+                             f"{self.max_connections!r}")
         if self.grace_seconds < 0:
             raise ValueError("grace_seconds must be >= 0")
 

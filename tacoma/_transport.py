@@ -21,6 +21,7 @@ from ._errors import (
     ConnectionLost,
     ProtocolError,
     RemoteProtocolError,
+    TacomaError,
     map_transport_errors,
 )
 from ._protocol import NEED_DATA, Bye, Connection, Event, Role
@@ -39,7 +40,7 @@ class EventHandler(Protocol):
 
 class Channel(asyncio.Protocol):
     def __init__(self, role: Role, handler: EventHandler, max_frame: int,
-                 software: str = "") -> None:
+                 software: str = "", refuse: str = "") -> None:
         self.conn = Connection(role, max_frame, software)
         self.handler = handler
         self.transport: asyncio.Transport | None = None
@@ -48,7 +49,8 @@ class Channel(asyncio.Protocol):
         self.closed: asyncio.Future[None] = loop.create_future()
         self.close_reason = ""
         self.peer = ""
-        self._error: ProtocolError | None = None
+        self._error: TacomaError | None = None
+        self._refuse = refuse  # say Bye with this reason instead of Hello
         self._hello_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol
@@ -61,6 +63,10 @@ class Channel(asyncio.Protocol):
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             # Meets are small request/reply exchanges: never wait to coalesce segments.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._refuse:
+            self.transport.write(self.conn.send(Bye(self._refuse)))
+            self.transport.close()
+            return
         self.transport.write(self.conn.send(self.conn.hello()))
         if self.conn.role == Role.PLACE:
             # A connection that never says Hello would hold a descriptor forever.
@@ -83,7 +89,7 @@ class Channel(asyncio.Protocol):
                 if isinstance(event, Bye):
                     self.close_reason = event.reason
                     if not self.ready.done():  # refused before the handshake ended
-                        self._error = RemoteProtocolError(f"peer refused: {event.reason}")
+                        self._error = ConnectError(f"refused: {event.reason}")
                     self.close()
                     return
                 if not self.ready.done():
@@ -180,6 +186,8 @@ async def connect(address: str, role: Role, handler: EventHandler, max_frame: in
             except RemoteProtocolError as exc:
                 raise RemoteProtocolError(f"{address} did not answer as a tacoma place "
                                           f"(is it one?): {exc}") from None
+            except ConnectError as exc:
+                raise ConnectError(f"cannot connect to place {address}: {exc}") from None
             except ConnectionLost as exc:
                 raise ConnectError(f"cannot connect to place {address}: closed before "
                                    f"its Hello ({exc})") from None

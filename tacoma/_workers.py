@@ -69,8 +69,12 @@ log = logging.getLogger("tacoma.place")
 OUTPUT_TAIL = 4096
 #: The failure kinds a worker may report; anything else it sends is an AgentFailed.
 WORKER_KINDS = frozenset({AgentFailed.kind, "limit-exceeded"})
-#: Longest line an agent may write to the place's log.
+#: Longest line an agent may write to the place's log, and how many lines and characters
+#: one meet may write in all (the log is the place's, not a channel for an agent to fill);
+#: past that its lines are counted, not written.
 LOG_LINE = 4096
+LOG_LINES_PER_MEET = 1000
+LOG_CHARS_PER_MEET = 1 << 20
 #: How long a new worker may take to start and say Hello.
 START_TIMEOUT = 30.0
 
@@ -457,6 +461,7 @@ class Worker:
         self._nested: NestedHandler | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.destroyed = False
+        self._logged_lines = self._logged_chars = self._dropped_lines = 0
 
     @property
     def alive(self) -> bool:
@@ -511,17 +516,25 @@ class Worker:
             if self._reply is not None and not self._reply.done():
                 self._reply.set_result(event)
         elif isinstance(event, Log):
-            # An agent's line is cut to LOG_LINE characters: the log is the place's, not a
-            # channel for an agent to fill.
-            # Control characters are escaped, so an agent cannot forge lines of the log.
-            text = event.message[:LOG_LINE].encode("unicode_escape").decode("ascii")
-            if len(event.message) > LOG_LINE:
-                text = f"{text}... ({len(event.message) - LOG_LINE:,} more)"
-            log.log(logging.getLevelName(event.level.upper()), "[%s] %s", self.meet_id, text)
+            self._log(event)
         elif isinstance(event, Meet) and self._nested is not None:
             task = asyncio.ensure_future(self._nested(self, event))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def _log(self, event: Log) -> None:
+        """Write an agent's line to the place's log, within the meet's budget."""
+        if (self._logged_lines >= LOG_LINES_PER_MEET
+                or self._logged_chars >= LOG_CHARS_PER_MEET):
+            self._dropped_lines += 1
+            return
+        # Control characters are escaped, so an agent cannot forge lines of the log.
+        text = event.message[:LOG_LINE].encode("unicode_escape").decode("ascii")
+        if len(event.message) > LOG_LINE:
+            text = f"{text}... ({len(event.message) - LOG_LINE:,} more)"
+        self._logged_lines += 1
+        self._logged_chars += len(text)
+        log.log(logging.getLevelName(event.level.upper()), "[%s] %s", self.meet_id, text)
 
     def channel_closed(self, channel: Channel, exc: BaseException | None) -> None:
         if self._reply is not None and not self._reply.done():
@@ -543,6 +556,10 @@ class Worker:
         if self.destroyed:
             return
         self.destroyed = True
+        if self._dropped_lines:
+            log.warning("[%s] %d more log lines from the agent were dropped (at most %d "
+                        "lines, %d characters a meet)", self.meet_id, self._dropped_lines,
+                        LOG_LINES_PER_MEET, LOG_CHARS_PER_MEET)
         for task in list(self._tasks):
             task.cancel()
         if self.channel is not None:

@@ -433,3 +433,40 @@ def test_cancelled_meets_leave_no_zygotes_behind(start_place) -> None:
         return count
 
     wait_until(lambda: zygotes() == 1, what="one zygote for the place")
+
+
+def test_an_agent_cannot_flood_the_log(start_place) -> None:
+    p = start_place()
+    result = tacoma.meet(p.target("ag_python"), code=textwrap.dedent("""
+        for i in range(5000):
+            log(f"line {i}", level="error")
+        bc["OK"] = [b"1"]
+    """))
+    assert result["OK"] == [b"1"]
+    assert p.stop() == 0
+    text = p.log()
+    assert text.count("] line ") == 1000
+    assert "4000 more log lines from the agent were dropped" in text
+
+
+def test_connections_past_the_maximum_are_refused(start_place) -> None:
+    p = start_place("--max-connections", "2")
+    with _raw_connection(p) as first, _raw_connection(p) as second:
+        for sock in (first, second):
+            sock.sendall(_frame([1, 1, "client", 2**20, "x"]))
+        wait_until(lambda: "maximum of 2 connections" in _third_connection(p))
+        with pytest.raises(tacoma.ConnectError, match="maximum of 2 connections"):
+            tacoma.meet(p.target("ag_echo"), {})
+    wait_until(lambda: _echo_works(p), what="the place to accept connections again")
+
+
+def _third_connection(p: RunningPlace) -> str:
+    with _raw_connection(p) as sock:
+        return str(_read_frames(sock))
+
+
+def _echo_works(p: RunningPlace) -> bool:
+    try:
+        return tacoma.meet(p.target("ag_echo"), {"OK": [b"1"]}) == {"OK": [b"1"]}
+    except tacoma.ConnectError:
+        return False

@@ -14,6 +14,7 @@ in this process on first use, on a free loopback port, shut down at exit).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
 from collections.abc import Mapping
 from typing import Any, Literal, cast, overload
@@ -24,7 +25,7 @@ from ._errors import (
     TacomaError,
     error_from_wire,
 )
-from ._protocol import DEFAULT_MAX_FRAME, Accepted, Event, Failed, Meet, Result, Role
+from ._protocol import DEFAULT_MAX_FRAME, Accepted, Cancel, Event, Failed, Meet, Result, Role
 from ._transport import Channel, connect
 from ._version import __version__
 
@@ -76,6 +77,12 @@ class PlaceClient:
             return await future  # type: ignore[no-any-return]
         finally:
             self._pending.pop(rid, None)
+            given_up = future.cancelled() or not future.done()
+            if given_up and not channel.is_closing and rid in channel.conn.awaiting:
+                # Given up on (cancelled, timed out): the place stops the agent now rather
+                # than at the meet's own timeout.
+                with contextlib.suppress(TacomaError):
+                    channel.send(Cancel(rid))
 
     def close(self) -> None:
         if self.channel is not None:

@@ -40,7 +40,7 @@ from ._errors import (
     kind_of,
 )
 from ._interpreter import Interpreter, discover_interpreters, module_file
-from ._protocol import Accepted, Event, Failed, Meet, Result, Role
+from ._protocol import Accepted, Cancel, Event, Failed, Meet, Result, Role
 from ._settings import PlaceSettings
 from ._transport import Channel, parse_address
 from ._version import __version__
@@ -64,7 +64,12 @@ class _Session:
         self.tasks: dict[int, asyncio.Task[None]] = {}
 
     def event_received(self, channel: Channel, event: Event) -> None:
-        assert isinstance(event, Meet)  # the only event a client may send after Hello
+        if isinstance(event, Cancel):
+            task = self.tasks.get(event.rid)
+            if task is not None:
+                task.cancel()  # _serve_sync answers it, and its agent is killed
+            return
+        assert isinstance(event, Meet)  # the only other event a client may send
         self.place.accept(channel, event, self.tasks)
 
     def channel_closed(self, channel: Channel, exc: BaseException | None) -> None:
@@ -280,6 +285,10 @@ class Place:
     async def _serve_sync(self, channel: Channel, meet: Meet, meet_id: str) -> None:
         try:
             result = await self.run_meet(meet.agent, meet.briefcase, meet.timeout, meet_id)
+        except asyncio.CancelledError:
+            # The client cancelled, or left, or the place stops: answer if anyone listens.
+            self._reply(channel, Failed(meet.rid, MeetError.kind, "meet cancelled"))
+            raise
         except Exception as exc:  # noqa: BLE001 - every meet gets an answer, whatever failed
             self._reply(channel, _failed(meet.rid, exc))
             return

@@ -50,6 +50,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "Accepted",
     "Bye",
+    "Cancel",
     "Connection",
     "Event",
     "Failed",
@@ -264,6 +265,24 @@ class Log(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class Cancel(Event):
+    """The sender no longer wants meet `rid`: the peer stops it and answers it Failed."""
+
+    tag = 8
+    rid: int
+
+    def __post_init__(self) -> None:
+        _check(_is_int(self.rid), "Cancel.rid must be an int")
+
+    def fields(self) -> list[Any]:
+        return [self.rid]
+
+    @classmethod
+    def build(cls, v: list[Any]) -> Cancel:
+        return cls(*v)
+
+
+@dataclass(frozen=True, slots=True)
 class Bye(Event):
     """Last frame: the sender closes the connection, saying why."""
 
@@ -282,7 +301,7 @@ class Bye(Event):
 
 
 _EVENTS: Final[dict[int, Any]] = {
-    cls.tag: cls for cls in (Hello, Meet, Accepted, Result, Failed, Log, Bye)
+    cls.tag: cls for cls in (Hello, Meet, Accepted, Result, Failed, Log, Cancel, Bye)
 }
 
 # ----------------------------------------------------------------------- state, as data
@@ -292,12 +311,12 @@ IDLE, OPEN, CLOSED, ERROR = "IDLE", "OPEN", "CLOSED", "ERROR"
 TRANSITIONS: Final[dict[tuple[str, type[Event]], str]] = {
     (IDLE, Hello): OPEN,
     (IDLE, Bye): CLOSED,  # refusing a connection before saying hello
-    **{(OPEN, cls): OPEN for cls in (Meet, Accepted, Result, Failed, Log)},
+    **{(OPEN, cls): OPEN for cls in (Meet, Accepted, Result, Failed, Log, Cancel)},
     (OPEN, Bye): CLOSED,
 }
 
 MAY_SEND: Final[dict[Role, frozenset[type[Event]]]] = {
-    Role.CLIENT: frozenset({Hello, Meet, Bye}),
+    Role.CLIENT: frozenset({Hello, Meet, Cancel, Bye}),
     Role.PLACE: frozenset({Hello, Accepted, Result, Failed, Bye}),
     Role.HOST: frozenset({Hello, Meet, Accepted, Result, Failed, Bye}),
     Role.WORKER: frozenset({Hello, Meet, Result, Failed, Log, Bye}),
@@ -360,6 +379,9 @@ class Connection:
         new_state = TRANSITIONS.get((self.our_state, kind))
         if new_state is None:
             raise LocalProtocolError(f"cannot send {kind.__name__} in state {self.our_state}")
+        if isinstance(event, Cancel) and event.rid not in self.awaiting:
+            raise LocalProtocolError(f"Cancel for request id {event.rid}, which has no meet "
+                                     "outstanding")
         self._track(event, self.awaiting, self.owed, LocalProtocolError, commit=False)
         try:
             body: bytes = msgpack.packb([event.tag, *event.fields()], use_bin_type=True)
@@ -463,6 +485,10 @@ class Connection:
                 raise error(f"request id {event.rid} is already in use")
             if commit:
                 requests[event.rid] = event.mode
+        elif isinstance(event, Cancel):
+            # A Cancel may cross its meet's reply in flight, so one for a rid already
+            # answered is no fault; the meet stays booked until its reply arrives.
+            pass
         elif isinstance(event, Accepted | Result | Failed):
             mode = replies.get(event.rid)
             if mode is None:

@@ -470,3 +470,23 @@ def _echo_works(p: RunningPlace) -> bool:
         return tacoma.meet(p.target("ag_echo"), {"OK": [b"1"]}) == {"OK": [b"1"]}
     except tacoma.ConnectError:
         return False
+
+
+def test_a_cancelled_meet_stops_its_agent(place: RunningPlace, drop_box: Path) -> None:
+    pid_file = drop_box / "cancelled.pid"
+
+    async def scenario() -> None:
+        meet = asyncio.ensure_future(tacoma.ameet(
+            place.target("ag_python"),
+            code=f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+                 "time.sleep(600)"))
+        await asyncio.to_thread(wait_until, lambda: pid_file.exists()
+                                and pid_file.read_text() != "", 20, "agent start")
+        meet.cancel()  # as a notebook's interrupt would; the connection stays open
+        with pytest.raises(asyncio.CancelledError):
+            await meet
+        await asyncio.to_thread(wait_until, lambda: not pid_alive(int(pid_file.read_text())),
+                                20, "the cancelled agent to be killed")
+        assert await tacoma.ameet(place.target("ag_echo"), {"OK": [b"1"]}) == {"OK": [b"1"]}
+
+    asyncio.run(scenario())

@@ -32,6 +32,7 @@ from tacoma._protocol import (
     PROTOCOL_VERSION,
     Accepted,
     Bye,
+    Cancel,
     Connection,
     Event,
     Failed,
@@ -136,12 +137,13 @@ SAMPLES: dict[type[Event], Event] = {
     Result: Result(1, Briefcase(OUT=[b"x"])),
     Failed: Failed(1, "agent-failed", "boom", "Traceback ..."),
     Log: Log("info", "hello"),
+    Cancel: Cancel(1),
     Bye: Bye("done"),
 }
 
 #: What each role may send, written out from the module header (not read from MAY_SEND).
 PERMITTED = {
-    Role.CLIENT: {Hello, Meet, Bye},
+    Role.CLIENT: {Hello, Meet, Cancel, Bye},
     Role.PLACE: {Hello, Accepted, Result, Failed, Bye},
     Role.HOST: {Hello, Meet, Accepted, Result, Failed, Bye},
     Role.WORKER: {Hello, Meet, Result, Failed, Log, Bye},
@@ -863,3 +865,26 @@ def test_protocol_modules_do_not_import_asyncio_click_or_uvloop() -> None:
     out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
                          check=True, timeout=60)
     assert out.stdout.strip() == "none", out.stderr
+
+
+# ----------------------------------------------------------------------------- cancel
+def test_cancel_only_for_a_meet_still_awaited() -> None:
+    pair = Pair()
+    with pytest.raises(tacoma.LocalProtocolError, match="no meet outstanding"):
+        pair[Role.CLIENT].send(Cancel(7))
+    rid, data = pair[Role.CLIENT].start_meet("ag_python", Briefcase(CODE=["x"]))
+    pair.deliver(Role.CLIENT, data)
+    pair.send(Role.CLIENT, Cancel(rid))
+    # The meet stays booked until it is answered, and is answered as any meet is.
+    assert rid in pair[Role.CLIENT].awaiting
+    pair.send(Role.PLACE, Failed(rid, "meet-failed", "meet cancelled"))
+    assert rid not in pair[Role.CLIENT].awaiting
+
+
+def test_a_cancel_that_crosses_its_reply_is_harmless() -> None:
+    pair = Pair()
+    rid, data = pair[Role.CLIENT].start_meet("ag_echo", Briefcase())
+    pair.deliver(Role.CLIENT, data)
+    cancel = pair[Role.CLIENT].send(Cancel(rid))  # sent before the reply arrived ...
+    pair.send(Role.PLACE, Result(rid, Briefcase()))  # ... which was already on its way
+    assert pair.deliver(Role.CLIENT, cancel) == [Cancel(rid)]  # the place just ignores it

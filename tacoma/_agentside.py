@@ -161,13 +161,18 @@ def warm_up(run: Runner, meet: Meet) -> None:
     _warm_up(run, AgentChannel(-1, 1 << 20), meet)
 
 
-def serve_one(run: Runner, plan: dict[str, Any]) -> None:
+def serve_one(run: Runner, plan: dict[str, Any],
+              prepare: Callable[[], None] | None = None) -> None:
     """Confine this process as `plan` says, serve one meet with `run`, and return.
 
     `run` returns the result briefcase or raises AgentFailure (a message and the agent's
-    traceback) or any exception (a bug, reported with its traceback).
+    traceback) or any exception (a bug, reported with its traceback). `prepare`, if given,
+    runs once confined and before the worker says it is ready: the place for a language to
+    start its interpreter off the meet's critical path.
     """
     _sandbox.enter(plan)
+    if prepare is not None:
+        prepare()
     fd = int(plan["fd"])
     os.set_inheritable(fd, False)  # the agent's own children do not get it
     channel = AgentChannel(fd, int(plan["max_frame"]))

@@ -33,6 +33,7 @@ import signal
 import socket
 import sys
 import traceback
+from collections.abc import Callable
 
 import msgpack
 
@@ -85,7 +86,7 @@ def _kill_everything(live: dict[int, str | None]) -> None:
 
 
 def _become_worker(run: _agentside.Runner, plan: dict[str, object], fds: list[int],
-                   zygote: int) -> None:
+                   zygote: int, prepare: Callable[[], None] | None) -> None:
     """In the forked child: shed the zygote's state and serve one meet."""
     channel_fd, output_fd = fds
     os.setsid()  # a session and process group of its own, for the place to kill whole
@@ -96,11 +97,16 @@ def _become_worker(run: _agentside.Runner, plan: dict[str, object], fds: list[in
     os.environ.clear()
     os.environ.update({str(k): str(v) for k, v in dict(plan["env"]).items()})  # type: ignore[call-overload]
     sys.argv = ["tacoma-agent"]
-    _agentside.serve_one(run, {**plan, "fd": channel_fd, "parent": zygote})
+    _agentside.serve_one(run, {**plan, "fd": channel_fd, "parent": zygote}, prepare)
 
 
-def main(run: _agentside.Runner, warm_up: Meet | None = None) -> None:
-    """Run as a zygote until the place closes the control socket. Never returns."""
+def main(run: _agentside.Runner, warm_up: Meet | None = None,
+         prepare: Callable[[], None] | None = None) -> None:
+    """Run as a zygote until the place closes the control socket. Never returns.
+
+    `warm_up` is a harmless meet run once here; `prepare` runs in each worker, confined,
+    before it says it is ready (see _agentside.serve_one).
+    """
     plan = _sandbox.plan_from_argv()
     parent = int(plan["parent"])
     signal.signal(signal.SIGTERM, lambda *_: None)  # wakes the loop below, which cleans up
@@ -146,7 +152,7 @@ def main(run: _agentside.Runner, warm_up: Meet | None = None) -> None:
                 for fd in (wake_r, wake_w):
                     os.close(fd)
                 control.close()
-                _become_worker(run, request["plan"], fds, os.getppid())
+                _become_worker(run, request["plan"], fds, os.getppid(), prepare)
             except BaseException:  # noqa: BLE001 - whatever happens, never return to the loop
                 traceback.print_exc()
                 status = 71

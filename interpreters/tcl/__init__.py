@@ -1,0 +1,28 @@
+"""ag_tcl: agents written in Tcl, run by the Tcl interpreter that ships with Python's tkinter.
+
+The CODE folder holds a Tcl script. It runs in a fresh worker process, in a Tcl interpreter
+created before the meet arrived, with the agent API as Tcl commands (see _worker.py).
+Folder elements are Tcl byte arrays, never re-encoded text.
+"""
+
+from tacoma._interpreter import Interpreter
+
+
+def _check() -> str | None:
+    try:
+        import tkinter
+
+        tkinter.Tcl()
+    except Exception as exc:  # noqa: BLE001 - ImportError, or tkinter's TclError
+        return (f"Python's tkinter cannot start Tcl ({exc}); install Tcl/Tk and a Python "
+                "built with tkinter (Debian: apt-get install python3-tk tcl)")
+    return None
+
+
+interpreter = Interpreter(
+    language="tcl",
+    agent="ag_tcl",
+    suffixes=(".tcl",),
+    worker_module="tacoma.interpreters.tcl._worker",
+    check=_check,
+)

@@ -1,0 +1,176 @@
+"""The ag_tcl worker: runs one Tcl agent in the Tcl interpreter that ships with tkinter.
+
+Run by the place as this language's zygote (tacoma/_zygote.py). Each forked worker creates
+its Tcl interpreter in `prepare`, before it says it is ready, so a meet costs only
+evaluating the agent's script.
+
+The agent API, as Tcl commands (the Tcl column of the README's agent API table):
+    bc_folders                      the folder names
+    bc_folder NAME                  the folder's elements, a list of byte arrays
+    bc_text NAME                    the folder's elements decoded from UTF-8
+    bc_append NAME BYTES            append a byte array
+    bc_append_text NAME TEXT        append TEXT encoded as UTF-8
+    bc_replace NAME LIST            replace the folder's elements
+    bc_remove NAME                  remove the folder
+    meet TARGET ?BRIEFCASE? ?-async? ?-timeout SECONDS?
+                                    meet another agent; BRIEFCASE is a dict of folder name
+                                    to list of byte arrays; returns such a dict (sync) or
+                                    the meet id (async); a failure is a Tcl error whose
+                                    errorCode is {TACOMA KIND}
+    log MESSAGE ?LEVEL?             a line in the place's log
+    fail MESSAGE                    end the meet as failed
+    place                           the address of this place
+
+Elements are byte arrays: bytes cross between Tcl and Python unchanged. Text must be made
+bytes on purpose (`bc_append_text`, or `encoding convertto utf-8`); an element with
+characters beyond a byte is refused with an error that says so. Why a dispatcher plus Tcl
+procs: tkinter turns an exception raised in a Python command into an empty Tcl error, so the
+Python side returns {ok RESULT} or {error MESSAGE CODE} and the procs raise proper errors.
+"""
+
+from __future__ import annotations
+
+import tkinter
+
+from tacoma import _zygote as zygote
+from tacoma._agentside import AgentChannel, AgentFailure
+from tacoma._briefcase import CODE, Briefcase
+from tacoma._errors import MeetError
+from tacoma._protocol import Meet
+
+PRELUDE = r"""
+proc _tacoma_call {args} {
+    set answer [_tacoma {*}$args]
+    if {[lindex $answer 0] eq "ok"} { return [lindex $answer 1] }
+    return -code error -errorcode [list TACOMA [lindex $answer 2]] [lindex $answer 1]
+}
+proc bc_folders {} { _tacoma_call folders }
+proc bc_folder {name} { _tacoma_call folder $name }
+proc bc_text {name} {
+    set out {}
+    foreach e [_tacoma_call folder $name] { lappend out [encoding convertfrom utf-8 $e] }
+    return $out
+}
+proc bc_append {name bytes} { _tacoma_call append $name $bytes }
+proc bc_append_text {name text} { _tacoma_call append $name [encoding convertto utf-8 $text] }
+proc bc_replace {name elements} { _tacoma_call replace $name $elements }
+proc bc_remove {name} { _tacoma_call remove $name }
+proc meet {target args} { _tacoma_call meet $target {*}$args }
+proc log {message {level info}} { _tacoma_call log $message $level }
+proc fail {message} { _tacoma_call fail $message }
+proc place {} { _tacoma_call place }
+"""
+
+_tcl: tkinter.Tk | None = None
+
+
+def prepare() -> None:
+    """Start this worker's Tcl interpreter and define the agent API (before the meet)."""
+    global _tcl
+    tcl = tkinter.Tcl()
+    tcl.eval(PRELUDE)
+    _tcl = tcl
+
+
+class _Failed(Exception):
+    """The agent called fail."""
+
+
+def _bytes(value: str, what: str) -> bytes:
+    try:
+        return value.encode("latin-1")  # a byte array's characters are its bytes
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} is text, not bytes: use bc_append_text, or "
+                         "[encoding convertto utf-8 ...]") from None
+
+
+def run(meet: Meet, channel: AgentChannel) -> Briefcase:
+    if _tcl is None:
+        prepare()
+    tcl = _tcl
+    assert tcl is not None
+    elements = meet.briefcase.folder(CODE)
+    if not elements:
+        raise AgentFailure("ag_tcl needs its script in the CODE folder "
+                           "(tacoma meet ag_tcl --code FILE)")
+    try:
+        script = b"\n".join(elements).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise AgentFailure(f"the CODE folder is not UTF-8 Tcl source: {exc}") from None
+    bc = meet.briefcase
+    failure: list[str] = []
+
+    def to_briefcase(value: str) -> Briefcase:
+        items = tcl.splitlist(value)
+        if len(items) % 2:
+            raise ValueError("a briefcase is a dict: folder name, list of elements, ...")
+        out = Briefcase()
+        for name, folder in zip(items[::2], items[1::2], strict=True):
+            out[str(name)] = [_bytes(str(e), f"an element of folder {name}")
+                              for e in tcl.splitlist(folder)]
+        return out
+
+    def from_briefcase(value: Briefcase) -> tuple[object, ...]:
+        flat: list[object] = []
+        for name, folder in value.items():
+            flat += [name, tuple(folder)]
+        return tuple(flat)
+
+    def do_meet(target: str, *args: str) -> object:
+        briefcase, mode, timeout = Briefcase(), "sync", None
+        rest = list(args)
+        while rest:
+            arg = rest.pop(0)
+            if arg == "-async":
+                mode = "async"
+            elif arg == "-timeout" and rest:
+                timeout = float(rest.pop(0))
+            else:
+                briefcase = to_briefcase(arg)
+        answer = channel.meet(target, briefcase, mode, timeout)
+        return answer if isinstance(answer, str) else from_briefcase(answer)
+
+    def dispatch(op: str, *args: str) -> tuple[object, ...]:
+        try:
+            if op == "folders":
+                return ("ok", tuple(bc.folders()))
+            if op == "folder":
+                return ("ok", tuple(bc.folder(args[0])))
+            if op == "append":
+                bc.append(args[0], _bytes(args[1], f"the element for folder {args[0]}"))
+                return ("ok", "")
+            if op == "replace":
+                bc.replace(args[0], [_bytes(str(e), f"an element for folder {args[0]}")
+                                     for e in tcl.splitlist(args[1])])
+                return ("ok", "")
+            if op == "remove":
+                bc.remove(args[0])
+                return ("ok", "")
+            if op == "meet":
+                return ("ok", do_meet(*args))
+            if op == "log":
+                channel.log(args[0], args[1] if len(args) > 1 else "info")
+                return ("ok", "")
+            if op == "fail":
+                failure.append(args[0])
+                return ("error", args[0], "FAIL")
+            if op == "place":
+                return ("ok", channel.place)
+            return ("error", f"unknown tacoma operation {op}", "USAGE")
+        except MeetError as exc:
+            return ("error", f"{type(exc).__name__.lstrip('_')}: {exc}", exc.kind)
+        except (ValueError, TypeError, IndexError) as exc:
+            return ("error", str(exc), "USAGE")
+
+    tcl.createcommand("_tacoma", dispatch)
+    try:
+        tcl.eval(script)
+    except tkinter.TclError as exc:
+        if failure:
+            raise AgentFailure(failure[-1]) from None
+        raise AgentFailure(f"Tcl error: {exc}", str(tcl.eval("set ::errorInfo"))) from None
+    return bc
+
+
+if __name__ == "__main__":
+    zygote.main(run, prepare=prepare)

@@ -1,0 +1,166 @@
+"""The conformance suite: one agent API, the same agents written in every language.
+
+Each case is one behaviour and one agent per language; every interpreter must pass every
+case. Adding a language means adding its column to AGENTS (and its folder under
+interpreters/), not a new test.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import tacoma
+from tacoma import Briefcase
+
+from conftest import RunningPlace, launch_place
+
+LANGUAGES = ["python", "tcl"]
+
+AGENTS: dict[str, dict[str, str]] = {
+    # Copy IN to OUT element by element, record the folder names, replace R, remove X.
+    "folders": {
+        "python": (
+            'names = [n.encode() for n in bc.folders()]\n'
+            'for e in bc["IN"]:\n'
+            '    bc.append("OUT", e)\n'
+            'bc.replace("NAMES", names)\n'
+            'bc.replace("R", [b"a", b"b"])\n'
+            'bc.remove("X")\n'),
+        "tcl": (
+            'set names {}\n'
+            'foreach n [bc_folders] { lappend names [encoding convertto utf-8 $n] }\n'
+            'foreach e [bc_folder IN] { bc_append OUT $e }\n'
+            'bc_replace NAMES $names\n'
+            'bc_replace R [list a b]\n'
+            'bc_remove X\n'),
+    },
+    # Text in, text out: UTF-8 both ways.
+    "text": {
+        "python": 'for n in bc.text("NAME"):\n    bc.append("GREETING", f"hello, {n}")\n',
+        "tcl": 'foreach n [bc_text NAME] { bc_append_text GREETING "hello, $n" }\n',
+    },
+    # Meet the null agent, and catch an unknown agent's error.
+    "meet": {
+        "python": (
+            'r = meet("ag_echo", Briefcase(P=[b"ping"]))\n'
+            'bc["ECHO"] = r["P"]\n'
+            'try:\n'
+            '    meet("ag_missing")\n'
+            'except __import__("tacoma").UnknownAgent as exc:\n'
+            '    bc.append("CAUGHT", str(exc))\n'
+            'bc.append("ID", meet("ag_echo", Briefcase(), mode="async"))\n'),
+        "tcl": (
+            'set r [meet ag_echo [dict create P [list ping]]]\n'
+            'bc_replace ECHO [dict get $r P]\n'
+            'if {[catch {meet ag_missing} message]} { bc_append_text CAUGHT $message }\n'
+            'bc_append_text ID [meet ag_echo {} -async]\n'),
+    },
+    "fail": {
+        "python": 'fail("no luck today")\n',
+        "tcl": 'fail "no luck today"\n',
+    },
+    "error": {
+        "python": 'def inner():\n    raise ValueError("bad thing")\ninner()\n',
+        "tcl": 'proc inner {} { error "bad thing" }\ninner\n',
+    },
+    "loop": {
+        "python": "while True:\n    pass\n",
+        "tcl": "while 1 {}\n",
+    },
+    "output": {
+        "python": 'import sys\nwhile True:\n    sys.stdout.write("x" * 65536)\n',
+        "tcl": "while 1 { puts [string repeat x 65536] }\n",
+    },
+    "memory": {
+        "python": "hog = []\nwhile True:\n    hog.append(bytearray(16 * 1024 * 1024))\n",
+        "tcl": "set s [string repeat x 1048576]\nwhile 1 { append s $s }\n",
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPlace]:
+    running = launch_place(tmp_path_factory.mktemp("conformance"), "--cpu-seconds", "2",
+                           "--memory", str(512 * 2**20), "--file-size", str(2**20))
+    yield running
+    assert running.stop() == 0
+
+
+def run(place: RunningPlace, language: str, case: str, **folders: list[bytes]) -> Briefcase:
+    return tacoma.meet(place.target(f"ag_{language}"), Briefcase(folders),
+                       code=AGENTS[case][language], timeout=60)
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_folders_round_trip_any_bytes(place: RunningPlace, language: str) -> None:
+    elements = [b"text", bytes(range(256)), b"", b"{unbalanced \\ [brackets $x",
+                os.urandom(1024 * 1024)]
+    result = run(place, language, "folders", IN=elements, R=[b"old"], X=[b"gone"])
+    assert result["OUT"] == elements
+    assert result["NAMES"] == [b"IN", b"R", b"X", b"CODE"]
+    assert result["R"] == [b"a", b"b"]
+    assert "X" not in result
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_text_is_utf8(place: RunningPlace, language: str) -> None:
+    result = run(place, language, "text", NAME=[b"world", "Tromsø".encode()])
+    assert result.text("GREETING") == ["hello, world", "hello, Tromsø"]
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_meets_from_inside_an_agent(place: RunningPlace, language: str) -> None:
+    result = run(place, language, "meet")
+    assert result["ECHO"] == [b"ping"]
+    assert b"ag_missing" in result["CAUGHT"][0]
+    assert result["ID"][0]
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_fail_ends_the_meet_with_a_message(place: RunningPlace, language: str) -> None:
+    with pytest.raises(tacoma.AgentFailed, match=r"^no luck today$"):
+        run(place, language, "fail")
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_errors_carry_the_languages_own_trace(place: RunningPlace, language: str) -> None:
+    with pytest.raises(tacoma.AgentFailed, match="bad thing") as info:
+        run(place, language, "error")
+    assert "inner" in info.value.detail  # the function or proc the error came from
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_an_infinite_loop_hits_the_cpu_limit(place: RunningPlace, language: str) -> None:
+    with pytest.raises(tacoma.AgentKilled, match="SIGXCPU"):
+        run(place, language, "loop")
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_huge_output_hits_the_file_size_limit(place: RunningPlace, language: str) -> None:
+    with pytest.raises(tacoma.AgentFailed, match="(?i)file too large"):
+        run(place, language, "output")
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_a_memory_bomb_is_contained(place: RunningPlace, language: str) -> None:
+    with pytest.raises((tacoma.AgentFailed, tacoma.AgentKilled)):
+        run(place, language, "memory")
+    assert tacoma.meet(place.target("ag_echo"), {"OK": [b"1"]}) == {"OK": [b"1"]}
+
+
+def test_every_language_has_every_case() -> None:
+    for case, agents in AGENTS.items():
+        assert sorted(agents) == sorted(LANGUAGES), case
+
+
+def test_hello_examples(place: RunningPlace) -> None:
+    examples = Path(__file__).parent.parent / "examples" / "hello"
+    for language, suffix in (("python", "py"), ("tcl", "tcl")):
+        code = (examples / f"hello.{suffix}").read_text()
+        result = tacoma.meet(place.target(f"ag_{language}"), {"NAME": ["world", "Tromsø"]},
+                             code=code)
+        assert result.text("GREETING") == [f"hello, world from {language}",
+                                           f"hello, Tromsø from {language}"]

@@ -140,7 +140,7 @@ def test_an_infinite_loop_hits_the_cpu_limit(place: RunningPlace, language: str)
 
 @pytest.mark.parametrize("language", LANGUAGES)
 def test_huge_output_hits_the_file_size_limit(place: RunningPlace, language: str) -> None:
-    with pytest.raises(tacoma.AgentFailed, match="(?i)file too large"):
+    with pytest.raises(tacoma.AgentFailed, match=r"(?i)file too large"):
         run(place, language, "output")
 
 

@@ -299,6 +299,38 @@ def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
 
 
 @main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead.")
+def doctor(as_json: bool) -> None:
+    """Which languages a place here can run, their versions, and why one cannot.
+
+    Exits 0 if every installed interpreter can run, 1 otherwise.
+    """
+    from ._interpreter import discover_interpreters
+
+    report = []
+    for agent, interpreter in sorted(discover_interpreters().items()):
+        problem = interpreter.check()
+        version = ""
+        if problem is None:
+            try:
+                version = interpreter.version()
+            except Exception as exc:  # noqa: BLE001 - a broken adapter is what doctor reports
+                problem = f"cannot read its version: {exc}"
+        report.append({"agent": agent, "language": interpreter.language,
+                       "suffixes": list(interpreter.suffixes), "ok": problem is None,
+                       "version": version, "problem": problem or ""})
+    if as_json:
+        click.echo(json.dumps({"interpreters": report}))
+    else:
+        for row in report:
+            mark = click.style("ok", fg="green") if row["ok"] else click.style("no", fg="red")
+            detail = row["version"] if row["ok"] else row["problem"]
+            click.echo(f"{mark:>2}  {row['agent']:<12} {row['language']:<8} {detail}")
+    if not all(row["ok"] for row in report):
+        sys.exit(1)
+
+
+@main.command()
 @click.argument("program", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--name", help="Agent name to install as. [default: the file's name]")
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path), default=None,

@@ -32,8 +32,9 @@ class Interpreter:
 
     language: short name ("python"); agent: the agent name it serves ("ag_python");
     suffixes: file suffixes of installed agents it runs (".py"); worker_module: the module
-    run as `python -m` to make a worker; check: returns why the language cannot run here,
-    or None when it can.
+    run by the place as the language's zygote; check: returns why the language cannot run
+    here, or None when it can; version: the language implementation's version, for
+    `tacoma doctor`.
     """
 
     language: str
@@ -41,6 +42,7 @@ class Interpreter:
     suffixes: tuple[str, ...]
     worker_module: str
     check: Callable[[], str | None] = field(default=lambda: None)
+    version: Callable[[], str] = field(default=lambda: "")
 
     def worker_argv(self) -> list[str]:
         """The command that starts one worker (the sandbox plan is appended to it).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -148,3 +149,34 @@ def test_install_refuses_built_in_names(tmp_path: Path) -> None:
     out = tacoma("install", str(program), "--name", "ag_echo", "--state-dir", str(tmp_path))
     assert out.returncode == 2
     assert "built-in agent" in out.stderr
+
+
+def test_doctor_lists_the_languages() -> None:
+    out = tacoma("doctor", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = {row["agent"]: row for row in json.loads(out.stdout)["interpreters"]}
+    assert rows["ag_python"]["ok"]
+    assert rows["ag_python"]["version"].startswith("CPython 3.")
+    assert rows["ag_tcl"]["ok"]
+    assert rows["ag_tcl"]["version"].startswith("Tcl 8.")
+
+
+def test_a_third_party_language_plugs_in_and_doctor_says_why_it_cannot_run(
+        tmp_path: Path) -> None:
+    # A plugin is any installed distribution with a `tacoma.interpreters` entry point.
+    site = tmp_path / "site"
+    (site / "ag_cobol_plugin-0.1.dist-info").mkdir(parents=True)
+    (site / "ag_cobol_plugin-0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: ag-cobol-plugin\nVersion: 0.1\n")
+    (site / "ag_cobol_plugin-0.1.dist-info" / "entry_points.txt").write_text(
+        "[tacoma.interpreters]\ncobol = ag_cobol_plugin:interpreter\n")
+    (site / "ag_cobol_plugin.py").write_text(
+        "from tacoma import Interpreter\n"
+        "interpreter = Interpreter(language='cobol', agent='ag_cobol', suffixes=('.cob',),\n"
+        "    worker_module='ag_cobol_plugin', check=lambda: 'no COBOL compiler here')\n")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    out = subprocess.run([sys.executable, "-m", "tacoma", "doctor"], capture_output=True,
+                         text=True, env=env, timeout=60)
+    assert out.returncode == 1
+    assert "ag_cobol" in out.stdout
+    assert "no COBOL compiler here" in out.stdout

@@ -5,6 +5,8 @@ briefcase as the global `bc` (a tacoma.Briefcase); whatever `bc` holds when the 
 is the meet's result. See _worker.py for the rest of the agent API.
 """
 
+import platform
+
 from tacoma._interpreter import Interpreter
 
 interpreter = Interpreter(
@@ -12,4 +14,5 @@ interpreter = Interpreter(
     agent="ag_python",
     suffixes=(".py",),
     worker_module="tacoma.interpreters.python._worker",
+    version=lambda: f"{platform.python_implementation()} {platform.python_version()}",
 )

@@ -19,10 +19,17 @@ def _check() -> str | None:
     return None
 
 
+def _version() -> str:
+    import tkinter
+
+    return f"Tcl {tkinter.Tcl().eval('info patchlevel')}"
+
+
 interpreter = Interpreter(
     language="tcl",
     agent="ag_tcl",
     suffixes=(".tcl",),
     worker_module="tacoma.interpreters.tcl._worker",
     check=_check,
+    version=_version,
 )

@@ -48,16 +48,29 @@ class Interpreter:
         """The command that starts one worker (the sandbox plan is appended to it).
 
         -I ignores PYTHON* variables and the user's site directory; -S skips `site`, whose
-        .pth files cost tens of milliseconds per process (the place puts tacoma's and
-        msgpack's directories on sys.path itself, so the worker module is run by path);
-        -B: an agent never writes bytecode into the installation; faulthandler: a crash
-        leaves a traceback in the worker's output, which the place returns with the error.
+        .pth files cost tens of milliseconds per process, so the place puts on sys.path the
+        directories its own imports came from (tacoma's, msgpack's, the adapter's), and
+        where an editable install maps tacoma.interpreters to the source tree's
+        interpreters/ folder, the boot line makes that package by hand; -B: an agent never
+        writes bytecode into the installation; faulthandler: a crash leaves a traceback in
+        the worker's output, which the place returns with the error.
         """
         path = module_file(self.worker_module)
         if path is None:
             raise LookupError(f"interpreter {self.language}: no module {self.worker_module}")
-        boot = (f"import sys; sys.path[:0] = {worker_sys_path()!r}; __file__ = {path!r}; "
-                "exec(compile(open(__file__, 'rb').read(), __file__, 'exec'))")
+        paths = list(worker_sys_path())
+        top = module_file(self.worker_module.split(".")[0])
+        if top is not None:
+            parent = os.path.dirname(os.path.dirname(top))
+            if parent not in paths:
+                paths.append(parent)
+        boot = f"import sys; sys.path[:0] = {paths!r}; "
+        interpreters = module_file("tacoma.interpreters")
+        if self.worker_module.startswith("tacoma.interpreters.") and interpreters is not None:
+            boot += ("import types, tacoma; p = types.ModuleType('tacoma.interpreters'); "
+                     f"p.__path__ = [{os.path.dirname(interpreters)!r}]; "
+                     "sys.modules[p.__name__] = tacoma.interpreters = p; ")
+        boot += f"import runpy; runpy.run_module({self.worker_module!r}, run_name='__main__')"
         return [sys.executable, "-I", "-S", "-B", "-X", "faulthandler", "-c", boot]
 
 

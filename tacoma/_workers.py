@@ -251,6 +251,9 @@ class AgentUids:
         return sorted(cover.items())
 
 
+_SIGNALS = {s.value for s in signal.Signals}
+
+
 def _user_process_count() -> int:
     uid = os.getuid()
     count = 0
@@ -262,8 +265,13 @@ def _user_process_count() -> int:
     return count
 
 
-def describe_exit(returncode: int, cpu_seconds: int) -> str:
+def describe_exit(returncode: int, cpu_seconds: int, cpu_used: float = 0.0) -> str:
     """Why an agent's process ended without answering, in words."""
+    if returncode < 0 and cpu_used >= cpu_seconds:
+        # SIGXCPU, or SIGKILL at the hard limit where the runtime blocks SIGXCPU (Guile).
+        name = signal.Signals(-returncode).name if -returncode in _SIGNALS else "a signal"
+        return f"agent process killed by {name}: its CPU time limit of {cpu_seconds} s " \
+               "was reached"
     if returncode < 0:
         sig = -returncode
         try:
@@ -302,6 +310,7 @@ class Zygote:
         self._ready: asyncio.Future[None] | None = None
         self._spawning: dict[int, asyncio.Future[int]] = {}
         self._exits: dict[int, asyncio.Future[int]] = {}
+        self.cpu_used: dict[int, float] = {}  # by worker pid, once it ended
         self._ids = 0
         self.dead = False
 
@@ -395,6 +404,7 @@ class Zygote:
                 if future is not None and not future.done():
                     future.set_result(pid)
             elif op == "exited":
+                self.cpu_used[int(message["pid"])] = float(message.get("cpu", 0.0))
                 exit_future = self._exits.pop(int(message["pid"]), None)
                 if exit_future is not None and not exit_future.done():
                     exit_future.set_result(int(message["status"]))
@@ -500,8 +510,10 @@ class Worker:
                     await asyncio.wait_for(asyncio.shield(exited), 2.0)
             if not exited.done():  # the channel failed but the process lives on
                 raise AgentKilled(f"agent broke the worker protocol: {reply.exception()}")
+            zygote = self.pool.zygote
+            cpu_used = zygote.cpu_used.pop(self.pid, 0.0) if zygote is not None else 0.0
             raise AgentKilled(describe_exit(exited.result(),
-                                            self.pool.settings.limits.cpu_seconds),
+                                            self.pool.settings.limits.cpu_seconds, cpu_used),
                               self.output_tail())
         raise MeetTimeout(f"agent did not finish within {timeout:g} s; "
                           "its processes were killed")

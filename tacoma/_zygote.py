@@ -18,8 +18,9 @@ process groups otherwise, and exits: an agent's own children do not outlive the 
 
 Control messages are msgpack maps: place -> zygote `{"op": "spawn", "id", "plan"}` with the
 worker's channel and output file descriptors attached (SCM_RIGHTS); zygote -> place
-`{"op": "ready"}`, `{"op": "spawned", "id", "pid"}`, `{"op": "exited", "pid", "status"}`
-(status as subprocess reports it: an exit code, or minus the signal number).
+`{"op": "ready"}`, `{"op": "spawned", "id", "pid"}`, `{"op": "exited", "pid", "status",
+"cpu"}` (status as subprocess reports it: an exit code, or minus the signal number; cpu:
+the seconds of CPU the worker used, so a kill at the CPU limit can be told as such).
 
 Standard library and msgpack only: this is the image every agent process starts from.
 """
@@ -53,7 +54,7 @@ def _send(control: socket.socket, message: dict[str, object]) -> None:
 def _reap(control: socket.socket, live: dict[int, str | None]) -> None:
     while True:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
@@ -62,7 +63,8 @@ def _reap(control: socket.socket, live: dict[int, str | None]) -> None:
         # If the place is gone the send fails; the main loop notices and cleans up.
         with contextlib.suppress(OSError):
             _send(control, {"op": "exited", "pid": pid,
-                            "status": os.waitstatus_to_exitcode(status)})
+                            "status": os.waitstatus_to_exitcode(status),
+                            "cpu": usage.ru_utime + usage.ru_stime})
 
 
 def _kill_everything(live: dict[int, str | None]) -> None:

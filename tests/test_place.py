@@ -429,7 +429,7 @@ def test_cancelled_meets_leave_no_zygotes_behind(start_place) -> None:
             with contextlib.suppress(OSError):
                 if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1]
                                                 .split()[1]) == p.proc.pid:
-                    count += "_worker.py" in (entry / "cmdline").read_text()
+                    count += "interpreters.python._worker" in (entry / "cmdline").read_text()
         return count
 
     wait_until(lambda: zygotes() == 1, what="one zygote for the place")

@@ -1,0 +1,44 @@
+"""ag_scheme: agents written in Scheme, run by GNU Guile 3.0 embedded through libguile.
+
+The CODE folder holds Scheme source. It runs in a fresh worker process, in a Guile started
+before the meet arrived (cffi bindings to libguile, see _guile.py), with the agent API as
+Scheme procedures (see _worker.py). Folder elements are bytevectors.
+"""
+
+from tacoma._interpreter import Interpreter
+
+INSTALL_HINT = ("install GNU Guile 3.0 (Debian: apt-get install guile-3.0); ag_scheme loads "
+                "libguile-3.0.so.1 through cffi")
+
+
+def _check() -> str | None:
+    from ._guile import load
+
+    try:
+        load()
+    except OSError as exc:
+        return f"libguile is missing ({exc}); {INSTALL_HINT}"
+    return None
+
+
+def _version() -> str:
+    import shutil
+    import subprocess
+
+    guile = shutil.which("guile")
+    if guile is None:
+        return "GNU Guile (libguile; no guile command to ask its version)"
+    out = subprocess.run([guile, "--version"], capture_output=True, text=True, timeout=10,  # noqa: S603 - a fixed command
+                         check=False)
+    first = out.stdout.splitlines()[0] if out.stdout else ""
+    return first.replace("guile (GNU Guile)", "GNU Guile").strip() or "GNU Guile (libguile)"
+
+
+interpreter = Interpreter(
+    language="scheme",
+    agent="ag_scheme",
+    suffixes=(".scm",),
+    worker_module="tacoma.interpreters.scheme._worker",
+    check=_check,
+    version=_version,
+)

@@ -1,0 +1,273 @@
+"""The ag_scheme worker: runs one Scheme agent in GNU Guile, embedded through libguile.
+
+Run by the place as this language's zygote (tacoma/_zygote.py). Guile is started in each
+forked worker by `prepare`, before the worker says it is ready (never in the zygote: Guile
+starts collector threads, which a fork would not carry), so a meet costs only evaluating
+the agent's code.
+
+The agent API, as Scheme procedures (the Scheme column of the README's agent API table):
+    (bc-folders)                        the folder names
+    (bc-folder NAME)                    the folder's elements, a list of bytevectors
+    (bc-text NAME)                      the folder's elements decoded from UTF-8
+    (bc-append NAME ELEMENT)            append a bytevector (a string is stored as UTF-8)
+    (bc-replace NAME ELEMENTS)          replace the folder's elements
+    (bc-remove NAME)                    remove the folder
+    (meet TARGET [BRIEFCASE] #:async #:timeout)
+                                        meet another agent; BRIEFCASE is an alist of folder
+                                        name to list of bytevectors; returns such an alist
+                                        (sync) or the meet id (async); a failure throws
+                                        'tacoma with the error kind and message
+    (place-log MESSAGE [LEVEL])         a line in the place's log (`log` is the logarithm)
+    (fail MESSAGE)                      end the meet as failed
+    (place)                             the address of this place
+
+The primitives below take and return only strings, bytevectors and small integers, and
+report failures as -1 (with the message in %tacoma-last): a Guile error must not unwind
+through the Python frames of a cffi callback. Lists are built by the Scheme prelude.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tacoma import _zygote as zygote
+from tacoma._agentside import AgentChannel, AgentFailure
+from tacoma._briefcase import CODE, Briefcase
+from tacoma._errors import MeetError
+from tacoma._protocol import Meet
+
+from ._guile import Guile, ffi, load
+
+PRELUDE = r"""
+(use-modules (ice-9 eval-string) (rnrs bytevectors))
+(define (%check r)
+  (if (and (integer? r) (= r -1)) (throw 'tacoma (%tacoma-last-kind) (%tacoma-last)) r))
+(define (%folder h name)
+  (let loop ((i (- (%check (%tacoma-count h name)) 1)) (acc '()))
+    (if (< i 0) acc (loop (- i 1) (cons (%tacoma-ref h name i) acc)))))
+(define (%names h)
+  (let loop ((i (- (%check (%tacoma-names h)) 1)) (acc '()))
+    (if (< i 0) acc (loop (- i 1) (cons (%tacoma-name h i) acc)))))
+(define (%alist h) (map (lambda (name) (cons name (%folder h name))) (%names h)))
+(define (%as-bytes x) (if (string? x) (string->utf8 x) x))
+(define (bc-folders) (%names 0))
+(define (bc-folder name) (%folder 0 name))
+(define (bc-text name) (map utf8->string (bc-folder name)))
+(define (bc-append name element)
+  (%check (%tacoma-append 0 name (%as-bytes element))) *unspecified*)
+(define (bc-replace name elements)
+  (%check (%tacoma-clear 0 name)) (for-each (lambda (e) (bc-append name e)) elements))
+(define (bc-remove name) (%check (%tacoma-remove 0 name)) *unspecified*)
+(define* (meet target #:optional (briefcase '()) #:key (async #f) (timeout #f))
+  (let ((h (%tacoma-new)))
+    (for-each (lambda (folder)
+                (for-each (lambda (e) (%check (%tacoma-append h (car folder) (%as-bytes e))))
+                          (cdr folder)))
+              briefcase)
+    (let ((r (%check (%tacoma-meet target h (if async "async" "sync")
+                                   (if timeout (number->string timeout) "")))))
+      (if async (%tacoma-last) (%alist r)))))
+(define* (place-log message #:optional (level "info")) (%tacoma-log message level)
+  *unspecified*)
+(define (fail message) (%tacoma-fail message) (throw 'tacoma-fail message))
+(define (place) (%tacoma-place))
+(define (%run-agent code)
+  (let ((trace ""))
+    (catch #t
+      (lambda ()
+        (with-throw-handler #t
+          (lambda () (eval-string code) "OK")
+          (lambda (key . args)
+            (unless (eq? key 'tacoma-fail)
+              (set! trace (call-with-output-string
+                            (lambda (port) (display-backtrace (make-stack #t) port))))))))
+      (lambda (key . args)
+        (if (eq? key 'tacoma-fail)
+            (string-append "FAIL\n" (car args))
+            (string-append "ERROR\n"
+                           (call-with-output-string (lambda (p) (print-exception p #f key args)))
+                           "\n" trace))))))
+"""
+
+_guile: Guile | None = None
+_state: _Meet | None = None
+_callbacks: list[object] = []  # cffi callbacks must outlive Guile's references to them
+
+
+class _Meet:
+    """What the primitives work on during one meet: briefcases by handle (0: the agent's)."""
+
+    def __init__(self, guile: Guile, bc: Briefcase, channel: AgentChannel) -> None:
+        self.guile = guile
+        self.channel = channel
+        self.briefcases: list[Briefcase] = [bc]
+        self.last = ""
+        self.last_kind = ""
+        self.failure: str | None = None
+
+    def briefcase(self, handle: int) -> Briefcase:
+        h = self.guile.to_int(handle)
+        if h is None or not 0 <= h < len(self.briefcases):
+            raise ValueError("not a briefcase handle")
+        return self.briefcases[h]
+
+    def text(self, value: int, what: str) -> str:
+        text = self.guile.to_str(value)
+        if text is None:
+            raise ValueError(f"{what} must be a string")
+        return text
+
+
+def _primitive(arity: int, body: Callable[..., int]) -> object:
+    """A Guile primitive whose Python errors come back as -1 with a message, never raised."""
+    signature = f"SCM({', '.join(['SCM'] * arity) or 'void'})"
+
+    def call(*args: int) -> int:
+        assert _state is not None
+        assert _guile is not None
+        try:
+            return body(_state, *args)
+        except MeetError as exc:
+            _state.last, _state.last_kind = f"{type(exc).__name__.lstrip('_')}: {exc}", exc.kind
+        except Exception as exc:  # noqa: BLE001 - must not escape into Guile
+            _state.last, _state.last_kind = f"{type(exc).__name__}: {exc}", "usage"
+        return _guile.from_int(-1)
+
+    callback = ffi.callback(signature, call)
+    _callbacks.append(callback)
+    return callback
+
+
+def _count(m: _Meet, h: int, name: int) -> int:
+    return m.guile.from_int(len(m.briefcase(h).folder(m.text(name, "a folder name"))))
+
+
+def _ref(m: _Meet, h: int, name: int, i: int) -> int:
+    index = m.guile.to_int(i)
+    folder = m.briefcase(h).folder(m.text(name, "a folder name"))
+    if index is None or not 0 <= index < len(folder):
+        raise IndexError("element index out of range")
+    return m.guile.bytevector(folder[index])
+
+
+def _names(m: _Meet, h: int) -> int:
+    return m.guile.from_int(len(m.briefcase(h)))
+
+
+def _name(m: _Meet, h: int, i: int) -> int:
+    return m.guile.string(m.briefcase(h).folders()[m.guile.to_int(i) or 0])
+
+
+def _append(m: _Meet, h: int, name: int, element: int) -> int:
+    data = m.guile.to_bytes(element)
+    if data is None:
+        raise ValueError("folder elements are bytevectors (or strings, stored as UTF-8)")
+    m.briefcase(h).append(m.text(name, "a folder name"), data)
+    return m.guile.from_int(0)
+
+
+def _clear(m: _Meet, h: int, name: int) -> int:
+    m.briefcase(h)[m.text(name, "a folder name")] = []
+    return m.guile.from_int(0)
+
+
+def _remove(m: _Meet, h: int, name: int) -> int:
+    m.briefcase(h).remove(m.text(name, "a folder name"))
+    return m.guile.from_int(0)
+
+
+def _new(m: _Meet) -> int:
+    m.briefcases.append(Briefcase())
+    return m.guile.from_int(len(m.briefcases) - 1)
+
+
+def _meet(m: _Meet, target: int, h: int, mode: int, timeout: int) -> int:
+    seconds = m.text(timeout, "the timeout")
+    answer = m.channel.meet(m.text(target, "the target"), m.briefcase(h),
+                            m.text(mode, "the mode"), float(seconds) if seconds else None)
+    if isinstance(answer, str):
+        m.last = answer
+        return m.guile.from_int(-2)
+    m.briefcases.append(answer)
+    return m.guile.from_int(len(m.briefcases) - 1)
+
+
+def _last(m: _Meet) -> int:
+    return m.guile.string(m.last)
+
+
+def _last_kind(m: _Meet) -> int:
+    return m.guile.string(m.last_kind)
+
+
+def _log(m: _Meet, message: int, level: int) -> int:
+    m.channel.log(m.text(message, "the message"), m.text(level, "the level"))
+    return m.guile.from_int(0)
+
+
+def _fail(m: _Meet, message: int) -> int:
+    m.failure = m.text(message, "the message")
+    return m.guile.from_int(0)
+
+
+def _place(m: _Meet) -> int:
+    return m.guile.string(m.channel.place)
+
+
+PRIMITIVES: dict[str, tuple[int, Callable[..., int]]] = {
+    "%tacoma-count": (2, _count),
+    "%tacoma-ref": (3, _ref),
+    "%tacoma-names": (1, _names),
+    "%tacoma-name": (2, _name),
+    "%tacoma-append": (3, _append),
+    "%tacoma-clear": (2, _clear),
+    "%tacoma-remove": (2, _remove),
+    "%tacoma-new": (0, _new),
+    "%tacoma-meet": (4, _meet),
+    "%tacoma-last": (0, _last),
+    "%tacoma-last-kind": (0, _last_kind),
+    "%tacoma-log": (2, _log),
+    "%tacoma-fail": (1, _fail),
+    "%tacoma-place": (0, _place),
+}
+
+
+def prepare() -> None:
+    """Start Guile in this worker and define the agent API (before the meet)."""
+    global _guile
+    guile = load()
+    guile.init()
+    for name, (arity, body) in PRIMITIVES.items():
+        guile.lib.scm_c_define_gsubr(name.encode(), arity, 0, 0, _primitive(arity, body))
+    guile.lib.scm_c_eval_string(b"(begin " + PRELUDE.encode() + b")")
+    _guile = guile
+
+
+def run(meet: Meet, channel: AgentChannel) -> Briefcase:
+    global _state
+    if _guile is None:
+        prepare()
+    guile = _guile
+    assert guile is not None
+    elements = meet.briefcase.folder(CODE)
+    if not elements:
+        raise AgentFailure("ag_scheme needs its program in the CODE folder "
+                           "(tacoma meet ag_scheme --code FILE)")
+    try:
+        code = b"\n".join(elements).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise AgentFailure(f"the CODE folder is not UTF-8 Scheme source: {exc}") from None
+    _state = _Meet(guile, meet.briefcase, channel)
+    guile.lib.scm_c_define(b"%agent-code", guile.string(code))
+    outcome = guile.to_str(guile.lib.scm_c_eval_string(b"(%run-agent %agent-code)")) or ""
+    status, _, rest = outcome.partition("\n")
+    if status == "FAIL":
+        raise AgentFailure(rest)
+    if status == "ERROR":
+        message = rest.partition("\n")[0]
+        raise AgentFailure(f"Scheme error: {message.strip()}", rest)
+    return meet.briefcase
+
+
+if __name__ == "__main__":
+    zygote.main(run, prepare=prepare)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import msgpack
 
 from . import _sandbox
-from ._briefcase import Briefcase
+from ._briefcase import CODE, Briefcase
 from ._errors import LimitExceeded, LocalProtocolError, ProtocolError, error_from_wire
 from ._protocol import (
     NEED_DATA,
@@ -137,6 +137,21 @@ Runner = Callable[[Meet, AgentChannel], Briefcase]
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+
+def program_text(meet: Meet, language: str) -> str:
+    """The agent's source: the CODE folder's elements joined by newlines, as UTF-8 text.
+
+    Raises AgentFailure, saying what is wrong, if there is none or it is not UTF-8.
+    """
+    elements = meet.briefcase.folder(CODE)
+    if not elements:
+        raise AgentFailure(f"{meet.agent} needs its {language} program in the CODE folder "
+                           f"(tacoma meet {meet.agent} --code FILE)")
+    try:
+        return b"\n".join(elements).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise AgentFailure(f"the CODE folder is not UTF-8 {language} source: {exc}") from None
 
 
 def _warm_up(run: Runner, channel: AgentChannel, meet: Meet) -> None:

@@ -21,8 +21,8 @@ import builtins
 from collections.abc import Mapping
 
 from tacoma import _zygote as zygote
-from tacoma._agentside import AgentChannel, AgentFailure
-from tacoma._briefcase import CODE, Briefcase
+from tacoma._agentside import AgentChannel, AgentFailure, program_text
+from tacoma._briefcase import Briefcase
 from tacoma._protocol import Meet
 
 # typing costs a worker ~9 ms to import; annotations are strings (PEP 563) anyway.
@@ -31,17 +31,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 FILENAME = "<agent>"
-
-
-def _program(meet: Meet) -> str:
-    elements = meet.briefcase.folder(CODE)
-    if not elements:
-        raise AgentFailure("ag_python needs its program in the CODE folder "
-                           "(tacoma meet ag_python --code FILE)")
-    try:
-        return b"\n".join(elements).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise AgentFailure(f"the CODE folder is not UTF-8 Python source: {exc}") from None
 
 
 def _format(exc: BaseException, source: str, skip_frames: int) -> str:
@@ -57,7 +46,7 @@ def _format(exc: BaseException, source: str, skip_frames: int) -> str:
 
 
 def run(meet: Meet, channel: AgentChannel) -> Briefcase:
-    source = _program(meet)
+    source = program_text(meet, "Python")
     try:
         code = compile(source, FILENAME, "exec")
     except SyntaxError as exc:

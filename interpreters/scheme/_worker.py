@@ -31,8 +31,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tacoma import _zygote as zygote
-from tacoma._agentside import AgentChannel, AgentFailure
-from tacoma._briefcase import CODE, Briefcase
+from tacoma._agentside import AgentChannel, AgentFailure, program_text
+from tacoma._briefcase import Briefcase
 from tacoma._errors import MeetError
 from tacoma._protocol import Meet
 
@@ -249,14 +249,7 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
         prepare()
     guile = _guile
     assert guile is not None
-    elements = meet.briefcase.folder(CODE)
-    if not elements:
-        raise AgentFailure("ag_scheme needs its program in the CODE folder "
-                           "(tacoma meet ag_scheme --code FILE)")
-    try:
-        code = b"\n".join(elements).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise AgentFailure(f"the CODE folder is not UTF-8 Scheme source: {exc}") from None
+    code = program_text(meet, "Scheme")
     _state = _Meet(guile, meet.briefcase, channel)
     guile.lib.scm_c_define(b"%agent-code", guile.string(code))
     outcome = guile.to_str(guile.lib.scm_c_eval_string(b"(%run-agent %agent-code)")) or ""

@@ -33,8 +33,8 @@ from __future__ import annotations
 import tkinter
 
 from tacoma import _zygote as zygote
-from tacoma._agentside import AgentChannel, AgentFailure
-from tacoma._briefcase import CODE, Briefcase
+from tacoma._agentside import AgentChannel, AgentFailure, program_text
+from tacoma._briefcase import Briefcase
 from tacoma._errors import MeetError
 from tacoma._protocol import Meet
 
@@ -89,14 +89,7 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
         prepare()
     tcl = _tcl
     assert tcl is not None
-    elements = meet.briefcase.folder(CODE)
-    if not elements:
-        raise AgentFailure("ag_tcl needs its script in the CODE folder "
-                           "(tacoma meet ag_tcl --code FILE)")
-    try:
-        script = b"\n".join(elements).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise AgentFailure(f"the CODE folder is not UTF-8 Tcl source: {exc}") from None
+    script = program_text(meet, "Tcl")
     bc = meet.briefcase
     failure: list[str] = []
 

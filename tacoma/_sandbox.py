@@ -30,6 +30,7 @@ This module is imported inside agent processes: standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -42,7 +43,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["die_with_parent", "enter", "plan_from_argv"]
+__all__ = ["cgroup_members", "die_with_parent", "enter", "kill_cgroup", "plan_from_argv"]
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
@@ -145,6 +146,27 @@ def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> None:
     _prctl(_PR_SET_PDEATHSIG, sig)
     if os.getppid() != parent:
         os._exit(70)  # the parent died before the death signal was armed
+
+
+def cgroup_members(cgroup: str) -> list[int]:
+    """The pids in a cgroup (none if it is gone)."""
+    try:
+        with open(os.path.join(cgroup, "cgroup.procs")) as f:
+            return [int(pid) for pid in f.read().split()]
+    except OSError:
+        return []
+
+
+def kill_cgroup(cgroup: str, rounds: int = 1000) -> None:
+    """SIGKILL every process in a cgroup, again while it refills (a fork bomb is bounded
+    by pids.max, so it cannot outlast the rounds)."""
+    for _ in range(rounds):
+        members = cgroup_members(cgroup)
+        if not members:
+            return
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def plan_from_argv() -> dict[str, Any]:

@@ -46,6 +46,7 @@ from typing import Any
 
 import msgpack
 
+from . import _sandbox
 from ._errors import (
     AgentFailed,
     AgentKilled,
@@ -152,21 +153,8 @@ class PidsCgroups:
                 place_dir.rmdir()
 
     @staticmethod
-    def _pids(path: Path) -> list[int]:
-        try:
-            return [int(p) for p in (path / "cgroup.procs").read_text().split()]
-        except FileNotFoundError:
-            return []
-
-    @classmethod
-    def _kill_sync(cls, path: Path) -> None:
-        for _ in range(1000):
-            pids = cls._pids(path)
-            if not pids:
-                break
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+    def _kill_sync(path: Path) -> None:
+        _sandbox.kill_cgroup(str(path))
         with contextlib.suppress(OSError):
             path.rmdir()
 
@@ -185,12 +173,9 @@ class PidsCgroups:
     async def destroy(self, path: Path) -> None:
         """Kill every process in the cgroup, wait until it is empty, and remove it."""
         for _ in range(500):
-            pids = self._pids(path)
-            if not pids:
+            if not _sandbox.cgroup_members(str(path)):
                 break
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            _sandbox.kill_cgroup(str(path), rounds=1)
             await asyncio.sleep(0.01)  # killed processes leave the cgroup once reaped
         for _ in range(100):
             try:

@@ -72,19 +72,8 @@ def _kill_everything(live: dict[int, str | None]) -> None:
     for pid, cgroup in live.items():
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)  # not reaped yet, so the pid is still ours
-        if cgroup is None:
-            continue
-        for _ in range(1000):  # a fork bomb may refill it a few times; it is bounded
-            try:
-                with open(os.path.join(cgroup, "cgroup.procs")) as f:
-                    pids = [int(p) for p in f.read().split()]
-            except OSError:
-                break
-            if not pids:
-                break
-            for member in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(member, signal.SIGKILL)
+        if cgroup is not None:
+            _sandbox.kill_cgroup(cgroup)
 
 
 def _become_worker(run: _agentside.Runner, plan: dict[str, object], fds: list[int],

@@ -180,5 +180,7 @@ def map_transport_errors(where: str) -> Iterator[None]:
     except (ConnectionRefusedError, TimeoutError, OSError) as exc:
         if isinstance(exc, ConnectionResetError | BrokenPipeError):
             raise ConnectionLost(f"{where}: connection lost ({exc.strerror or exc})") from exc
+        if isinstance(exc, TimeoutError) and not exc.strerror:
+            raise ConnectError(f"{where}: timed out (is the place up and reachable?)") from exc
         reason = exc.strerror or str(exc) or type(exc).__name__
         raise ConnectError(f"{where}: {reason}") from exc

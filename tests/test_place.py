@@ -490,3 +490,11 @@ def test_a_cancelled_meet_stops_its_agent(place: RunningPlace, drop_box: Path) -
         assert await tacoma.ameet(place.target("ag_echo"), {"OK": [b"1"]}) == {"OK": [b"1"]}
 
     asyncio.run(scenario())
+
+
+def test_a_place_that_never_answers_is_a_connect_timeout() -> None:
+    # A listening socket nobody accepts on: the connection is made, no Hello ever comes.
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = silent.getsockname()[1]
+        with pytest.raises(tacoma.ConnectError, match="timed out"):
+            tacoma.meet(f"ag_echo@127.0.0.1:{port}", {}, connect_timeout=1)

@@ -36,7 +36,8 @@ from ._protocol import (
     Role,
 )
 
-__all__ = ["AgentChannel", "AgentFailure", "serve_one"]
+__all__ = ["AgentChannel", "AgentFailure", "artifact_key", "program_bytes", "program_text",
+           "serve_one"]
 
 _READ = 256 * 1024
 
@@ -44,13 +45,16 @@ _READ = 256 * 1024
 class AgentFailure(Exception):
     """Ends the meet as failed: raised by `fail`, or by a language runner for an agent error.
 
-    `detail` is the agent's traceback or backtrace as its language wrote it (may be empty).
+    `detail` is the agent's traceback or backtrace as its language wrote it (may be empty);
+    `kind` is "agent-failed", or "agent-killed" where a worker saw its agent's own process
+    killed (ag_c runs the agent as a child).
     """
 
-    def __init__(self, message: str, detail: str = "") -> None:
+    def __init__(self, message: str, detail: str = "", kind: str = "agent-failed") -> None:
         super().__init__(message)
         self.message = message
         self.detail = detail
+        self.kind = kind
 
 
 class AgentChannel:
@@ -60,6 +64,7 @@ class AgentChannel:
         self.fd = fd
         self.conn = Connection(Role.WORKER, max_frame)
         self.place = ""
+        self.plan: dict[str, Any] = {}  # the sandbox plan this worker was started with
 
     def hello(self) -> None:
         """Tell the place this worker is ready."""
@@ -139,17 +144,36 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+def program_bytes(briefcase: Briefcase) -> bytes:
+    """The agent's program as bytes: the CODE folder's elements joined by newlines.
+
+    The place (to compile and cache it) and the worker (to find it in the cache) both take
+    a program from a briefcase with this one function, so both name it alike.
+    """
+    return b"\n".join(briefcase.folder(CODE))
+
+
+def artifact_key(build_id: str, program: bytes) -> str:
+    """The name of a compiled program in its language's cache: a hash of everything that
+    decides what the compiler makes of it (PAN names code by a cryptographic hash too)."""
+    import hashlib
+
+    digest = hashlib.sha256(build_id.encode("utf-8"))
+    digest.update(b"\0")
+    digest.update(program)
+    return digest.hexdigest()
+
+
 def program_text(meet: Meet, language: str) -> str:
     """The agent's source: the CODE folder's elements joined by newlines, as UTF-8 text.
 
     Raises AgentFailure, saying what is wrong, if there is none or it is not UTF-8.
     """
-    elements = meet.briefcase.folder(CODE)
-    if not elements:
+    if not meet.briefcase.folder(CODE):
         raise AgentFailure(f"{meet.agent} needs its {language} program in the CODE folder "
                            f"(tacoma meet {meet.agent} --code FILE)")
     try:
-        return b"\n".join(elements).decode("utf-8")
+        return program_bytes(meet.briefcase).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise AgentFailure(f"the CODE folder is not UTF-8 {language} source: {exc}") from None
 
@@ -192,6 +216,7 @@ def serve_one(run: Runner, plan: dict[str, Any],
     os.set_inheritable(fd, False)  # the agent's own children do not get it
     channel = AgentChannel(fd, int(plan["max_frame"]))
     channel.place = str(plan.get("place", ""))
+    channel.plan = plan
     channel.hello()
     try:
         meet = channel.wait_meet()
@@ -200,7 +225,7 @@ def serve_one(run: Runner, plan: dict[str, Any],
     try:
         reply: Result | Failed = Result(meet.rid, run(meet, channel))
     except AgentFailure as exc:
-        reply = Failed(meet.rid, "agent-failed", exc.message or "agent failed", exc.detail)
+        reply = Failed(meet.rid, exc.kind, exc.message or "agent failed", exc.detail)
     except Exception as exc:  # noqa: BLE001 - a runner bug: still answer the meet
         import traceback
 

@@ -9,6 +9,10 @@ A worker process must: call `tacoma._sandbox.enter` with the plan passed as its 
 argument, speak the worker side of the protocol on the file descriptor named in the plan
 (`tacoma._agentside.serve_one` does both for Python-hosted workers), run one meet, answer it
 with a Result or Failed, and exit.
+
+A compiled language also gives a `Build`: the place then compiles each new program before
+the meet reaches a worker, in a sandboxed process of its own, and keeps the output in a
+cache that only the place writes (see _builds); the worker finds it there by the same key.
 """
 
 from __future__ import annotations
@@ -21,9 +25,27 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["Interpreter", "discover_interpreters"]
+__all__ = ["Build", "Interpreter", "discover_interpreters"]
 
 log = logging.getLogger("tacoma.place")
+
+
+@dataclass(frozen=True, slots=True)
+class Build:
+    """How a compiled language turns an agent's program into what its worker runs.
+
+    source_name: the file the program (the CODE folder, see `_agentside.program_bytes`) is
+    written to in the build's private directory ("agent.c"); output_name: the file the
+    command makes there ("agent"); command: the argv that compiles one into the other,
+    run in that directory, confined like an agent; build_id: everything besides the program
+    that decides the output (compiler version, flags, headers), so that the cache key
+    changes with it; computed once per place.
+    """
+
+    source_name: str
+    output_name: str
+    command: Callable[[], list[str]]
+    build_id: Callable[[], str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +56,7 @@ class Interpreter:
     suffixes: file suffixes of installed agents it runs (".py"); worker_module: the module
     run by the place as the language's zygote; check: returns why the language cannot run
     here, or None when it can; version: the language implementation's version, for
-    `tacoma doctor`.
+    `tacoma doctor`; build: for a compiled language, how its programs are compiled.
     """
 
     language: str
@@ -43,6 +65,7 @@ class Interpreter:
     worker_module: str
     check: Callable[[], str | None] = field(default=lambda: None)
     version: Callable[[], str] = field(default=lambda: "")
+    build: Build | None = None
 
     def worker_argv(self) -> list[str]:
         """The command that starts one worker (the sandbox plan is appended to it).

@@ -28,7 +28,9 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
+from ._agentside import program_bytes
 from ._briefcase import CODE, Briefcase
+from ._builds import Builds
 from ._client import ClientCache, PlaceClient, split_target
 from ._errors import (
     LimitExceeded,
@@ -90,6 +92,7 @@ class Place:
         self.address = ""
         self.cgroups: PidsCgroups | None = None
         self.uids: AgentUids | None = None
+        self.builds = Builds(self.settings, 0o700)
         self._server: asyncio.AbstractServer | None = None
         self._ids = itertools.count(1)
         self._boot = f"{int(time.time()) & 0xFFFFFF:06x}"
@@ -110,7 +113,7 @@ class Place:
         # the state and work directories are then enterable (0711) but not listable.
         enterable = 0o711 if separate else 0o700
         for sub, mode in ((settings.state_dir, enterable), (settings.work_dir, enterable),
-                          (settings.agents_dir, 0o700)):
+                          (settings.cache_dir, enterable), (settings.agents_dir, 0o700)):
             sub.mkdir(parents=True, exist_ok=True, mode=mode)
             sub.chmod(mode)
         for leftover in settings.work_dir.iterdir():  # from a place that was killed
@@ -125,6 +128,7 @@ class Place:
         elif os.geteuid() == 0:
             log.warning("agents run as root (separate_uids is off): they can signal the "
                         "place and read whatever root may")
+        self.builds = Builds(settings, enterable)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: self._new_channel(), host, port, reuse_address=True, backlog=1024)
@@ -135,7 +139,10 @@ class Place:
             if problem is not None:
                 log.warning("%s cannot run here: %s", agent, problem)
                 continue
-            pool = WorkerPool(interpreter, settings, self.cgroups, self.uids, self.address)
+            pool = WorkerPool(interpreter, settings, self.cgroups, self.uids, self.address,
+                              self.builds)
+            if interpreter.build is not None:
+                self.builds.prune(interpreter)
             self.pools[agent] = pool
             pool.fill()
         log.info("place %s listening, state in %s, agents: %s", self.address,
@@ -176,6 +183,7 @@ class Place:
                 await asyncio.wait(late, timeout=10)
         for session in list(self.sessions):
             session.channel.close(f"place {self.address} is shutting down")
+        await self.builds.close()
         await asyncio.gather(*(pool.close() for pool in self.pools.values()),
                              return_exceptions=True)
         self._clients.close()
@@ -331,6 +339,10 @@ class Place:
         elif not briefcase.get(CODE):
             raise MeetError(f"{agent} needs its program in the CODE folder "
                             f"(tacoma meet {agent} --code FILE)")
+        if pool.interpreter.build is not None:
+            started = time.monotonic()
+            await self.builds.ensure(pool, program_bytes(briefcase), timeout)
+            timeout -= time.monotonic() - started
         worker = await pool.take()
         try:
             result = await worker.run(Meet(1, agent, briefcase), timeout, meet_id,

@@ -3,7 +3,7 @@
 Every worker process, whatever its language, calls `enter(plan)` first thing, before it says
 Hello to its place and long before any agent code runs (so none of this is on a meet's
 critical path: the pool pre-starts workers). The plan is made by the place
-(`_workers.sandbox_plan`) and passed as JSON on the command line. Later kernel layers
+(`_workers.WorkerPool.sandbox_plan`) and passed as JSON on the command line. Later kernel layers
 (namespaces, Landlock, seccomp) belong here too, so there is exactly one place to read to
 know what confines an agent.
 
@@ -43,7 +43,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["cgroup_members", "die_with_parent", "enter", "kill_cgroup", "plan_from_argv"]
+__all__ = ["cgroup_members", "describe_exit", "die_with_parent", "enter", "exec_plan",
+           "kill_cgroup", "plan_from_argv"]
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
@@ -169,9 +170,54 @@ def kill_cgroup(cgroup: str, rounds: int = 1000) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
+def exec_plan() -> None:
+    """Confine this process as the plan on the command line says, then exec its `argv`.
+
+    How the place runs a program other than a worker under an agent's confinement (a
+    compiler on an agent's source, say); never returns.
+    """
+    plan = plan_from_argv()
+    argv = [str(arg) for arg in plan["argv"]]
+    enter(plan)
+    try:
+        os.execvp(argv[0], argv)  # noqa: S606 - the place's own command, confined
+    except OSError as exc:
+        sys.stderr.write(f"tacoma: cannot run {argv[0]}: {exc.strerror or exc}\n")
+        os._exit(127)
+
+
 def plan_from_argv() -> dict[str, Any]:
     """The plan the place passed as the last command-line argument."""
     plan = json.loads(sys.argv[-1])
     if not isinstance(plan, dict):
         raise SystemExit("tacoma worker: expected a JSON sandbox plan as the last argument")
     return plan
+
+
+_SIGNALS = {s.value for s in signal.Signals}
+
+
+def describe_exit(returncode: int, cpu_seconds: int, cpu_used: float = 0.0) -> str:
+    """Why an agent's process ended without answering, in words."""
+    if returncode < 0 and cpu_used >= cpu_seconds:
+        # SIGXCPU, or SIGKILL at the hard limit where the runtime blocks SIGXCPU (Guile).
+        name = signal.Signals(-returncode).name if -returncode in _SIGNALS else "a signal"
+        return f"agent process killed by {name}: its CPU time limit of {cpu_seconds} s " \
+               "was reached"
+    if returncode < 0:
+        sig = -returncode
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        reasons: dict[int, str] = {
+            signal.SIGXCPU: f"its CPU time limit of {cpu_seconds} s was reached",
+            signal.SIGKILL: "out of memory, or killed from outside",
+            signal.SIGSEGV: "a segmentation fault (crash)",
+            signal.SIGABRT: "abort",
+            signal.SIGBUS: "a bus error (crash)",
+            signal.SIGXFSZ: "its file size limit was reached",
+        }
+        why = reasons.get(sig)
+        return f"agent process killed by {name}" + (f": {why}" if why else "")
+    return f"agent process exited with status {returncode} before answering"

@@ -62,7 +62,7 @@ class PlaceSettings:
 
     listen: HOST:PORT to accept meets on (port 0 picks a free one).
     state_dir: what the place keeps: installed agents (agents/), agents' working
-        directories while they run (work/).
+        directories while they run (work/), compiled programs (cache/).
     pool_size: pre-started workers kept ready per interpreter, so a meet hands its briefcase
         to a process that already exists (TACOMA's fix for fork and exec on the critical path).
     max_frame: largest frame, and so briefcase, accepted or sent, in bytes.
@@ -104,3 +104,7 @@ class PlaceSettings:
     @property
     def work_dir(self) -> Path:
         return self.state_dir / "work"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.state_dir / "cache"

@@ -40,9 +40,9 @@ import socket
 import stat
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 
@@ -56,11 +56,15 @@ from ._errors import (
     ProtocolError,
     error_from_wire,
 )
-from ._interpreter import Interpreter
+from ._interpreter import Interpreter, worker_sys_path
 from ._protocol import Event, Failed, Log, Meet, Result, Role
+from ._sandbox import describe_exit
 from ._settings import PlaceSettings
 from ._transport import Channel
 from ._zygote import MAX_CONTROL
+
+if TYPE_CHECKING:
+    from ._builds import Builds
 
 __all__ = ["PidsCgroups", "Worker", "WorkerPool"]
 
@@ -68,8 +72,9 @@ log = logging.getLogger("tacoma.place")
 
 #: Bytes of an agent's stdout/stderr returned with an error: enough for a traceback.
 OUTPUT_TAIL = 4096
-#: The failure kinds a worker may report; anything else it sends is an AgentFailed.
-WORKER_KINDS = frozenset({AgentFailed.kind, "limit-exceeded"})
+#: The failure kinds a worker may report about its own agent (a worker that runs the agent
+#: as a child process, as ag_c's does, reports its death); anything else is an AgentFailed.
+WORKER_KINDS = frozenset({AgentFailed.kind, AgentKilled.kind, "limit-exceeded"})
 #: Longest line an agent may write to the place's log, and how many lines and characters
 #: one meet may write in all (the log is the place's, not a channel for an agent to fill);
 #: past that its lines are counted, not written.
@@ -205,7 +210,7 @@ class AgentUids:
         self.base = self.BASE + (os.getpid() % 2048) * 65536
         self._n = 0
         self.cover = self.cover_plan([*self.interpreter_paths(), *module_paths,
-                                      str(settings.work_dir)])
+                                      str(settings.work_dir), str(settings.cache_dir)])
 
     def next(self) -> int:
         self._n = self._n % 65535 + 1
@@ -236,9 +241,6 @@ class AgentUids:
         return sorted(cover.items())
 
 
-_SIGNALS = {s.value for s in signal.Signals}
-
-
 def _user_process_count() -> int:
     uid = os.getuid()
     count = 0
@@ -248,32 +250,6 @@ def _user_process_count() -> int:
                 if entry.stat().st_uid == uid:
                     count += 1
     return count
-
-
-def describe_exit(returncode: int, cpu_seconds: int, cpu_used: float = 0.0) -> str:
-    """Why an agent's process ended without answering, in words."""
-    if returncode < 0 and cpu_used >= cpu_seconds:
-        # SIGXCPU, or SIGKILL at the hard limit where the runtime blocks SIGXCPU (Guile).
-        name = signal.Signals(-returncode).name if -returncode in _SIGNALS else "a signal"
-        return f"agent process killed by {name}: its CPU time limit of {cpu_seconds} s " \
-               "was reached"
-    if returncode < 0:
-        sig = -returncode
-        try:
-            name = signal.Signals(sig).name
-        except ValueError:
-            name = f"signal {sig}"
-        reasons: dict[int, str] = {
-            signal.SIGXCPU: f"its CPU time limit of {cpu_seconds} s was reached",
-            signal.SIGKILL: "out of memory, or killed from outside",
-            signal.SIGSEGV: "a segmentation fault (crash)",
-            signal.SIGABRT: "abort",
-            signal.SIGBUS: "a bus error (crash)",
-            signal.SIGXFSZ: "its file size limit was reached",
-        }
-        why = reasons.get(sig)
-        return f"agent process killed by {name}" + (f": {why}" if why else "")
-    return f"agent process exited with status {returncode} before answering"
 
 
 # --------------------------------------------------------------------------- zygotes
@@ -584,8 +560,9 @@ class WorkerPool:
 
     def __init__(self, interpreter: Interpreter, settings: PlaceSettings,
                  cgroups: PidsCgroups | None, uids: AgentUids | None,
-                 place_address: str) -> None:
+                 place_address: str, builds: Builds | None = None) -> None:
         self.interpreter = interpreter
+        self.builds = builds
         self.settings = settings
         self.cgroups = cgroups
         self.uids = uids
@@ -658,6 +635,79 @@ class WorkerPool:
                 self.zygote = zygote
             return self.zygote
 
+    def sandbox_plan(self, workdir: Path, uid: int | None, cgroup: Path | None) -> dict[str, Any]:
+        """What `_sandbox.enter` applies to a process of this pool's agents (or builds)."""
+        limits = self.settings.limits
+        return {
+            "workdir": str(workdir),
+            "env": {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir),
+                    "TMPDIR": str(workdir), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"},
+            "place": self.place_address,
+            "max_frame": self.settings.max_frame,
+            "cgroup": str(cgroup) if cgroup is not None else None,
+            "uid": uid,
+            "reveal": self.uids.cover if self.uids is not None else [],
+            "nproc": (limits.processes if uid is not None
+                      else None if os.geteuid() == 0
+                      else _user_process_count() + limits.processes),
+            "limits": {"cpu_seconds": limits.cpu_seconds,
+                       "memory_bytes": limits.memory_bytes,
+                       "file_bytes": limits.file_bytes,
+                       "open_files": limits.open_files},
+        }
+
+    @contextlib.asynccontextmanager
+    async def confined(self, argv: list[str], files: dict[str, bytes],
+                       timeout: float) -> AsyncIterator[tuple[int, Path, Path]]:
+        """Run `argv` confined like one of this pool's agents (own uid, cgroup, limits,
+        private directory holding `files`), and yield its exit status, its directory and
+        its output file, which are removed when the block ends.
+
+        For work the place does on an agent's behalf with the agent's input, such as
+        compiling its program. Raises MeetTimeout (the processes killed) after `timeout`.
+        """
+        settings = self.settings
+        workdir = Path(tempfile.mkdtemp(prefix=f"{self.interpreter.language}-build-",
+                                        dir=settings.work_dir))
+        output = workdir.with_name(workdir.name + ".out")
+        cgroup: Path | None = None
+        proc: asyncio.subprocess.Process | None = None
+        try:
+            uid = self.uids.next() if self.uids is not None else None
+            for name, data in files.items():
+                (workdir / name).write_bytes(data)
+                if uid is not None:
+                    os.chown(workdir / name, uid, uid)
+            if uid is not None:
+                os.chown(workdir, uid, uid)
+            if self.cgroups is not None:
+                cgroup = self.cgroups.create(settings.limits.processes)
+            plan = {**self.sandbox_plan(workdir, uid, cgroup), "argv": argv,
+                    "parent": os.getpid()}
+            boot = (f"import sys; sys.path[:0] = {worker_sys_path()!r}; "
+                    "from tacoma._sandbox import exec_plan; exec_plan()")
+            with open(output, "wb") as out:
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-I", "-S", "-B", "-c", boot, json.dumps(plan),
+                    cwd=workdir, env=plan["env"], stdin=asyncio.subprocess.DEVNULL,
+                    stdout=out, stderr=out, start_new_session=True)
+            try:
+                returncode = await asyncio.wait_for(proc.wait(), timeout)
+            except TimeoutError:
+                raise MeetTimeout(f"{argv[0]} did not finish within {timeout:g} s; "
+                                  "its processes were killed") from None
+            yield returncode, workdir, output
+        finally:
+            if proc is not None and proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                await proc.wait()
+            if cgroup is not None and self.cgroups is not None:
+                await self.cgroups.destroy(cgroup)
+            await asyncio.to_thread(shutil.rmtree, workdir, True)
+            with contextlib.suppress(OSError):
+                output.unlink()
+
     async def start_worker(self) -> Worker:
         """Fork a worker from the zygote, confined and connected, ready for one meet."""
         try:
@@ -683,24 +733,10 @@ class WorkerPool:
                 worker.cgroup = self.cgroups.create(limits.processes)
             cgroup = worker.cgroup
             ours, theirs = socket.socketpair()
-            plan = {
-                "workdir": str(workdir),
-                "env": {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir),
-                        "TMPDIR": str(workdir), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"},
-                "place": self.place_address,
-                "max_frame": settings.max_frame,
-                "cgroup": str(cgroup) if cgroup is not None else None,
-                "uid": uid,
-                "reveal": self.uids.cover if self.uids is not None else [],
-                "nproc": (limits.processes if uid is not None
-                          else None if os.geteuid() == 0
-                          else _user_process_count() + limits.processes),
-                "limits": {"cpu_seconds": limits.cpu_seconds,
-                           "memory_bytes": limits.memory_bytes,
-                           "file_bytes": limits.file_bytes,
-                           "open_files": limits.open_files},
-            }
-            with open(output, "wb") as out:
+            plan = self.sandbox_plan(workdir, uid, cgroup)
+            if self.builds is not None and self.interpreter.build is not None:
+                plan.update(self.builds.worker_plan(self.interpreter))
+            with open(output, "w+b") as out:  # w+: a worker may read back its own output
                 worker.pid, worker.exited = await zygote.spawn(plan, [theirs.fileno(),
                                                                        out.fileno()])
             theirs.close()

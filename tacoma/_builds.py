@@ -1,0 +1,188 @@
+"""Compiled programs: each compiled once, in a sandbox, into a cache only the place writes.
+
+For a language with a `Build` (C), a meet's program is compiled before the meet reaches a
+worker. The output is kept under `STATE/cache/LANGUAGE/KEY`, where KEY hashes the program
+together with the build's id (compiler version, flags, headers; see
+`_agentside.artifact_key`), so the second meet with the same source runs the cached binary,
+and a new compiler or header makes new keys rather than stale hits.
+
+Why the place and not the worker compiles: a cache entry is trusted by everyone who sends
+the same source. If agents could write the cache, one agent could replace the binary that
+another agent's identical program will run. So the compiler runs confined like an agent (a
+uid of its own, a pids cgroup, the agent limits, a private directory: `WorkerPool.confined`),
+and after it has exited and its cgroup is empty the place, alone, copies the output into
+the cache (owned by the place, 0755 files in 0711 directories: agents may run what they can
+name, not list or change it). Meets that want the same key while it compiles wait for that
+one compile. A compile error fails the meet (AgentFailed) with the compiler's messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+from ._agentside import artifact_key
+from ._errors import AgentFailed, AgentKilled, MeetTimeout, PlaceUnavailable
+from ._interpreter import Interpreter
+from ._sandbox import describe_exit
+from ._settings import PlaceSettings
+from ._workers import WorkerPool
+
+__all__ = ["Builds"]
+
+log = logging.getLogger("tacoma.place")
+
+#: Compiled programs kept per language; past it the least recently used are removed when
+#: the place starts.
+MAX_CACHED = 1000
+#: How much of a compiler's output comes back with a compile error: the first errors are
+#: the ones that matter, so this is the head of it, not the tail.
+COMPILER_OUTPUT = 8192
+#: A cache hit older than this has its time refreshed, for the start-up pruning.
+TOUCH_AFTER = 3600.0
+
+
+class Builds:
+    """The compiled-program cache of one place."""
+
+    def __init__(self, settings: PlaceSettings, mode: int) -> None:
+        self.settings = settings
+        self.mode = mode  # of the cache directories: 0711 with separate uids, else 0700
+        self._ids: dict[str, str] = {}
+        self._compiling: dict[Path, asyncio.Task[None]] = {}
+        self.compiles = 0  # how many compiles ran: tests check the cache with it
+
+    def directory(self, interpreter: Interpreter) -> Path:
+        path = self.settings.cache_dir / interpreter.language
+        path.mkdir(mode=self.mode, parents=True, exist_ok=True)
+        return path
+
+    def build_id(self, interpreter: Interpreter) -> str:
+        if interpreter.language not in self._ids:
+            assert interpreter.build is not None
+            self._ids[interpreter.language] = interpreter.build.build_id()
+        return self._ids[interpreter.language]
+
+    def worker_plan(self, interpreter: Interpreter) -> dict[str, Any]:
+        """What a worker of a compiled language needs to find programs in the cache."""
+        return {"artifacts": str(self.directory(interpreter)),
+                "build_id": self.build_id(interpreter)}
+
+    def prune(self, interpreter: Interpreter) -> None:
+        """Keep the MAX_CACHED most recently used programs of a language."""
+        entries = []
+        for entry in os.scandir(self.directory(interpreter)):
+            with contextlib.suppress(OSError):
+                if entry.name.startswith("."):  # a copy left half-made by a killed place
+                    os.unlink(entry.path)
+                else:
+                    entries.append((entry.stat().st_mtime, entry.path))
+        entries.sort(reverse=True)
+        for _, path in entries[MAX_CACHED:]:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+    async def ensure(self, pool: WorkerPool, program: bytes, timeout: float) -> Path:
+        """The cached build of `program`, compiled now if it is not cached yet."""
+        interpreter = pool.interpreter
+        path = self.directory(interpreter) / artifact_key(self.build_id(interpreter), program)
+        try:
+            mtime = path.stat().st_mtime
+        except FileNotFoundError:
+            pass
+        else:
+            if time.time() - mtime > TOUCH_AFTER:
+                with contextlib.suppress(OSError):
+                    os.utime(path)
+            return path
+        task = self._compiling.get(path)
+        if task is None:
+            task = asyncio.ensure_future(self._compile(pool, program, path, timeout))
+            self._compiling[path] = task
+            task.add_done_callback(lambda t: self._done(path, t))
+        # Shielded: a caller that gives up does not stop the compile others may wait for
+        # (it is bounded by its own timeout, and by close()).
+        try:
+            await asyncio.wait_for(asyncio.shield(task), timeout)
+        except TimeoutError:
+            raise MeetTimeout(f"the {interpreter.language} program did not compile within "
+                              f"{timeout:g} s") from None
+        return path
+
+    def _done(self, path: Path, task: asyncio.Task[None]) -> None:
+        self._compiling.pop(path, None)
+        if not task.cancelled():
+            task.exception()  # retrieved: the waiters got it, if any were left
+
+    async def _compile(self, pool: WorkerPool, program: bytes, path: Path,
+                       timeout: float) -> None:
+        build = pool.interpreter.build
+        assert build is not None
+        language = pool.interpreter.language
+        self.compiles += 1
+        started = time.monotonic()
+        async with pool.confined(build.command(), {build.source_name: program},
+                                 timeout) as (returncode, workdir, output):
+            messages = _head(output)
+            if returncode != 0:
+                if returncode < 0:
+                    raise AgentKilled(f"the {language} compiler was killed: " + describe_exit(
+                        returncode, self.settings.limits.cpu_seconds), messages)
+                raise AgentFailed(_first_error(messages, language), messages)
+            try:
+                data = _read_regular(workdir / build.output_name)
+            except OSError as exc:
+                raise PlaceUnavailable(f"the {language} compiler made no program: {exc}",
+                                       messages) from None
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o755)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.chmod(partial, 0o755)  # noqa: S103 - agents run it; only the place writes it
+            os.replace(partial, path)  # atomic: a worker sees the whole program or none
+        except BaseException:
+            with contextlib.suppress(OSError):
+                partial.unlink()
+            raise
+        log.info("compiled a %s program (%d bytes of source) in %.0f ms: %s", language,
+                 len(program), (time.monotonic() - started) * 1000, path.name[:16])
+
+    async def close(self) -> None:
+        for task in list(self._compiling.values()):
+            task.cancel()
+        if self._compiling:
+            await asyncio.wait(list(self._compiling.values()), timeout=10)
+
+
+def _read_regular(path: Path) -> bytes:
+    """A file the sandboxed compiler made, refusing links and anything but a regular file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(f"{path.name} is not a regular file")
+        return f.read()
+
+
+def _head(output: Path) -> str:
+    try:
+        with open(output, "rb") as f:
+            data = f.read(COMPILER_OUTPUT + 1)
+    except OSError:
+        return ""
+    text = data[:COMPILER_OUTPUT].decode("utf-8", "replace").rstrip()
+    return text + ("\n..." if len(data) > COMPILER_OUTPUT else "")
+
+
+def _first_error(messages: str, language: str) -> str:
+    """The message of a failed compile: its first error line, as the compiler wrote it."""
+    for line in messages.splitlines():
+        if "error" in line.lower():
+            return f"the {language.capitalize()} program does not compile: {line.strip()}"
+    return f"the {language.capitalize()} program does not compile"

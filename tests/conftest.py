@@ -45,13 +45,14 @@ class RunningPlace:
         return self.proc.wait(timeout)
 
 
-def launch_place(state_dir: Path, *flags: str, timeout: float = 30) -> RunningPlace:
+def launch_place(state_dir: Path, *flags: str, timeout: float = 30,
+                 quiet: bool = True) -> RunningPlace:
     # The log goes to a file: a pipe nobody drains would block a chatty place.
     log_path = state_dir.parent / f"{state_dir.name}.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "tacoma", "place", "--listen", "127.0.0.1:0",
-             "--state-dir", str(state_dir), "-q", *flags],
+             "--state-dir", str(state_dir), *(["-q"] if quiet else []), *flags],
             stdout=subprocess.PIPE, stderr=log, text=True)
     assert proc.stdout is not None
     selector = selectors.DefaultSelector()

@@ -28,7 +28,7 @@ def _language(name: str) -> object:
                                                        reason=f"ag_{name}: {problem}"))
 
 
-LANGUAGE_NAMES = ["python", "tcl", "scheme"]
+LANGUAGE_NAMES = ["python", "tcl", "scheme", "c"]
 LANGUAGES = [_language(name) for name in LANGUAGE_NAMES]
 
 AGENTS: dict[str, dict[str, str]] = {
@@ -54,6 +54,20 @@ AGENTS: dict[str, dict[str, str]] = {
             '(bc-replace "NAMES" names)\n'
             '(bc-replace "R" (list "a" "b"))\n'
             '(bc-remove "X")\n'),
+        "c": (
+            '#include <tacoma.h>\n'
+            'int main(void) {\n'
+            '    tc_list names, in;\n'
+            '    tc_folders(TC_SELF, &names);\n'
+            '    tc_folder(TC_SELF, "IN", &in);\n'
+            '    for (size_t i = 0; i < in.count; i++)\n'
+            '        tc_append(TC_SELF, "OUT", in.items[i].data, in.items[i].len);\n'
+            '    tc_replace(TC_SELF, "NAMES", names.items, names.count);\n'
+            '    tc_elem r[2] = {{(unsigned char *)"a", 1}, {(unsigned char *)"b", 1}};\n'
+            '    tc_replace(TC_SELF, "R", r, 2);\n'
+            '    tc_remove(TC_SELF, "X");\n'
+            '    return 0;\n'
+            '}\n'),
     },
     # Text in, text out: UTF-8 both ways.
     "text": {
@@ -61,6 +75,15 @@ AGENTS: dict[str, dict[str, str]] = {
         "tcl": 'foreach n [bc_text NAME] { bc_append_text GREETING "hello, $n" }\n',
         "scheme": ('(for-each (lambda (n) (bc-append "GREETING" (string-append "hello, " n)))'
                    ' (bc-text "NAME"))\n'),
+        "c": ('#include <tacoma.h>\n'
+              'int main(void) {\n'
+              '    tc_list n;\n'
+              '    tc_folder(TC_SELF, "NAME", &n);\n'
+              '    for (size_t i = 0; i < n.count; i++)\n'
+              '        tc_append_textf(TC_SELF, "GREETING", "hello, %s",\n'
+              '                        (char *)n.items[i].data);\n'
+              '    return 0;\n'
+              '}\n'),
     },
     # Meet the null agent, and catch an unknown agent's error.
     "meet": {
@@ -83,40 +106,80 @@ AGENTS: dict[str, dict[str, str]] = {
             '(catch \'tacoma (lambda () (meet "ag_missing"))\n'
             '  (lambda (key kind message) (bc-append "CAUGHT" message)))\n'
             '(bc-append "ID" (meet "ag_echo" \'() #:async #t))\n'),
+        "c": (
+            '#include <tacoma.h>\n'
+            'int main(void) {\n'
+            '    tc_bc b = tc_new();\n'
+            '    tc_append_text(b, "P", "ping");\n'
+            '    tc_bc r = tc_meet("ag_echo", b, 0);\n'
+            '    tc_list p;\n'
+            '    if (r == TC_ERROR || tc_folder(r, "P", &p) != 0) tc_fail("%s", tc_error());\n'
+            '    tc_replace(TC_SELF, "ECHO", p.items, p.count);\n'
+            '    if (tc_meet("ag_missing", tc_new(), 0) == TC_ERROR)\n'
+            '        tc_append_text(TC_SELF, "CAUGHT", tc_error());\n'
+            '    char id[128];\n'
+            '    if (tc_meet_async("ag_echo", tc_new(), 0, id, sizeof id) != 0)\n'
+            '        tc_fail("%s", tc_error());\n'
+            '    tc_append_text(TC_SELF, "ID", id);\n'
+            '    return 0;\n'
+            '}\n'),
     },
     "fail": {
         "python": 'fail("no luck today")\n',
         "tcl": 'fail "no luck today"\n',
         "scheme": '(fail "no luck today")\n',
+        "c": '#include <tacoma.h>\nint main(void) { tc_fail("no luck today"); }\n',
     },
     "error": {
         "python": 'def inner():\n    raise ValueError("bad thing")\ninner()\n',
         "tcl": 'proc inner {} { error "bad thing" }\ninner\n',
         # Not a tail call, so that inner's frame is in the backtrace.
         "scheme": '(define (inner) (error "bad thing") #t)\n(inner)\n',
+        # C has no exceptions: an agent reports its error and aborts (as assert does).
+        "c": ('#include <tacoma.h>\n'
+              'void inner(void) { fprintf(stderr, "bad thing\\n"); abort(); }\n'
+              'int main(void) { inner(); return 0; }\n'),
     },
     "loop": {
         "python": "while True:\n    pass\n",
         "tcl": "while 1 {}\n",
         "scheme": "(let loop () (loop))\n",
+        "c": '#include <tacoma.h>\nint main(void) { volatile long x = 0; for (;;) x++; }\n',
     },
     "output": {
         "python": 'import sys\nwhile True:\n    sys.stdout.write("x" * 65536)\n',
         "tcl": "while 1 { puts [string repeat x 65536] }\n",
         "scheme": "(let loop () (display (make-string 65536 #\\x)) (force-output) (loop))\n",
+        "c": ('#include <tacoma.h>\n'
+              'int main(void) {\n'
+              '    static char buf[65536];\n'
+              '    memset(buf, 120, sizeof buf);\n'
+              '    for (;;)\n'
+              '        if (fwrite(buf, 1, sizeof buf, stdout) != sizeof buf || fflush(stdout))\n'
+              '            tc_fail("%s", strerror(errno));\n'
+              '}\n'),
     },
     "memory": {
         "python": "hog = []\nwhile True:\n    hog.append(bytearray(16 * 1024 * 1024))\n",
         "tcl": "set s [string repeat x 1048576]\nwhile 1 { append s $s }\n",
         "scheme": ("(let loop ((hog '()))\n"
                    "  (loop (cons (make-bytevector (* 16 1024 1024) 1) hog)))\n"),
+        "c": ('#include <tacoma.h>\n'
+              'int main(void) {\n'
+              '    for (;;) {\n'
+              '        char *p = malloc(16 << 20);\n'
+              '        if (p == NULL) tc_fail("out of memory");\n'
+              '        memset(p, 1, 16 << 20);\n'
+              '    }\n'
+              '}\n'),
     },
 }
 
 
 #: What shows the language's own trace came back: the function the error came from, or
 #: (Guile's interpreted code has no procedure names in its frames) Guile's backtrace.
-TRACE_MARK = {"python": "inner", "tcl": 'procedure "inner"', "scheme": "In ice-9/"}
+TRACE_MARK = {"python": "inner", "tcl": 'procedure "inner"', "scheme": "In ice-9/",
+              "c": "inner at agent.c:2"}
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +259,7 @@ def test_every_language_has_every_case() -> None:
 
 def test_hello_examples(place: RunningPlace) -> None:
     examples = Path(__file__).parent.parent / "examples" / "hello"
-    for language, suffix in (("python", "py"), ("tcl", "tcl"), ("scheme", "scm")):
+    for language, suffix in (("python", "py"), ("tcl", "tcl"), ("scheme", "scm"), ("c", "c")):
         if _INSTALLED[f"ag_{language}"].check() is not None:
             continue  # reported by the skipped parameters above
         code = (examples / f"hello.{suffix}").read_text()
@@ -204,3 +267,18 @@ def test_hello_examples(place: RunningPlace) -> None:
                              code=code)
         assert result.text("GREETING") == [f"hello, world from {language}",
                                            f"hello, Tromsø from {language}"]
+
+
+def test_relay_example(place: RunningPlace) -> None:
+    """examples/relay: Python meets Tcl meets Scheme meets C; the trail comes back."""
+    missing = [n for n in LANGUAGE_NAMES if _INSTALLED[f"ag_{n}"].check() is not None]
+    if missing:
+        pytest.skip(f"the relay needs every language; missing: {', '.join(missing)}")
+    relay = Path(__file__).parent.parent / "examples" / "relay"
+    result = tacoma.meet(place.target("ag_python"), {
+        "TCL": [(relay / "relay.tcl").read_bytes()],
+        "SCHEME": [(relay / "relay.scm").read_bytes()],
+        "C": [(relay / "relay.c").read_bytes()],
+    }, code=(relay / "relay.py").read_text(), timeout=60)
+    assert result.text("TRAIL") == [f"{language} at {place.address}"
+                                    for language in ("python", "tcl", "scheme", "c")]

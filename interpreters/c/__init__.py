@@ -1,0 +1,71 @@
+"""ag_c: agents written in C, compiled by the system's cc and cached by content hash.
+
+The CODE folder holds one C source file that includes <tacoma.h> (include/tacoma.h, put on
+the compiler's include path here). The place compiles it once, confined like an agent, into
+its cache (tacoma/_builds.py); each meet then runs the cached binary as a child of a
+pre-started worker, which holds the briefcases and answers the binary's agent API calls
+(see _worker.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+
+from tacoma._interpreter import Build, Interpreter
+
+INCLUDE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
+#: -g and frame pointers: a crash's backtrace names the agent's functions and lines.
+FLAGS = ("-std=gnu17", "-O2", "-g", "-fno-omit-frame-pointer", "-Wall")
+LIBS = ("-lm",)
+INSTALL_HINT = "install a C compiler (Debian: apt-get install gcc libc6-dev)"
+
+
+def _compiler() -> str | None:
+    return shutil.which("cc") or shutil.which("gcc")
+
+
+def _check() -> str | None:
+    if _compiler() is None:
+        return f"no C compiler (cc) on PATH; {INSTALL_HINT}"
+    if not os.path.isfile(os.path.join(INCLUDE, "tacoma.h")):
+        return f"tacoma.h is missing from {INCLUDE}; reinstall tacoma"
+    return None
+
+
+@functools.cache
+def _version() -> str:
+    cc = _compiler()
+    if cc is None:
+        return ""
+    out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=10,  # noqa: S603 - the compiler, found on PATH
+                         check=False)
+    return out.stdout.splitlines()[0].strip() if out.stdout else os.path.basename(cc)
+
+
+def _command() -> list[str]:
+    cc = _compiler()
+    if cc is None:
+        raise LookupError(f"no C compiler; {INSTALL_HINT}")
+    return [cc, *FLAGS, "-I", INCLUDE, "-o", "agent", "agent.c", *LIBS]
+
+
+def _build_id() -> str:
+    with open(os.path.join(INCLUDE, "tacoma.h"), "rb") as f:
+        header = hashlib.sha256(f.read()).hexdigest()
+    return "\n".join([_version(), *_command(), f"tacoma.h {header}"])
+
+
+interpreter = Interpreter(
+    language="c",
+    agent="ag_c",
+    suffixes=(".c",),
+    worker_module="tacoma.interpreters.c._worker",
+    check=_check,
+    version=_version,
+    build=Build(source_name="agent.c", output_name="agent", command=_command,
+                build_id=_build_id),
+)

@@ -1,0 +1,330 @@
+"""The ag_c worker: runs one compiled C agent as its child and serves its agent API calls.
+
+Run by the place as this language's zygote (tacoma/_zygote.py). A forked worker is confined
+before the meet arrives, like every worker; on the meet it finds the program the place
+compiled (the cache key is the same hash of the CODE folder the place used), starts it with
+posix_spawn, and answers its calls until it exits. The binary inherits the worker's
+confinement (uid, cgroup, limits, working directory, no_new_privs) and its stdout and
+stderr (the meet's output file).
+
+The worker keeps the briefcases; the C side holds handles (0 is the agent's own). Each call
+is a message of byte strings, a big-endian u32 count and then each part as a big-endian u32
+length and the bytes, and gets one in reply: `ok VALUES...` or `error KIND MESSAGE`.
+
+    folders H               -> the folder names          new            -> a new handle
+    folder H NAME           -> the elements               free H
+    append H NAME BYTES                                   meet TARGET H MODE TIMEOUT
+    replace H NAME ELEMS...                                   -> a handle (sync) or meet id
+    remove H NAME                                         log LEVEL MESSAGE
+    place                   -> the place's address        fail MESSAGE
+
+How the meet ends: exit status 0 returns handle 0; `fail` fails the meet with its message;
+another status fails it saying so; death by a crash signal fails it with the signal, the
+last line the agent wrote and the backtrace tacoma.h printed; death at a limit (CPU time,
+SIGKILL) is reported as AgentKilled.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import subprocess
+
+from tacoma import _zygote as zygote
+from tacoma._agentside import AgentChannel, AgentFailure, artifact_key, program_bytes
+from tacoma._briefcase import CODE, Briefcase
+from tacoma._errors import MeetError
+from tacoma._protocol import Meet
+from tacoma._sandbox import describe_exit
+
+#: What tacoma.h writes before a crash's backtrace.
+CRASH_MARKER = "--- tacoma: the C agent crashed; backtrace:"
+#: Signals that mean the agent crashed (its own fault), not that it was stopped at a limit.
+CRASHES = {signal.SIGSEGV: "segmentation fault", signal.SIGABRT: "abort",
+           signal.SIGBUS: "bus error", signal.SIGFPE: "arithmetic error",
+           signal.SIGILL: "illegal instruction"}
+#: Output returned with a failure: enough for a backtrace.
+OUTPUT_TAIL = 4096
+
+
+class _Agent:
+    """One running C agent: its briefcases and its end of the call socket."""
+
+    def __init__(self, meet: Meet, channel: AgentChannel, sock: socket.socket) -> None:
+        self.channel = channel
+        self.sock = sock
+        self.briefcases: dict[int, Briefcase] = {0: meet.briefcase}
+        self.next_handle = 1
+        self.failure: str | None = None
+        self.max_part = channel.conn.max_frame
+        self._buffer = bytearray()
+
+    # -- framing
+    def receive(self) -> list[bytes] | None:
+        """The next complete request, or None if more bytes are needed; EOFError at the end."""
+        data = self.sock.recv(1 << 18)
+        if not data:
+            raise EOFError
+        self._buffer += data
+        return self._parse()
+
+    def _parse(self) -> list[bytes] | None:
+        buf = self._buffer
+        if len(buf) < 4:
+            return None
+        count = int.from_bytes(buf[:4], "big")
+        offset, parts = 4, []
+        for _ in range(count):
+            if len(buf) < offset + 4:
+                return None
+            length = int.from_bytes(buf[offset:offset + 4], "big")
+            if length > self.max_part:
+                raise AgentFailure(f"the C agent sent a part of {length:,} bytes, over the "
+                                   f"largest briefcase of {self.max_part:,}")
+            if len(buf) < offset + 4 + length:
+                return None
+            parts.append(bytes(buf[offset + 4:offset + 4 + length]))
+            offset += 4 + length
+        del buf[:offset]
+        return parts
+
+    def send(self, parts: list[bytes]) -> None:
+        out = bytearray(len(parts).to_bytes(4, "big"))
+        for part in parts:
+            out += len(part).to_bytes(4, "big")
+            out += part
+        self.sock.sendall(out)
+
+    def pending(self) -> list[bytes] | None:
+        """A request already buffered, if a whole one is."""
+        return self._parse()
+
+    # -- calls
+    def answer(self, request: list[bytes]) -> None:
+        try:
+            reply = [b"ok", *self._call(request)]
+        except MeetError as exc:
+            reply = [b"error", exc.kind.encode(), exc.message.encode("utf-8", "replace")]
+        except (ValueError, KeyError, IndexError, UnicodeDecodeError) as exc:
+            reply = [b"error", b"bad-argument", str(exc).encode("utf-8", "replace")]
+        self.send(reply)
+
+    def _briefcase(self, handle: bytes) -> Briefcase:
+        try:
+            return self.briefcases[int(handle)]
+        except (KeyError, ValueError):
+            raise ValueError(f"no briefcase with handle {handle.decode(errors='replace')}") \
+                from None
+
+    def _call(self, request: list[bytes]) -> list[bytes]:
+        if not request:
+            raise ValueError("empty request")
+        op, args = request[0].decode(), request[1:]
+        if op == "folders":
+            return [name.encode() for name in self._briefcase(args[0]).folders()]
+        if op == "folder":
+            return list(self._briefcase(args[0]).folder(args[1].decode()))
+        if op == "append":
+            self._briefcase(args[0]).append(args[1].decode(), args[2])
+            return []
+        if op == "replace":
+            self._briefcase(args[0]).replace(args[1].decode(), list(args[2:]))
+            return []
+        if op == "remove":
+            self._briefcase(args[0]).remove(args[1].decode())
+            return []
+        if op == "new":
+            return [self._new(Briefcase())]
+        if op == "free":
+            handle = int(args[0])
+            if handle == 0:
+                raise ValueError("the agent's own briefcase (TC_SELF) cannot be freed")
+            self._briefcase(args[0])
+            del self.briefcases[handle]
+            return []
+        if op == "meet":
+            target, bc, mode = args[0].decode(), self._briefcase(args[1]), args[2].decode()
+            timeout = float(args[3]) or None
+            answer = self.channel.meet(target, bc.copy(), mode, timeout)
+            if isinstance(answer, Briefcase):
+                return [self._new(answer)]
+            return [answer.encode()]
+        if op == "log":
+            self.channel.log(args[1].decode("utf-8", "replace"), args[0].decode() or "info")
+            return []
+        if op == "fail":
+            self.failure = args[0].decode("utf-8", "replace")
+            return []
+        if op == "place":
+            return [self.channel.place.encode()]
+        raise ValueError(f"unknown call {op!r}")
+
+    def _new(self, briefcase: Briefcase) -> bytes:
+        handle = self.next_handle
+        self.next_handle += 1
+        self.briefcases[handle] = briefcase
+        return str(handle).encode()
+
+
+def _program(meet: Meet, channel: AgentChannel) -> str:
+    if not meet.briefcase.folder(CODE):
+        raise AgentFailure(f"{meet.agent} needs its C program in the CODE folder "
+                           f"(tacoma meet {meet.agent} --code FILE)")
+    plan = channel.plan
+    key = artifact_key(str(plan["build_id"]), program_bytes(meet.briefcase))
+    path = os.path.join(str(plan["artifacts"]), key)
+    if not os.path.isfile(path):
+        raise AgentFailure(f"the compiled program {key[:16]} is not in the place's cache")
+    return path
+
+
+def _output_tail(start: int) -> str:
+    """What the agent wrote to the meet's output (our stdout) since offset `start`."""
+    try:
+        end = os.fstat(1).st_size
+        begin = max(start, end - OUTPUT_TAIL)
+        data = os.pread(1, end - begin, begin)
+    except OSError:
+        return ""
+    text = data.decode("utf-8", "replace")
+    return ("...\n" if begin > start else "") + text.strip()
+
+
+_FRAME = re.compile(r"^agent\(\+0x([0-9a-f]+)\)\[0x[0-9a-f]+\]$")
+#: A library's frame with a symbol: `/lib/.../libc.so.6(abort+0xd3)[0x...]`.
+_LIBRARY_FRAME = re.compile(r"^(/[^(]+)\(([A-Za-z_][\w.]*)\+0x[0-9a-f]+\)\[0x[0-9a-f]+\]$")
+
+
+def _symbolize(output: str, program: str) -> str:
+    """The crash backtrace with the agent's own frames as `function at agent.c:LINE`.
+
+    tacoma.h's handler writes raw frames (`agent(+0x12d9)[0x...]`): glibc names only
+    exported functions, and then without lines. addr2line reads the program's debug
+    information (it is compiled with -g) instead. Frames inside tacoma.h's handler are
+    left out; libc's frames stay as they are. Without addr2line the raw frames are kept.
+    """
+    head, marker, frames = output.rpartition(CRASH_MARKER)
+    lines = [line.strip() for line in frames.splitlines() if line.strip()]
+    addr2line = shutil.which("addr2line")
+    if not marker or addr2line is None:
+        return output
+    # Frame 0 is the handler, 1 the kernel's signal return, 2 the instruction that was
+    # interrupted; the rest are return addresses, which point after their call: the
+    # call's own line is one byte before.
+    wanted = [(i, int(m.group(1), 16) - (i != 2)) for i, line in enumerate(lines)
+              if (m := _FRAME.match(line))]
+    if not wanted:
+        return output
+    args = [addr2line, "-a", "-f", "-i", "-C", "-e", program, *(hex(a) for _, a in wanted)]
+    try:
+        found = subprocess.run(args, capture_output=True, text=True, timeout=10,  # noqa: S603 - a fixed tool on our own binary
+                               check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return output
+    names: list[list[str]] = []
+    pending = ""
+    for line in found.splitlines():
+        if line.startswith("0x"):
+            names.append([])
+        elif not pending:
+            pending = line
+        elif names:
+            where = os.path.basename(line.split(" (discriminator")[0])
+            if not pending.startswith("tc__"):  # tacoma.h's own frames
+                names[-1].append(f"  {pending}" + (f" at {where}" if "?" not in where else ""))
+            pending = ""
+    if len(names) != len(wanted):
+        return output
+    resolved = dict(zip((i for i, _ in wanted), names, strict=True))
+    out = []
+    for i, line in enumerate(lines):
+        if i in resolved:
+            out.extend(resolved[i])
+        elif (lib := _LIBRARY_FRAME.match(line)) is not None:
+            out.append(f"  {lib.group(2)} in {os.path.basename(lib.group(1))}")
+    return head + marker + "\n" + "\n".join(out)
+
+
+def _crash_message(name: str, why: str, output: str) -> str:
+    """'C agent crashed (SIGABRT, abort): <the last line it wrote before the crash>'."""
+    before = output.rsplit(CRASH_MARKER, 1)[0] if CRASH_MARKER in output else output
+    lines = [line.strip() for line in before.splitlines() if line.strip() and line != "..."]
+    message = f"C agent crashed ({name}, {why})"
+    return f"{message}: {lines[-1]}" if lines else message
+
+
+def run(meet: Meet, channel: AgentChannel) -> Briefcase:
+    path = _program(meet, channel)
+    ours, theirs = socket.socketpair()
+    os.set_inheritable(theirs.fileno(), True)
+    env = {**os.environ, "TACOMA_FD": str(theirs.fileno()), "TACOMA_PLACE": channel.place}
+    try:
+        output_start = os.fstat(1).st_size
+    except OSError:
+        output_start = 0
+    try:
+        # SIGPIPE back to its default (Python ignores it); SIGXFSZ stays ignored, so that
+        # writing past the file-size limit is an error the agent sees, as in every language.
+        pid = os.posix_spawn(path, ["agent"], env, setsigdef=(signal.SIGPIPE,))
+    except OSError as exc:
+        raise AgentFailure(f"cannot start the C agent: {exc.strerror or exc}") from None
+    finally:
+        theirs.close()
+    agent = _Agent(meet, channel, ours)
+    exited = os.pidfd_open(pid)
+    try:
+        _serve(agent, exited)
+    finally:
+        ours.close()
+        os.close(exited)
+    _, status, usage = os.wait4(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if agent.failure is not None:
+        raise AgentFailure(agent.failure)
+    if code == 0:
+        return agent.briefcases[0]
+    output = _output_tail(output_start)
+    if code < 0 and -code in CRASHES:
+        name = signal.Signals(-code).name
+        raise AgentFailure(_crash_message(name, CRASHES[signal.Signals(-code)], output),
+                           _symbolize(output, path))
+    cpu_seconds = int(channel.plan.get("limits", {}).get("cpu_seconds", 0))
+    cpu_used = usage.ru_utime + usage.ru_stime
+    if code < 0:
+        raise AgentFailure(describe_exit(code, cpu_seconds, cpu_used).replace(
+            "agent process", "C agent"), output, kind="agent-killed")
+    raise AgentFailure(f"C agent exited with status {code}", output)
+
+
+def _serve(agent: _Agent, exited: int) -> None:
+    """Answer the agent's calls until its process exits (not merely closes the socket: a
+    child it left behind holding the socket does not keep the meet open)."""
+    sock = agent.sock.fileno()
+    while True:
+        readable, _, _ = select.select([sock, exited], [], [])
+        if sock in readable:
+            try:
+                request = agent.receive()
+            except (EOFError, ConnectionError):
+                select.select([exited], [], [])  # the socket closed; wait for the exit
+                return
+            try:
+                while request is not None:
+                    agent.answer(request)
+                    request = agent.pending()
+            except OSError:  # it died before taking its reply
+                select.select([exited], [], [])
+                return
+        elif exited in readable:
+            return
+
+
+#: Run once before the worker is ready: decoding and answering a call, no process.
+WARM_UP = None
+
+if __name__ == "__main__":
+    zygote.main(run, WARM_UP)

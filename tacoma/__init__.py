@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from ._errors import TacomaError as TacomaError
     from ._errors import TransportError as TransportError
     from ._errors import UnknownAgent as UnknownAgent
+    from ._interpreter import Build as Build
     from ._interpreter import Interpreter as Interpreter
     from ._place import Place as Place
     from ._settings import Limits as Limits
@@ -67,6 +68,7 @@ _EXPORTS: dict[str, str] = {
     "TacomaError": "_errors",
     "TransportError": "_errors",
     "UnknownAgent": "_errors",
+    "Build": "_interpreter",
     "Interpreter": "_interpreter",
     "Place": "_place",
     "Limits": "_settings",

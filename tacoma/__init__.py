@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ._client import meet as meet
     from ._errors import AgentFailed as AgentFailed
     from ._errors import AgentKilled as AgentKilled
+    from ._errors import CabinetError as CabinetError
     from ._errors import ConnectError as ConnectError
     from ._errors import ConnectionLost as ConnectionLost
     from ._errors import LimitExceeded as LimitExceeded
@@ -56,6 +57,7 @@ _EXPORTS: dict[str, str] = {
     "meet": "_client",
     "AgentFailed": "_errors",
     "AgentKilled": "_errors",
+    "CabinetError": "_errors",
     "ConnectError": "_errors",
     "ConnectionLost": "_errors",
     "LimitExceeded": "_errors",

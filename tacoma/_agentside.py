@@ -130,6 +130,58 @@ class AgentChannel:
         """Write a line to the place's log."""
         self._write(self.conn.send(Log(level, str(message))))
 
+    # -- cabinets: the place's own folders, through its ag_cabinet agent (see _cabinets)
+    def _cabinet(self, op: str, cabinet: str | None = None, **folders: list[bytes | str]
+                 ) -> Briefcase:
+        request = Briefcase(OP=[op])
+        if cabinet is not None:
+            request["CABINET"] = [cabinet]
+        for name, elements in folders.items():
+            request.replace(name, elements)
+        answer = self.meet("ag_cabinet", request)
+        assert isinstance(answer, Briefcase)
+        return answer
+
+    def _cabinet_write(self, op: str, cabinet: str, folder: str, elements: list[bytes | str],
+               private: bool) -> None:
+        if folder in ("OP", "CABINET", "FOLDER", "PRIVATE", CODE):
+            raise ValueError(f"a cabinet folder cannot be named {folder}")
+        request = Briefcase(OP=[op], CABINET=[cabinet])
+        request.replace(folder, elements)
+        if private:
+            request["PRIVATE"] = [b"1"]
+        self.meet("ag_cabinet", request)
+
+    def cabinet_read(self, cabinet: str, folder: str) -> list[bytes]:
+        """A folder of a cabinet at this place (empty if it has none)."""
+        return self._cabinet("read", cabinet, FOLDER=[folder]).folder(folder)
+
+    def cabinet_append(self, cabinet: str, folder: str, *elements: bytes | str,
+                       private: bool = False) -> None:
+        """Append to a cabinet's folder (str as UTF-8), creating the cabinet (private: only
+        this agent may use it) if it does not exist."""
+        self._cabinet_write("append", cabinet, folder, list(elements), private)
+
+    def cabinet_replace(self, cabinet: str, folder: str, elements: list[bytes | str],
+                        private: bool = False) -> None:
+        """Replace a cabinet's folder, creating the cabinet if it does not exist."""
+        self._cabinet_write("replace", cabinet, folder, list(elements), private)
+
+    def cabinet_remove(self, cabinet: str, folder: str | None = None) -> None:
+        """Remove a folder of a cabinet, or the whole cabinet."""
+        if folder is None:
+            self._cabinet("remove", cabinet)
+        else:
+            self._cabinet("remove", cabinet, FOLDER=[folder])
+
+    def cabinet_folders(self, cabinet: str) -> list[str]:
+        """The names of a cabinet's folders."""
+        return self._cabinet("folders", cabinet).text("FOLDERS")
+
+    def cabinets(self) -> list[str]:
+        """The cabinets at this place this agent may use."""
+        return self._cabinet("list").text("CABINETS")
+
     @staticmethod
     def fail(message: str) -> None:
         """End the meet now as failed, with `message` and no traceback."""

@@ -15,7 +15,8 @@ Every error tacoma raises is a TacomaError. The tree follows where a fault lies:
         ├── AgentFailed               the agent raised; carries the agent's traceback text
         ├── AgentKilled               the agent's process died (signal, limit hit)
         ├── MeetTimeout (TimeoutError)
-        └── PlaceUnavailable          the place is shutting down or cannot start workers
+        ├── PlaceUnavailable          the place is shutting down or cannot start workers
+        └── CabinetError              a cabinet request refused: malformed, or private
 
 A failed meet travels over the wire as a `kind` string plus message and detail; `KINDS` maps
 kinds to classes in both directions, so both ends agree on the whole set in one place.
@@ -31,6 +32,7 @@ __all__ = [
     "KINDS",
     "AgentFailed",
     "AgentKilled",
+    "CabinetError",
     "ConnectError",
     "ConnectionLost",
     "LimitExceeded",
@@ -127,6 +129,12 @@ class PlaceUnavailable(MeetError):
     kind = "unavailable"
 
 
+class CabinetError(MeetError):
+    """A cabinet request was refused: malformed, or for a cabinet private to another."""
+
+    kind = "cabinet"
+
+
 class _RemoteLimitExceeded(MeetError, LimitExceeded):
     """A limit was exceeded at the place (a result briefcase too large, say)."""
 
@@ -148,6 +156,7 @@ KINDS: dict[str, type[MeetError]] = {
         AgentKilled,
         MeetTimeout,
         PlaceUnavailable,
+        CabinetError,
         _RemoteLimitExceeded,
         _RemoteProtocolFailure,
     )

@@ -9,7 +9,8 @@ The meet path at a place, against TACOMA's 13 steps (Table 1 of the paper):
     return status (11, 12)    the worker's Result frame is re-sent to the client as is
     terminate (13)            the connection stays open for the next meet; the used worker is
                               destroyed in the background
-ag_echo, the null agent, is answered by the place itself: it runs no code of anyone's.
+ag_echo, the null agent, is answered by the place itself: it runs no code of anyone's;
+so is ag_cabinet, the door to the place's cabinets (see _cabinets).
 
 Every meet runs in a task of its own; a meet's failure, however it happens, becomes a Failed
 reply on its own request id and touches nothing else. A broken connection loses only its own
@@ -19,10 +20,12 @@ meets (whose agents are killed: nobody is left to receive their result).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import logging
 import os
 import shutil
+import sqlite3
 import time
 from collections.abc import Coroutine
 from pathlib import Path
@@ -31,6 +34,7 @@ from typing import Any
 from ._agentside import program_bytes
 from ._briefcase import CODE, Briefcase
 from ._builds import Builds
+from ._cabinets import CABINET_AGENT, Cabinets
 from ._client import ClientCache, PlaceClient, split_target
 from ._errors import (
     LimitExceeded,
@@ -93,6 +97,7 @@ class Place:
         self.cgroups: PidsCgroups | None = None
         self.uids: AgentUids | None = None
         self.builds = Builds(self.settings, 0o700)
+        self.cabinets = Cabinets(self.settings.state_dir / "cabinets.sqlite3")
         self._server: asyncio.AbstractServer | None = None
         self._ids = itertools.count(1)
         self._boot = f"{int(time.time()) & 0xFFFFFF:06x}"
@@ -129,6 +134,11 @@ class Place:
             log.warning("agents run as root (separate_uids is off): they can signal the "
                         "place and read whatever root may")
         self.builds = Builds(settings, enterable)
+        try:
+            await self.cabinets.open()
+        except sqlite3.Error as exc:
+            raise PlaceUnavailable(f"cannot open the cabinets in {self.cabinets.path}: {exc}") \
+                from exc
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: self._new_channel(), host, port, reuse_address=True, backlog=1024)
@@ -184,6 +194,7 @@ class Place:
         for session in list(self.sessions):
             session.channel.close(f"place {self.address} is shutting down")
         await self.builds.close()
+        await self.cabinets.close()
         await asyncio.gather(*(pool.close() for pool in self.pools.values()),
                              return_exceptions=True)
         self._clients.close()
@@ -198,7 +209,7 @@ class Place:
     def agent_names(self) -> list[str]:
         """Every agent this place can meet now: built-in, interpreters, installed."""
         installed = sorted(p.stem for p in self._installed_files())
-        return [ECHO_AGENT, *sorted(self.pools), *installed]
+        return [ECHO_AGENT, CABINET_AGENT, *sorted(self.pools), *installed]
 
     def _installed_files(self) -> list[Path]:
         suffixes = {s for i in self.interpreters.values() for s in i.suffixes}
@@ -210,7 +221,7 @@ class Place:
 
     def resolve(self, agent: str) -> tuple[WorkerPool | None, bytes | None]:
         """The pool that runs `agent` and, for an installed agent, its program."""
-        if agent == ECHO_AGENT:
+        if agent in (ECHO_AGENT, CABINET_AGENT):
             return None, None
         pool = self.pools.get(agent)
         if pool is not None:
@@ -302,9 +313,9 @@ class Place:
             return
         self._reply(channel, Result(meet.rid, result))
 
-    async def _run_async(self, meet: Meet, meet_id: str) -> None:
+    async def _run_async(self, meet: Meet, meet_id: str, who: str | None = None) -> None:
         try:
-            await self.run_meet(meet.agent, meet.briefcase, meet.timeout, meet_id)
+            await self.run_meet(meet.agent, meet.briefcase, meet.timeout, meet_id, who)
         except TacomaError as exc:
             log.info("async meet %s (%s) failed: %s", meet_id, meet.agent, exc)
         except Exception:
@@ -326,10 +337,16 @@ class Place:
                 log.error("cannot send %s: %s", type(event).__name__, exc)
 
     async def run_meet(self, agent: str, briefcase: Briefcase, timeout: float | None,
-                       meet_id: str) -> Briefcase:
-        """Run one meet at this place and return the agent's briefcase."""
+                       meet_id: str, who: str | None = None) -> Briefcase:
+        """Run one meet at this place and return the agent's briefcase.
+
+        `who` is the identity of the agent at this place that made the meet (None for a
+        client): it decides which cabinets the meet may reach.
+        """
         pool, installed_code = self.resolve(agent)
         if pool is None:
+            if agent == CABINET_AGENT:
+                return await self.cabinets.serve(briefcase, who)
             return briefcase  # ag_echo
         limit = self.settings.limits.meet_seconds
         timeout = limit if timeout is None else min(timeout, limit)
@@ -344,6 +361,8 @@ class Place:
             await self.builds.ensure(pool, program_bytes(briefcase), timeout)
             timeout -= time.monotonic() - started
         worker = await pool.take()
+        worker.identity = (f"agent:{agent}" if installed_code is not None else
+                           "code:" + hashlib.sha256(program_bytes(briefcase)).hexdigest())
         try:
             result = await worker.run(Meet(1, agent, briefcase), timeout, meet_id,
                                       self._nested_meet)
@@ -365,13 +384,15 @@ class Place:
                 if meet.mode == "async":
                     meet_id = self._new_meet_id()
                     self._spawn_meet(meet_id, self._run_async(
-                        Meet(meet.rid, agent, meet.briefcase, "async", meet.timeout), meet_id))
+                        Meet(meet.rid, agent, meet.briefcase, "async", meet.timeout), meet_id,
+                        worker.identity))
                     worker.answer(Accepted(meet.rid, meet_id))
                     return
                 meet_id = self._new_meet_id()
                 self._meets += 1
                 try:
-                    result = await self.run_meet(agent, meet.briefcase, meet.timeout, meet_id)
+                    result = await self.run_meet(agent, meet.briefcase, meet.timeout, meet_id,
+                                                 worker.identity)
                 finally:
                     self._meets -= 1
                 worker.answer(Result(meet.rid, result))

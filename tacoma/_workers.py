@@ -428,6 +428,7 @@ class Worker:
         self.exited: asyncio.Future[int] | None = None
         self.channel: Channel | None = None
         self.meet_id = ""
+        self.identity: str | None = None  # who the agent is, for the cabinets it may reach
         self._reply: asyncio.Future[Result | Failed] | None = None
         self._nested: NestedHandler | None = None
         self._tasks: set[asyncio.Task[None]] = set()

@@ -124,6 +124,58 @@ AGENTS: dict[str, dict[str, str]] = {
             '    return 0;\n'
             '}\n'),
     },
+    # A private cabinet: write, append, read back, list, remove a folder.
+    "cabinet": {
+        "python": (
+            'c = "conf-python"\n'
+            'cabinet_replace(c, "ITEMS", [b"one"], private=True)\n'
+            'cabinet_append(c, "ITEMS", bc["IN"][0])\n'
+            'bc["READ"] = cabinet_read(c, "ITEMS")\n'
+            'bc["FOLDERS"] = cabinet_folders(c)\n'
+            'bc["LISTED"] = [x for x in cabinets() if x == c]\n'
+            'cabinet_remove(c, "ITEMS")\n'
+            'bc["AFTER"] = cabinet_read(c, "ITEMS")\n'),
+        "tcl": (
+            'set c conf-tcl\n'
+            'cabinet_replace $c ITEMS [list one] -private\n'
+            'cabinet_append $c ITEMS [lindex [bc_folder IN] 0]\n'
+            'bc_replace READ [cabinet_read $c ITEMS]\n'
+            'bc_replace FOLDERS [cabinet_folders $c]\n'
+            'foreach x [cabinets] { if {$x eq $c} { bc_append LISTED $x } }\n'
+            'cabinet_remove $c ITEMS\n'
+            'bc_replace AFTER [cabinet_read $c ITEMS]\n'),
+        "scheme": (
+            '(define c "conf-scheme")\n'
+            '(cabinet-replace c "ITEMS" (list "one") #:private #t)\n'
+            '(cabinet-append c "ITEMS" (car (bc-folder "IN")))\n'
+            '(bc-replace "READ" (cabinet-read c "ITEMS"))\n'
+            '(bc-replace "FOLDERS" (cabinet-folders c))\n'
+            '(bc-replace "LISTED" (filter (lambda (x) (string=? x c)) (cabinets)))\n'
+            '(cabinet-remove c "ITEMS")\n'
+            '(bc-replace "AFTER" (cabinet-read c "ITEMS"))\n'),
+        "c": (
+            '#include <tacoma.h>\n'
+            'int main(void) {\n'
+            '    const char *c = "conf-c";\n'
+            '    tc_list in, got, folders, all, after;\n'
+            '    tc_elem one = {(unsigned char *)"one", 3};\n'
+            '    if (tc_cabinet_replace(c, "ITEMS", &one, 1, 1) != 0) tc_fail("%s", tc_error());\n'
+            '    tc_folder(TC_SELF, "IN", &in);\n'
+            '    tc_cabinet_append(c, "ITEMS", in.items[0].data, in.items[0].len, 0);\n'
+            '    tc_cabinet_read(c, "ITEMS", &got);\n'
+            '    tc_replace(TC_SELF, "READ", got.items, got.count);\n'
+            '    tc_cabinet_folders(c, &folders);\n'
+            '    tc_replace(TC_SELF, "FOLDERS", folders.items, folders.count);\n'
+            '    tc_cabinets(&all);\n'
+            '    for (size_t i = 0; i < all.count; i++)\n'
+            '        if (strcmp((char *)all.items[i].data, c) == 0)\n'
+            '            tc_append_text(TC_SELF, "LISTED", c);\n'
+            '    if (tc_cabinet_remove(c, "ITEMS") != 0) tc_fail("%s", tc_error());\n'
+            '    tc_cabinet_read(c, "ITEMS", &after);\n'
+            '    tc_replace(TC_SELF, "AFTER", after.items, after.count);\n'
+            '    return 0;\n'
+            '}\n'),
+    },
     "fail": {
         "python": 'fail("no luck today")\n',
         "tcl": 'fail "no luck today"\n',
@@ -218,6 +270,22 @@ def test_meets_from_inside_an_agent(place: RunningPlace, language: str) -> None:
     assert result["ECHO"] == [b"ping"]
     assert b"ag_missing" in result["CAUGHT"][0]
     assert result["ID"][0]
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_cabinets(place: RunningPlace, language: str) -> None:
+    result = run(place, language, "cabinet", IN=[bytes(range(256))])
+    assert result["READ"] == [b"one", bytes(range(256))]
+    assert result.text("FOLDERS") == ["ITEMS"]
+    assert result.text("LISTED") == [f"conf-{language}"]
+    assert result.get("AFTER", []) == []
+    # Private: neither a client nor another program may read it.
+    request = {"OP": ["folders"], "CABINET": [f"conf-{language}"]}
+    with pytest.raises(tacoma.CabinetError, match="private"):
+        tacoma.meet(place.target("ag_cabinet"), request)
+    snoop = 'bc["F"] = cabinet_folders(bc.text("C")[0])\n'
+    with pytest.raises(tacoma.AgentFailed, match="private"):
+        tacoma.meet(place.target("ag_python"), {"C": [f"conf-{language}"]}, code=snoop)
 
 
 @pytest.mark.parametrize("language", LANGUAGES)

@@ -12,6 +12,10 @@ The program sees these globals (the Python face of the one agent API):
     fail        fail(message): end the meet as failed with this message
     place       the address of the place the agent runs at
     Briefcase   the briefcase type, to build briefcases for meets
+    cabinet_read(cabinet, folder), cabinet_append(cabinet, folder, *elements, private=False),
+    cabinet_replace(cabinet, folder, elements, private=False),
+    cabinet_remove(cabinet, folder=None), cabinet_folders(cabinet), cabinets()
+                the place's cabinets (see tacoma/_cabinets.py)
 Whatever `bc` holds when the program ends is the meet's result.
 """
 
@@ -61,6 +65,12 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
         "fail": channel.fail,
         "place": channel.place,
         "Briefcase": Briefcase,
+        "cabinet_read": channel.cabinet_read,
+        "cabinet_append": channel.cabinet_append,
+        "cabinet_replace": channel.cabinet_replace,
+        "cabinet_remove": channel.cabinet_remove,
+        "cabinet_folders": channel.cabinet_folders,
+        "cabinets": channel.cabinets,
     }
     try:
         exec(code, namespace)  # noqa: S102 - running the agent is this process's whole job

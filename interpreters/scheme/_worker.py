@@ -19,6 +19,9 @@ The agent API, as Scheme procedures (the Scheme column of the README's agent API
                                         'tacoma with the error kind and message
     (place-log MESSAGE [LEVEL])         a line in the place's log (`log` is the logarithm)
     (fail MESSAGE)                      end the meet as failed
+    (cabinet-read C F), (cabinet-append C F ELEMENT #:private #t),
+    (cabinet-replace C F LIST #:private #t), (cabinet-remove C [F]),
+    (cabinet-folders C), (cabinets)     the place's cabinets (see tacoma/_cabinets.py)
     (place)                             the address of this place
 
 The primitives below take and return only strings, bytevectors and small integers, and
@@ -61,6 +64,7 @@ PRELUDE = r"""
 (define* (meet target #:optional (briefcase '()) #:key (async #f) (timeout #f))
   (let ((h (%tacoma-new)))
     (for-each (lambda (folder)
+                (%check (%tacoma-clear h (car folder)))
                 (for-each (lambda (e) (%check (%tacoma-append h (car folder) (%as-bytes e))))
                           (cdr folder)))
               briefcase)
@@ -71,6 +75,30 @@ PRELUDE = r"""
   *unspecified*)
 (define (fail message) (%tacoma-fail message) (throw 'tacoma-fail message))
 (define (place) (%tacoma-place))
+(define (%cabinet op cabinet . folders)
+  (meet "ag_cabinet" (append (list (cons "OP" (list op)))
+                             (if cabinet (list (cons "CABINET" (list cabinet))) '())
+                             folders)))
+(define (%cabinet-write op cabinet folder elements private)
+  (apply %cabinet op cabinet (cons folder elements)
+         (if private (list (cons "PRIVATE" (list "1"))) '()))
+  *unspecified*)
+(define (cabinet-read cabinet folder)
+  (let ((found (assoc folder (%cabinet "read" cabinet (cons "FOLDER" (list folder))))))
+    (if found (cdr found) '())))
+(define* (cabinet-append cabinet folder element #:key (private #f))
+  (%cabinet-write "append" cabinet folder (list element) private))
+(define* (cabinet-replace cabinet folder elements #:key (private #f))
+  (%cabinet-write "replace" cabinet folder elements private))
+(define* (cabinet-remove cabinet #:optional folder)
+  (if folder (%cabinet "remove" cabinet (cons "FOLDER" (list folder)))
+      (%cabinet "remove" cabinet))
+  *unspecified*)
+(define (cabinet-folders cabinet)
+  (map utf8->string (cdr (assoc "FOLDERS" (%cabinet "folders" cabinet)))))
+(define (cabinets)
+  (let ((found (assoc "CABINETS" (%cabinet "list" #f))))
+    (if found (map utf8->string (cdr found)) '())))
 (define (%run-agent code)
   (let ((trace ""))
     (catch #t

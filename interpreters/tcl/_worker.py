@@ -20,6 +20,12 @@ The agent API, as Tcl commands (the Tcl column of the README's agent API table):
     log MESSAGE ?LEVEL?             a line in the place's log
     fail MESSAGE                    end the meet as failed
     place                           the address of this place
+    cabinet_read CABINET FOLDER     a cabinet's folder (byte arrays)
+    cabinet_append CABINET FOLDER BYTES ?-private?
+    cabinet_replace CABINET FOLDER LIST ?-private?
+    cabinet_remove CABINET ?FOLDER?
+    cabinet_folders CABINET         the place's cabinets (see tacoma/_cabinets.py)
+    cabinets
 
 Elements are byte arrays: bytes cross between Tcl and Python unchanged. Text must be made
 bytes on purpose (`bc_append_text`, or `encoding convertto utf-8`); an element with
@@ -53,12 +59,57 @@ proc bc_text {name} {
 }
 proc bc_append {name bytes} { _tacoma_call append $name $bytes }
 proc bc_append_text {name text} { _tacoma_call append $name [encoding convertto utf-8 $text] }
-proc bc_replace {name elements} { _tacoma_call replace $name $elements }
+proc bc_replace {name elements} { _tacoma_call replace $name {*}$elements }
 proc bc_remove {name} { _tacoma_call remove $name }
-proc meet {target args} { _tacoma_call meet $target {*}$args }
+proc meet {target args} {
+    # The briefcase crosses as separate arguments (name, count, elements...): one Tcl
+    # string holding binary elements with NUL bytes could not cross to Python whole.
+    set options {}
+    set briefcase {}
+    while {[llength $args]} {
+        set args [lassign $args arg]
+        switch -- $arg {
+            -async { lappend options -async }
+            -timeout { set args [lassign $args seconds]; lappend options -timeout $seconds }
+            default { set briefcase $arg }
+        }
+    }
+    set flat {}
+    dict for {name elements} $briefcase {
+        lappend flat $name [llength $elements] {*}$elements
+    }
+    _tacoma_call meet $target {*}$options -- {*}$flat
+}
 proc log {message {level info}} { _tacoma_call log $message $level }
 proc fail {message} { _tacoma_call fail $message }
 proc place {} { _tacoma_call place }
+proc _cabinet {op cabinet args} {
+    meet ag_cabinet [dict create OP $op CABINET $cabinet {*}$args]
+}
+proc _cabinet_write {op cabinet folder elements flags} {
+    set request [list $folder $elements]
+    if {"-private" in $flags} { lappend request PRIVATE [list 1] }
+    _cabinet $op $cabinet {*}$request
+    return
+}
+proc cabinet_read {cabinet folder} {
+    set r [_cabinet read $cabinet FOLDER [list $folder]]
+    if {[dict exists $r $folder]} { return [dict get $r $folder] }
+    return {}
+}
+proc cabinet_append {cabinet folder bytes args} {
+    _cabinet_write append $cabinet $folder [list $bytes] $args
+}
+proc cabinet_replace {cabinet folder elements args} {
+    _cabinet_write replace $cabinet $folder $elements $args
+}
+proc cabinet_remove {cabinet {folder ""}} {
+    if {$folder eq ""} { _cabinet remove $cabinet } else {
+        _cabinet remove $cabinet FOLDER [list $folder] }
+    return
+}
+proc cabinet_folders {cabinet} { dict get [_cabinet folders $cabinet] FOLDERS }
+proc cabinets {} { dict get [meet ag_cabinet [dict create OP list]] CABINETS }
 """
 
 _tcl: tkinter.Tk | None = None
@@ -93,16 +144,6 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
     bc = meet.briefcase
     failure: list[str] = []
 
-    def to_briefcase(value: str) -> Briefcase:
-        items = tcl.splitlist(value)
-        if len(items) % 2:
-            raise ValueError("a briefcase is a dict: folder name, list of elements, ...")
-        out = Briefcase()
-        for name, folder in zip(items[::2], items[1::2], strict=True):
-            out[str(name)] = [_bytes(str(e), f"an element of folder {name}")
-                              for e in tcl.splitlist(folder)]
-        return out
-
     def from_briefcase(value: Briefcase) -> tuple[object, ...]:
         flat: list[object] = []
         for name, folder in value.items():
@@ -111,15 +152,20 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
 
     def do_meet(target: str, *args: str) -> object:
         briefcase, mode, timeout = Briefcase(), "sync", None
-        rest = list(args)
+        rest = [str(a) for a in args]
         while rest:
             arg = rest.pop(0)
             if arg == "-async":
                 mode = "async"
             elif arg == "-timeout" and rest:
                 timeout = float(rest.pop(0))
-            else:
-                briefcase = to_briefcase(arg)
+            elif arg == "--":
+                break
+        while rest:  # name, count, elements..., as the meet proc flattened the dict
+            name, count = rest.pop(0), int(rest.pop(0))
+            elements, rest = rest[:count], rest[count:]
+            briefcase.replace(name, [_bytes(e, f"an element of folder {name}")
+                                     for e in elements])
         answer = channel.meet(target, briefcase, mode, timeout)
         return answer if isinstance(answer, str) else from_briefcase(answer)
 
@@ -134,7 +180,7 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
                 return ("ok", "")
             if op == "replace":
                 bc.replace(args[0], [_bytes(str(e), f"an element for folder {args[0]}")
-                                     for e in tcl.splitlist(args[1])])
+                                     for e in args[1:]])
                 return ("ok", "")
             if op == "remove":
                 bc.remove(args[0])

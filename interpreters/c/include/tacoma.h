@@ -92,6 +92,18 @@ TC__API tc_bc tc_meet(const char *target, tc_bc bc, double timeout);
 TC__API int tc_meet_async(const char *target, tc_bc bc, double timeout, char *id,
                          size_t size);
 
+/* Cabinets: the place's own folders, kept when agents leave. A write creates the cabinet;
+ * private (nonzero) on the write that creates it makes it this agent's alone. folder NULL
+ * in tc_cabinet_remove removes the whole cabinet. */
+TC__API int tc_cabinet_read(const char *cabinet, const char *folder, tc_list *elements);
+TC__API int tc_cabinet_append(const char *cabinet, const char *folder, const void *data,
+                              size_t len, int private_);
+TC__API int tc_cabinet_replace(const char *cabinet, const char *folder,
+                               const tc_elem *elements, size_t count, int private_);
+TC__API int tc_cabinet_remove(const char *cabinet, const char *folder);
+TC__API int tc_cabinet_folders(const char *cabinet, tc_list *names);
+TC__API int tc_cabinets(tc_list *names);
+
 /* The place's log, failing, and where we are. */
 TC__API int tc_log(const char *level, const char *format, ...)
     __attribute__((format(printf, 2, 3)));
@@ -408,6 +420,79 @@ TC__API const char *tc_place(void) {
         }
     }
     return tc__place;
+}
+
+/* One ag_cabinet meet: OP, CABINET (unless NULL), then `extra` (a handle to add to, or
+ * -1); returns the result handle, or TC_ERROR. The request handle is freed. */
+TC__API tc_bc tc__cabinet(const char *op, const char *cabinet, tc_bc request) {
+    tc_bc bc = request >= 0 ? request : tc_new();
+    if (bc == TC_ERROR) return TC_ERROR;
+    tc_bc result = TC_ERROR;
+    if (tc_append_text(bc, "OP", op) == 0 &&
+        (cabinet == NULL || tc_append_text(bc, "CABINET", cabinet) == 0))
+        result = tc_meet("ag_cabinet", bc, 0);
+    tc_free(bc);
+    return result;
+}
+
+TC__API int tc__cabinet_list(const char *op, const char *cabinet, const char *folder,
+                             const char *answer, tc_list *out) {
+    tc_bc request = tc_new();
+    if (request == TC_ERROR) return -1;
+    if (folder != NULL && tc_append_text(request, "FOLDER", folder) != 0) {
+        tc_free(request);
+        return -1;
+    }
+    tc_bc result = tc__cabinet(op, cabinet, request);
+    if (result == TC_ERROR) return -1;
+    int status = tc_folder(result, answer, out);
+    tc_free(result);
+    return status;
+}
+
+TC__API int tc__cabinet_write(const char *op, const char *cabinet, const char *folder,
+                              const tc_elem *elements, size_t count, int private_) {
+    tc_bc request = tc_new();
+    if (request == TC_ERROR) return -1;
+    if (tc_replace(request, folder, elements, count) != 0 ||
+        (private_ && tc_append_text(request, "PRIVATE", "1") != 0)) {
+        tc_free(request);
+        return -1;
+    }
+    tc_bc result = tc__cabinet(op, cabinet, request);
+    if (result == TC_ERROR) return -1;
+    tc_free(result);
+    return 0;
+}
+
+TC__API int tc_cabinet_read(const char *cabinet, const char *folder, tc_list *elements) {
+    return tc__cabinet_list("read", cabinet, folder, folder, elements);
+}
+
+TC__API int tc_cabinet_append(const char *cabinet, const char *folder, const void *data,
+                              size_t len, int private_) {
+    tc_elem element = {(unsigned char *)data, len};
+    return tc__cabinet_write("append", cabinet, folder, &element, 1, private_);
+}
+
+TC__API int tc_cabinet_replace(const char *cabinet, const char *folder,
+                               const tc_elem *elements, size_t count, int private_) {
+    return tc__cabinet_write("replace", cabinet, folder, elements, count, private_);
+}
+
+TC__API int tc_cabinet_remove(const char *cabinet, const char *folder) {
+    tc_list ignored;
+    int status = tc__cabinet_list("remove", cabinet, folder, "FOLDERS", &ignored);
+    if (status == 0) tc_list_free(&ignored);
+    return status;
+}
+
+TC__API int tc_cabinet_folders(const char *cabinet, tc_list *names) {
+    return tc__cabinet_list("folders", cabinet, NULL, "FOLDERS", names);
+}
+
+TC__API int tc_cabinets(tc_list *names) {
+    return tc__cabinet_list("list", NULL, NULL, "CABINETS", names);
 }
 
 TC__API const char *tc_error(void) { return tc__message; }

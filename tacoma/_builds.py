@@ -12,8 +12,10 @@ another agent's identical program will run. So the compiler runs confined like a
 uid of its own, a pids cgroup, the agent limits, a private directory: `WorkerPool.confined`),
 and after it has exited and its cgroup is empty the place, alone, copies the output into
 the cache (owned by the place, 0755 files in 0711 directories: agents may run what they can
-name, not list or change it). Meets that want the same key while it compiles wait for that
-one compile. A compile error fails the meet (AgentFailed) with the compiler's messages.
+name, not list or change it), within a count and a byte budget. Meets that want the same
+key while it compiles wait for that one compile, which is bounded by the place's meet limit
+(each waiting meet by its own timeout). A compile error fails the meet (AgentFailed) with
+the compiler's messages.
 """
 
 from __future__ import annotations
@@ -38,9 +40,12 @@ __all__ = ["Builds"]
 
 log = logging.getLogger("tacoma.place")
 
-#: Compiled programs kept per language; past it the least recently used are removed when
-#: the place starts.
+#: Compiled programs kept per language, and their total size; past either the least
+#: recently used are removed (after each compile, and when the place starts).
 MAX_CACHED = 1000
+MAX_CACHE_BYTES = 2 << 30
+#: The largest compiled program taken into the cache.
+MAX_PROGRAM = 256 << 20
 #: How much of a compiler's output comes back with a compile error: the first errors are
 #: the ones that matter, so this is the head of it, not the tail.
 COMPILER_OUTPUT = 8192
@@ -74,19 +79,25 @@ class Builds:
         return {"artifacts": str(self.directory(interpreter)),
                 "build_id": self.build_id(interpreter)}
 
-    def prune(self, interpreter: Interpreter) -> None:
-        """Keep the MAX_CACHED most recently used programs of a language."""
+    def prune(self, interpreter: Interpreter, leftovers: bool = False) -> None:
+        """Keep the most recently used programs of a language, within MAX_CACHED entries
+        and MAX_CACHE_BYTES; `leftovers`: also remove copies a killed place left half-made."""
         entries = []
         for entry in os.scandir(self.directory(interpreter)):
             with contextlib.suppress(OSError):
-                if entry.name.startswith("."):  # a copy left half-made by a killed place
-                    os.unlink(entry.path)
+                if entry.name.startswith("."):
+                    if leftovers:
+                        os.unlink(entry.path)
                 else:
-                    entries.append((entry.stat().st_mtime, entry.path))
+                    info = entry.stat()
+                    entries.append((info.st_mtime, info.st_size, entry.path))
         entries.sort(reverse=True)
-        for _, path in entries[MAX_CACHED:]:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+        total = 0
+        for i, (_, size, path) in enumerate(entries):
+            total += size
+            if i >= MAX_CACHED or total > MAX_CACHE_BYTES:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
 
     async def ensure(self, pool: WorkerPool, program: bytes, timeout: float) -> Path:
         """The cached build of `program`, compiled now if it is not cached yet."""
@@ -103,16 +114,19 @@ class Builds:
             return path
         task = self._compiling.get(path)
         if task is None:
-            task = asyncio.ensure_future(self._compile(pool, program, path, timeout))
+            # Bounded by the place's own meet limit, not by the timeout of whichever meet
+            # came first: other meets may be waiting for the same compile.
+            task = asyncio.ensure_future(self._compile(
+                pool, program, path, self.settings.limits.meet_seconds))
             self._compiling[path] = task
             task.add_done_callback(lambda t: self._done(path, t))
-        # Shielded: a caller that gives up does not stop the compile others may wait for
-        # (it is bounded by its own timeout, and by close()).
-        try:
-            await asyncio.wait_for(asyncio.shield(task), timeout)
-        except TimeoutError:
+        # asyncio.wait, not wait_for: a caller that gives up does not cancel the compile
+        # others may wait for, and the compile's own errors pass through unchanged.
+        await asyncio.wait({task}, timeout=timeout)
+        if not task.done():
             raise MeetTimeout(f"the {interpreter.language} program did not compile within "
-                              f"{timeout:g} s") from None
+                              f"{timeout:g} s")
+        task.result()
         return path
 
     def _done(self, path: Path, task: asyncio.Task[None]) -> None:
@@ -136,21 +150,12 @@ class Builds:
                         returncode, self.settings.limits.cpu_seconds), messages)
                 raise AgentFailed(_first_error(messages, language), messages)
             try:
-                data = _read_regular(workdir / build.output_name)
+                # In a thread: a program can be tens of megabytes.
+                await asyncio.to_thread(_install, workdir / build.output_name, path)
             except OSError as exc:
                 raise PlaceUnavailable(f"the {language} compiler made no program: {exc}",
                                        messages) from None
-        partial = path.with_name(f".{path.name}.{os.getpid()}")
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o755)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.chmod(partial, 0o755)  # noqa: S103 - agents run it; only the place writes it
-            os.replace(partial, path)  # atomic: a worker sees the whole program or none
-        except BaseException:
-            with contextlib.suppress(OSError):
-                partial.unlink()
-            raise
+        await asyncio.to_thread(self.prune, pool.interpreter)
         log.info("compiled a %s program (%d bytes of source) in %.0f ms: %s", language,
                  len(program), (time.monotonic() - started) * 1000, path.name[:16])
 
@@ -161,13 +166,37 @@ class Builds:
             await asyncio.wait(list(self._compiling.values()), timeout=10)
 
 
-def _read_regular(path: Path) -> bytes:
-    """A file the sandboxed compiler made, refusing links and anything but a regular file."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise OSError(f"{path.name} is not a regular file")
-        return f.read()
+def _install(made: Path, path: Path) -> None:
+    """Copy what the sandboxed compiler made into the cache, as the place's own file.
+
+    Only a regular file with one link is taken (no symlink, FIFO or device: O_NONBLOCK so
+    a FIFO cannot block the open), and it is copied, never moved, so nothing the compile's
+    uid still holds can reach the cache; the copy is synced and renamed into place.
+    """
+    fd = os.open(made, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            raise OSError(f"{made.name} is not a regular file")
+        if info.st_size > MAX_PROGRAM:
+            raise OSError(f"{made.name} is {info.st_size:,} bytes, over the cache's "
+                          f"{MAX_PROGRAM:,} per program")
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        out = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o755)
+        try:
+            while os.sendfile(out, fd, None, 1 << 20):
+                pass
+            os.fchmod(out, 0o755)
+            os.fsync(out)
+        except BaseException:
+            os.close(out)
+            with contextlib.suppress(OSError):
+                partial.unlink()
+            raise
+        os.close(out)
+        os.replace(partial, path)  # atomic: a worker sees the whole program or none
+    finally:
+        os.close(fd)
 
 
 def _head(output: Path) -> str:

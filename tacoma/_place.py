@@ -39,6 +39,7 @@ from ._client import ClientCache, PlaceClient, split_target
 from ._errors import (
     LimitExceeded,
     MeetError,
+    MeetTimeout,
     PlaceUnavailable,
     ProtocolError,
     TacomaError,
@@ -152,7 +153,7 @@ class Place:
             pool = WorkerPool(interpreter, settings, self.cgroups, self.uids, self.address,
                               self.builds)
             if interpreter.build is not None:
-                self.builds.prune(interpreter)
+                self.builds.prune(interpreter, leftovers=True)
             self.pools[agent] = pool
             pool.fill()
         log.info("place %s listening, state in %s, agents: %s", self.address,
@@ -360,6 +361,8 @@ class Place:
             started = time.monotonic()
             await self.builds.ensure(pool, program_bytes(briefcase), timeout)
             timeout -= time.monotonic() - started
+            if timeout <= 0:
+                raise MeetTimeout(f"compiling {agent}'s program took the meet's whole time")
         worker = await pool.take()
         worker.identity = (f"agent:{agent}" if installed_code is not None else
                            "code:" + hashlib.sha256(program_bytes(briefcase)).hexdigest())

@@ -43,7 +43,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["cgroup_members", "describe_exit", "die_with_parent", "enter", "exec_plan",
+__all__ = ["cgroup_members", "close_inherited", "describe_exit", "die_with_parent", "enter",
+           "exec_plan",
            "kill_cgroup", "plan_from_argv"]
 
 _PR_SET_PDEATHSIG = 1
@@ -170,6 +171,18 @@ def kill_cgroup(cgroup: str, rounds: int = 1000) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
+def close_inherited(keep: tuple[int, ...] = ()) -> None:
+    """Close every descriptor above stderr but `keep`: whatever the place's process had
+    open (uvloop's subprocess launcher does not close them) is not an agent's."""
+    top = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    top = 1 << 16 if top == resource.RLIM_INFINITY else top
+    low = 3
+    for fd in sorted(keep):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, top)
+
+
 def exec_plan() -> None:
     """Confine this process as the plan on the command line says, then exec its `argv`.
 
@@ -178,6 +191,7 @@ def exec_plan() -> None:
     """
     plan = plan_from_argv()
     argv = [str(arg) for arg in plan["argv"]]
+    close_inherited()
     enter(plan)
     try:
         os.execvp(argv[0], argv)  # noqa: S606 - the place's own command, confined

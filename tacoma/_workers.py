@@ -40,9 +40,9 @@ import socket
 import stat
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import msgpack
 
@@ -209,12 +209,22 @@ class AgentUids:
     def __init__(self, settings: PlaceSettings, module_paths: list[str]) -> None:
         self.base = self.BASE + (os.getpid() % 2048) * 65536
         self._n = 0
+        self.live: set[int] = set()
         self.cover = self.cover_plan([*self.interpreter_paths(), *module_paths,
                                       str(settings.work_dir), str(settings.cache_dir)])
 
     def next(self) -> int:
-        self._n = self._n % 65535 + 1
-        return self.base + self._n
+        """A uid no live agent (nor compile) of this place has."""
+        for _ in range(65535):
+            self._n = self._n % 65535 + 1
+            uid = self.base + self._n
+            if uid not in self.live:
+                self.live.add(uid)
+                return uid
+        raise PlaceUnavailable("every agent uid of this place is in use")
+
+    def release(self, uid: int) -> None:
+        self.live.discard(uid)
 
     @staticmethod
     def interpreter_paths() -> list[str]:
@@ -400,6 +410,15 @@ class Zygote:
             self.output.unlink()
 
 
+@contextlib.contextmanager
+def _private_output(path: Path, readable: bool = False) -> Iterator[BinaryIO]:
+    """A new output file for an agent process: the place's, mode 0600, so no other agent
+    can read it, whatever its uid (the process writes through the descriptor it is given)."""
+    flags = (os.O_RDWR if readable else os.O_WRONLY) | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    with open(os.open(path, flags, 0o600), "w+b" if readable else "wb") as f:
+        yield f
+
+
 def _tail(path: Path) -> str:
     """The end of a process's output file: enough for a traceback."""
     try:
@@ -429,6 +448,7 @@ class Worker:
         self.channel: Channel | None = None
         self.meet_id = ""
         self.identity: str | None = None  # who the agent is, for the cabinets it may reach
+        self.uid: int | None = None
         self._reply: asyncio.Future[Result | Failed] | None = None
         self._nested: NestedHandler | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -554,6 +574,8 @@ class Worker:
             shutil.rmtree(self.workdir, True)
         with contextlib.suppress(OSError):
             self.output.unlink()
+        if self.uid is not None and self.pool.uids is not None:
+            self.pool.uids.release(self.uid)  # its processes are gone: the uid is free
 
 
 class WorkerPool:
@@ -673,8 +695,8 @@ class WorkerPool:
         output = workdir.with_name(workdir.name + ".out")
         cgroup: Path | None = None
         proc: asyncio.subprocess.Process | None = None
+        uid = self.uids.next() if self.uids is not None else None
         try:
-            uid = self.uids.next() if self.uids is not None else None
             for name, data in files.items():
                 (workdir / name).write_bytes(data)
                 if uid is not None:
@@ -687,7 +709,7 @@ class WorkerPool:
                     "parent": os.getpid()}
             boot = (f"import sys; sys.path[:0] = {worker_sys_path()!r}; "
                     "from tacoma._sandbox import exec_plan; exec_plan()")
-            with open(output, "wb") as out:
+            with _private_output(output) as out:
                 proc = await asyncio.create_subprocess_exec(
                     sys.executable, "-I", "-S", "-B", "-c", boot, json.dumps(plan),
                     cwd=workdir, env=plan["env"], stdin=asyncio.subprocess.DEVNULL,
@@ -697,6 +719,9 @@ class WorkerPool:
             except TimeoutError:
                 raise MeetTimeout(f"{argv[0]} did not finish within {timeout:g} s; "
                                   "its processes were killed") from None
+            if cgroup is not None and self.cgroups is not None:
+                await self.cgroups.destroy(cgroup)  # nothing it started runs on
+                cgroup = None
             yield returncode, workdir, output
         finally:
             if proc is not None and proc.returncode is None:
@@ -708,6 +733,8 @@ class WorkerPool:
             await asyncio.to_thread(shutil.rmtree, workdir, True)
             with contextlib.suppress(OSError):
                 output.unlink()
+            if uid is not None and self.uids is not None:
+                self.uids.release(uid)
 
     async def start_worker(self) -> Worker:
         """Fork a worker from the zygote, confined and connected, ready for one meet."""
@@ -728,6 +755,7 @@ class WorkerPool:
         ours = theirs = None
         try:
             uid = self.uids.next() if self.uids is not None else None
+            worker.uid = uid
             if uid is not None:
                 os.chown(workdir, uid, uid)
             if self.cgroups is not None:
@@ -737,7 +765,7 @@ class WorkerPool:
             plan = self.sandbox_plan(workdir, uid, cgroup)
             if self.builds is not None and self.interpreter.build is not None:
                 plan.update(self.builds.worker_plan(self.interpreter))
-            with open(output, "w+b") as out:  # w+: a worker may read back its own output
+            with _private_output(output, readable=True) as out:  # its own output, to read
                 worker.pid, worker.exited = await zygote.spawn(plan, [theirs.fileno(),
                                                                        out.fileno()])
             theirs.close()

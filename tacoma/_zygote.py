@@ -99,6 +99,7 @@ def main(run: _agentside.Runner, warm_up: Meet | None = None,
     before it says it is ready (see _agentside.serve_one).
     """
     plan = _sandbox.plan_from_argv()
+    _sandbox.close_inherited(keep=(int(plan["control_fd"]),))
     parent = int(plan["parent"])
     signal.signal(signal.SIGTERM, lambda *_: None)  # wakes the loop below, which cleans up
     _sandbox.die_with_parent(parent, signal.SIGTERM)

@@ -194,3 +194,36 @@ def test_the_compiler_runs_confined_like_an_agent(place: RunningPlace) -> None:
     with pytest.raises(tacoma.AgentFailed, match="does not compile") as info:
         meet_c(place, code)
     assert "Permission denied" in info.value.detail
+
+
+def test_a_short_timeout_does_not_fail_others_waiting_for_the_same_compile(
+        place: RunningPlace) -> None:
+    code = HELLO + f"/* shared compile {time.time()} */\n"
+
+    async def both() -> list[object]:
+        target = place.target("ag_c")
+        return await asyncio.gather(
+            tacoma.ameet(target, {"NAME": ["impatient"]}, code=code, timeout=0.05),
+            tacoma.ameet(target, {"NAME": ["patient"]}, code=code, timeout=60),
+            return_exceptions=True)
+
+    impatient, patient = asyncio.run(both())
+    assert isinstance(impatient, tacoma.MeetTimeout)
+    assert isinstance(patient, Briefcase)
+    assert patient.text("GREETING") == ["hello, patient from c"]
+
+
+def test_agents_see_no_descriptors_but_their_own(place: RunningPlace) -> None:
+    code = ('#include <tacoma.h>\n'
+            '#include <dirent.h>\n'
+            'int main(void) {\n'
+            '    DIR *d = opendir("/proc/self/fd");\n'
+            '    struct dirent *e;\n'
+            '    while ((e = readdir(d)) != NULL)\n'
+            '        if (e->d_name[0] != \'.\' && atoi(e->d_name) != dirfd(d))\n'
+            '            tc_append_text(TC_SELF, "FDS", e->d_name);\n'
+            '    return 0;\n'
+            '}\n')
+    fds = sorted(int(fd) for fd in meet_c(place, code).text("FDS"))
+    channel = fds[-1]  # TACOMA_FD, the one descriptor beyond stdin, stdout and stderr
+    assert fds == [0, 1, 2, channel]

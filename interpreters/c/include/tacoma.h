@@ -29,7 +29,8 @@
  * tc_error() and the kind tc_error_kind(): a failed meet's kind as the place named it
  * ("unknown-agent", "agent-failed", "agent-killed", "timeout", "unavailable",
  * "limit-exceeded", ...) or "bad-argument" for a misused call. A lost channel to the
- * worker ends the agent (status 70): nothing could be returned anyway.
+ * worker ends the agent (status 70): nothing could be returned anyway. The calls are not
+ * thread-safe, and a forked child must not use them (they share the one channel).
  *
  * A crash (SIGSEGV, SIGABRT from abort() or assert(), SIGBUS, SIGFPE, SIGILL) writes a
  * backtrace to stderr before the process dies, and the meet fails with the signal, the
@@ -52,6 +53,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #define TC__API static __attribute__((unused))
@@ -148,7 +150,7 @@ TC__API int tc__channel(void) {
 TC__API void tc__write(const void *data, size_t len) {
     const unsigned char *p = (const unsigned char *)data;
     while (len > 0) {
-        ssize_t n = write(tc__channel(), p, len);
+        ssize_t n = send(tc__channel(), p, len, MSG_NOSIGNAL); /* no SIGPIPE: status 70 */
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) tc__die("lost the channel to the worker (write)");
         p += n;
@@ -521,6 +523,8 @@ __attribute__((constructor)) static void tc__start(void) {
     stack_t stack;
     struct sigaction action;
     backtrace(warm, 2);
+    /* stdout is a file: line-buffered, so what the agent printed before a crash is kept. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     stack.ss_sp = altstack;
     stack.ss_size = sizeof altstack;
     stack.ss_flags = 0;

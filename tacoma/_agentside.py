@@ -20,7 +20,7 @@ from collections.abc import Callable
 import msgpack
 
 from . import _sandbox
-from ._briefcase import CODE, Briefcase
+from ._briefcase import CABINET_REQUEST_FOLDERS, CODE, Briefcase
 from ._errors import LimitExceeded, LocalProtocolError, ProtocolError, error_from_wire
 from ._protocol import (
     NEED_DATA,
@@ -131,30 +131,26 @@ class AgentChannel:
         self._write(self.conn.send(Log(level, str(message))))
 
     # -- cabinets: the place's own folders, through its ag_cabinet agent (see _cabinets)
-    def _cabinet(self, op: str, cabinet: str | None = None, **folders: list[bytes | str]
-                 ) -> Briefcase:
+    def _cabinet(self, op: str, cabinet: str | None = None,
+                 folders: dict[str, list[bytes | str]] | None = None) -> Briefcase:
         request = Briefcase(OP=[op])
         if cabinet is not None:
             request["CABINET"] = [cabinet]
-        for name, elements in folders.items():
+        for name, elements in (folders or {}).items():
             request.replace(name, elements)
         answer = self.meet("ag_cabinet", request)
         assert isinstance(answer, Briefcase)
         return answer
 
     def _cabinet_write(self, op: str, cabinet: str, folder: str, elements: list[bytes | str],
-               private: bool) -> None:
-        if folder in ("OP", "CABINET", "FOLDER", "PRIVATE", CODE):
+                       private: bool) -> None:
+        if folder in CABINET_REQUEST_FOLDERS:
             raise ValueError(f"a cabinet folder cannot be named {folder}")
-        request = Briefcase(OP=[op], CABINET=[cabinet])
-        request.replace(folder, elements)
-        if private:
-            request["PRIVATE"] = [b"1"]
-        self.meet("ag_cabinet", request)
+        self._cabinet(op, cabinet, {folder: elements, **({"PRIVATE": [b"1"]} if private else {})})
 
     def cabinet_read(self, cabinet: str, folder: str) -> list[bytes]:
         """A folder of a cabinet at this place (empty if it has none)."""
-        return self._cabinet("read", cabinet, FOLDER=[folder]).folder(folder)
+        return self._cabinet("read", cabinet, {"FOLDER": [folder]}).folder(folder)
 
     def cabinet_append(self, cabinet: str, folder: str, *elements: bytes | str,
                        private: bool = False) -> None:
@@ -172,7 +168,7 @@ class AgentChannel:
         if folder is None:
             self._cabinet("remove", cabinet)
         else:
-            self._cabinet("remove", cabinet, FOLDER=[folder])
+            self._cabinet("remove", cabinet, {"FOLDER": [folder]})
 
     def cabinet_folders(self, cabinet: str) -> list[str]:
         """The names of a cabinet's folders."""

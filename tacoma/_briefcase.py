@@ -21,6 +21,10 @@ CODE = "CODE"
 #: are set aside for the mobility and messaging conventions (ITINERARY, HOME, RESULT).
 RESERVED_FOLDERS = frozenset({CODE, "ITINERARY", "HOME", "RESULT"})
 
+#: The folders of a request to a place's ag_cabinet that say what to do, not what to store
+#: (see _cabinets); a cabinet cannot hold folders by these names.
+CABINET_REQUEST_FOLDERS = frozenset({"OP", "CABINET", "FOLDER", "PRIVATE", CODE})
+
 #: Longest folder name accepted: names are labels, not data.
 MAX_FOLDER_NAME = 255
 

@@ -60,12 +60,16 @@ class Builds:
         self.settings = settings
         self.mode = mode  # of the cache directories: 0711 with separate uids, else 0700
         self._ids: dict[str, str] = {}
+        self._dirs: dict[str, Path] = {}
         self._compiling: dict[Path, asyncio.Task[None]] = {}
-        self.compiles = 0  # how many compiles ran: tests check the cache with it
 
     def directory(self, interpreter: Interpreter) -> Path:
-        path = self.settings.cache_dir / interpreter.language
-        path.mkdir(mode=self.mode, parents=True, exist_ok=True)
+        """The language's cache directory, made on first use (not a mkdir per meet)."""
+        path = self._dirs.get(interpreter.language)
+        if path is None:
+            path = self.settings.cache_dir / interpreter.language
+            path.mkdir(mode=self.mode, parents=True, exist_ok=True)
+            self._dirs[interpreter.language] = path
         return path
 
     def build_id(self, interpreter: Interpreter) -> str:
@@ -139,7 +143,6 @@ class Builds:
         build = pool.interpreter.build
         assert build is not None
         language = pool.interpreter.language
-        self.compiles += 1
         started = time.monotonic()
         async with pool.confined(build.command(), {build.source_name: program},
                                  timeout) as (returncode, workdir, output):

@@ -29,22 +29,21 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import re
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from ._briefcase import CODE, Briefcase
+from ._briefcase import CABINET_REQUEST_FOLDERS, Briefcase
 from ._errors import CabinetError
 
-__all__ = ["CABINET_AGENT", "CONTROL_FOLDERS", "Cabinets", "Store"]
+__all__ = ["CABINET_AGENT", "Cabinets", "Store"]
 
 CABINET_AGENT = "ag_cabinet"
-#: The folders of an ag_cabinet briefcase that say what to do rather than what to write.
-CONTROL_FOLDERS = frozenset({"OP", "CABINET", "FOLDER", "PRIVATE", CODE})
 OPS = ("list", "folders", "read", "append", "replace", "remove")
 _NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
 
@@ -92,31 +91,27 @@ class Store:
     def close(self) -> None:
         self.db.close()
 
-    def _owner(self, cabinet: str) -> tuple[bool, str | None]:
+    def _allowed(self, cabinet: str, who: str | None, admin: bool) -> bool:
+        """Whether the cabinet exists; raises CabinetError if it is private to another
+        (the administrator's `tacoma cabinet` may do anything)."""
         row = self.db.execute("SELECT owner FROM cabinets WHERE name = ?", (cabinet,)).fetchone()
-        return (row is not None, row[0] if row is not None else None)
-
-    def _allowed(self, cabinet: str, who: str | None) -> bool:
-        exists, owner = self._owner(cabinet)
-        if exists and owner is not None and owner != who:
+        if row is not None and not admin and row[0] is not None and row[0] != who:
             raise CabinetError(f"cabinet {cabinet!r} is private to its owner")
-        return exists
+        return row is not None
 
     def names(self, who: str | None, everything: bool = False) -> list[str]:
         rows = self.db.execute("SELECT name, owner FROM cabinets ORDER BY name").fetchall()
         return [name for name, owner in rows if everything or owner is None or owner == who]
 
     def folders(self, cabinet: str, who: str | None = None, admin: bool = False) -> list[str]:
-        if not admin:
-            self._allowed(cabinet, who)
+        self._allowed(cabinet, who, admin)
         rows = self.db.execute("SELECT DISTINCT folder FROM elements WHERE cabinet = ? "
                                "ORDER BY folder", (cabinet,)).fetchall()
         return [row[0] for row in rows]
 
     def read(self, cabinet: str, folder: str, who: str | None = None,
              admin: bool = False) -> list[bytes]:
-        if not admin:
-            self._allowed(cabinet, who)
+        self._allowed(cabinet, who, admin)
         rows = self.db.execute("SELECT data FROM elements WHERE cabinet = ? AND folder = ? "
                                "ORDER BY position", (cabinet, folder)).fetchall()
         return [bytes(row[0]) for row in rows]
@@ -133,10 +128,7 @@ class Store:
             raise CabinetError("only an agent at the place can own a private cabinet")
         now = time.time()
         with self._transaction():
-            exists = True if admin else self._allowed(cabinet, who)
-            if admin:
-                exists, _ = self._owner(cabinet)
-            if not exists:
+            if not self._allowed(cabinet, who, admin):
                 self.db.execute("INSERT INTO cabinets VALUES (?, ?, ?, ?)",
                                 (cabinet, who if private else None, now, now))
             else:
@@ -158,8 +150,7 @@ class Store:
                admin: bool = False) -> None:
         """Remove folders of a cabinet, or (folders None) the whole cabinet."""
         with self._transaction():
-            if not admin:
-                self._allowed(cabinet, who)
+            self._allowed(cabinet, who, admin)
             if folders is None:
                 self.db.execute("DELETE FROM cabinets WHERE name = ?", (cabinet,))
             else:
@@ -168,19 +159,15 @@ class Store:
                 self.db.execute("UPDATE cabinets SET updated = ? WHERE name = ?",
                                 (time.time(), cabinet))
 
-    def _transaction(self) -> _Transaction:
-        return _Transaction(self.db)
-
-
-class _Transaction:
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self.db = db
-
-    def __enter__(self) -> None:
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
         self.db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, kind: object, value: object, tb: object) -> None:
-        self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
 
 
 class Cabinets:
@@ -219,15 +206,16 @@ class Cabinets:
         elif op == "read":
             if not wanted:
                 raise CabinetError("read needs the folders to read in FOLDER")
+            names = wanted
 
             def read(store: Store) -> None:
-                for folder in wanted or []:
+                for folder in names:
                     result.replace(folder, store.read(cabinet, folder, who))
 
             await self._run(read)
         elif op in ("append", "replace"):
             data = {check_name(name, "folder"): briefcase.folder(name)
-                    for name in briefcase.folders() if name not in CONTROL_FOLDERS}
+                    for name in briefcase.folders() if name not in CABINET_REQUEST_FOLDERS}
             private = bool(briefcase.get("PRIVATE"))
             await self._run(lambda s: s.write(cabinet, data, op == "replace", who, private))
         else:  # remove

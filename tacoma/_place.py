@@ -20,7 +20,6 @@ meets (whose agents are killed: nobody is left to receive their result).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import itertools
 import logging
 import os
@@ -364,8 +363,8 @@ class Place:
             if timeout <= 0:
                 raise MeetTimeout(f"compiling {agent}'s program took the meet's whole time")
         worker = await pool.take()
-        worker.identity = (f"agent:{agent}" if installed_code is not None else
-                           "code:" + hashlib.sha256(program_bytes(briefcase)).hexdigest())
+        worker.installed_as = agent if installed_code is not None else None
+        worker.program = program_bytes(briefcase)
         try:
             result = await worker.run(Meet(1, agent, briefcase), timeout, meet_id,
                                       self._nested_meet)

@@ -211,12 +211,13 @@ def plan_from_argv() -> dict[str, Any]:
 _SIGNALS = {s.value for s in signal.Signals}
 
 
-def describe_exit(returncode: int, cpu_seconds: int, cpu_used: float = 0.0) -> str:
-    """Why an agent's process ended without answering, in words."""
+def describe_exit(returncode: int, cpu_seconds: int, cpu_used: float = 0.0,
+                  subject: str = "agent process") -> str:
+    """Why an agent's process (`subject`) ended without answering, in words."""
     if returncode < 0 and cpu_used >= cpu_seconds:
         # SIGXCPU, or SIGKILL at the hard limit where the runtime blocks SIGXCPU (Guile).
         name = signal.Signals(-returncode).name if -returncode in _SIGNALS else "a signal"
-        return f"agent process killed by {name}: its CPU time limit of {cpu_seconds} s " \
+        return f"{subject} killed by {name}: its CPU time limit of {cpu_seconds} s " \
                "was reached"
     if returncode < 0:
         sig = -returncode
@@ -233,5 +234,5 @@ def describe_exit(returncode: int, cpu_seconds: int, cpu_used: float = 0.0) -> s
             signal.SIGXFSZ: "its file size limit was reached",
         }
         why = reasons.get(sig)
-        return f"agent process killed by {name}" + (f": {why}" if why else "")
-    return f"agent process exited with status {returncode} before answering"
+        return f"{subject} killed by {name}" + (f": {why}" if why else "")
+    return f"{subject} exited with status {returncode} before answering"

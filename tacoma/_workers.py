@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -447,13 +448,26 @@ class Worker:
         self.exited: asyncio.Future[int] | None = None
         self.channel: Channel | None = None
         self.meet_id = ""
-        self.identity: str | None = None  # who the agent is, for the cabinets it may reach
+        self.installed_as: str | None = None  # the installed agent it runs, if it is one
+        self.program = b""  # the program it runs
+        self._identity: str | None = None
         self.uid: int | None = None
         self._reply: asyncio.Future[Result | Failed] | None = None
         self._nested: NestedHandler | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.destroyed = False
         self._logged_lines = self._logged_chars = self._dropped_lines = 0
+
+    @property
+    def identity(self) -> str:
+        """Who the agent is, for the cabinets it may reach: `agent:NAME` for an installed
+        agent, else `code:` and its program's hash (hashed when first asked: most meets
+        never ask)."""
+        if self.installed_as is not None:
+            return f"agent:{self.installed_as}"
+        if self._identity is None:
+            self._identity = "code:" + hashlib.sha256(self.program).hexdigest()
+        return self._identity
 
     @property
     def alive(self) -> bool:

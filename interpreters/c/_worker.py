@@ -295,8 +295,8 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
     cpu_seconds = int(channel.plan.get("limits", {}).get("cpu_seconds", 0))
     cpu_used = usage.ru_utime + usage.ru_stime
     if code < 0:
-        raise AgentFailure(describe_exit(code, cpu_seconds, cpu_used).replace(
-            "agent process", "C agent"), output, kind="agent-killed")
+        raise AgentFailure(describe_exit(code, cpu_seconds, cpu_used, "C agent"), output,
+                           kind="agent-killed")
     raise AgentFailure(f"C agent exited with status {code}", output)
 
 
@@ -323,8 +323,5 @@ def _serve(agent: _Agent, exited: int) -> None:
             return
 
 
-#: Run once before the worker is ready: decoding and answering a call, no process.
-WARM_UP = None
-
 if __name__ == "__main__":
-    zygote.main(run, WARM_UP)
+    zygote.main(run)

@@ -236,7 +236,11 @@ class AgentUids:
     @staticmethod
     def cover_plan(paths: list[str]) -> list[tuple[str, list[str]]]:
         """For each outermost directory others may not enter, the needed paths below it."""
-        real = sorted({os.path.realpath(p) for p in paths if os.path.exists(p)})
+        # A directory others may not enter is no use to reveal (the agent could not enter
+        # it anyway), and kept as a path it would hide the paths below it that are needed
+        # (the place's cwd, on sys.path, being a 0700 checkout holding tacoma, say).
+        real = sorted({os.path.realpath(p) for p in paths if os.path.exists(p)
+                       and (not os.path.isdir(p) or os.stat(p).st_mode & stat.S_IXOTH)})
         kept: list[str] = []
         for path in real:  # sorted, so an ancestor comes before what it contains
             if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):

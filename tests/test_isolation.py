@@ -241,3 +241,16 @@ def test_a_killed_zygote_is_replaced(tight: RunningPlace) -> None:
     result = run(tight, 'import os; bc["PPID"] = [str(os.getppid())]')
     assert int(result["PPID"][0]) not in (zygote, tight.proc.pid)
     still_serves(tight)
+
+
+def test_cover_plan_reveals_what_lies_below_a_closed_directory(tmp_path: Path) -> None:
+    from tacoma._workers import AgentUids
+
+    closed = tmp_path / "checkout"
+    needed = closed / "interpreters" / "c"
+    needed.mkdir(parents=True)
+    closed.chmod(0o700)
+    # The closed directory itself (a cwd on sys.path) must not hide what is needed below it.
+    revealed = [path for _, paths in AgentUids.cover_plan([str(closed), str(needed)])
+                for path in paths]
+    assert revealed == [str(needed)]

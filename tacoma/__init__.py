@@ -26,7 +26,11 @@ if TYPE_CHECKING:
     from ._briefcase import Briefcase as Briefcase
     from ._client import PlaceClient as PlaceClient
     from ._client import ameet as ameet
+    from ._client import arequest as arequest
+    from ._client import asend as asend
     from ._client import meet as meet
+    from ._client import request as request
+    from ._client import send as send
     from ._errors import AgentFailed as AgentFailed
     from ._errors import AgentKilled as AgentKilled
     from ._errors import CabinetError as CabinetError
@@ -34,8 +38,11 @@ if TYPE_CHECKING:
     from ._errors import ConnectionLost as ConnectionLost
     from ._errors import LimitExceeded as LimitExceeded
     from ._errors import LocalProtocolError as LocalProtocolError
+    from ._errors import MailboxFull as MailboxFull
     from ._errors import MeetError as MeetError
     from ._errors import MeetTimeout as MeetTimeout
+    from ._errors import MessageError as MessageError
+    from ._errors import NotAllowed as NotAllowed
     from ._errors import PlaceUnavailable as PlaceUnavailable
     from ._errors import ProtocolError as ProtocolError
     from ._errors import RemoteProtocolError as RemoteProtocolError
@@ -54,7 +61,11 @@ _EXPORTS: dict[str, str] = {
     "Briefcase": "_briefcase",
     "PlaceClient": "_client",
     "ameet": "_client",
+    "arequest": "_client",
+    "asend": "_client",
     "meet": "_client",
+    "request": "_client",
+    "send": "_client",
     "AgentFailed": "_errors",
     "AgentKilled": "_errors",
     "CabinetError": "_errors",
@@ -62,8 +73,11 @@ _EXPORTS: dict[str, str] = {
     "ConnectionLost": "_errors",
     "LimitExceeded": "_errors",
     "LocalProtocolError": "_errors",
+    "MailboxFull": "_errors",
     "MeetError": "_errors",
     "MeetTimeout": "_errors",
+    "MessageError": "_errors",
+    "NotAllowed": "_errors",
     "PlaceUnavailable": "_errors",
     "ProtocolError": "_errors",
     "RemoteProtocolError": "_errors",

@@ -7,21 +7,31 @@ Failed, and returns; the process then exits and is never reused. Everything here
 blocking and single-threaded on purpose: an agent is one sequential program, so reads and
 writes on the file descriptor it was handed and the sans-IO `Connection` are all it needs.
 
-The agent API (meet, log, fail) is `AgentChannel`'s methods; each language binds them under
-its own names. Only the standard library and msgpack are imported here.
+The agent API (meet, log, fail, go, messages, cabinets) is `AgentChannel`'s methods; each
+language binds them under its own names. Only the standard library and msgpack are imported
+here.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import sys
+import time
 from collections.abc import Callable
 
 import msgpack
 
 from . import _sandbox
 from ._briefcase import CABINET_REQUEST_FOLDERS, CODE, Briefcase
-from ._errors import LimitExceeded, LocalProtocolError, ProtocolError, error_from_wire
+from ._errors import (
+    LimitExceeded,
+    LocalProtocolError,
+    MeetError,
+    MeetTimeout,
+    ProtocolError,
+    error_from_wire,
+)
 from ._protocol import (
     NEED_DATA,
     OPEN,
@@ -36,8 +46,16 @@ from ._protocol import (
     Role,
 )
 
-__all__ = ["AgentChannel", "AgentFailure", "artifact_key", "program_bytes", "program_text",
-           "serve_one"]
+__all__ = ["AgentChannel", "AgentFailure", "AgentGone", "artifact_key", "program_bytes",
+           "program_text", "serve_one"]
+
+#: Folders of mobility and messages (kept in step with _trips and _residents, which the
+#: worker does not import: they need asyncio).
+ITINERARY = "ITINERARY"
+ENVELOPE = "ENVELOPE"
+MAILBOX_AGENT = "ag_mailbox"
+#: Acknowledged sends an agent may have outstanding at once.
+MAX_UNACKED = 1024
 
 _READ = 256 * 1024
 
@@ -57,6 +75,15 @@ class AgentFailure(Exception):
         self.kind = kind
 
 
+class _NoAnswer(Exception):
+    """No answer came before the deadline."""
+
+
+class AgentGone(BaseException):
+    """Raised by a language's `go` once the next place has the agent: it ends the program
+    here (a BaseException, so `except Exception` in the agent does not stop it)."""
+
+
 class AgentChannel:
     """The blocking worker end of the channel to the place, on file descriptor `fd`."""
 
@@ -65,6 +92,9 @@ class AgentChannel:
         self.conn = Connection(Role.WORKER, max_frame)
         self.place = ""
         self.plan: dict[str, Any] = {}  # the sandbox plan this worker was started with
+        self.gone: str | None = None  # the place the agent went to, once it went
+        self._unacked: set[int] = set()  # rids of acknowledged sends not yet waited for
+        self._early: dict[int, Event] = {}  # their answers, come while waiting for another
 
     def hello(self) -> None:
         """Tell the place this worker is ready."""
@@ -75,7 +105,8 @@ class AgentChannel:
         while view:
             view = view[os.write(self.fd, view):]
 
-    def _next(self) -> Event:
+    def _next(self, deadline: float | None = None) -> Event | None:
+        """The next event from the place; None if `deadline` (monotonic) passes first."""
         while True:
             event = self.conn.next_event()
             if event is not NEED_DATA:
@@ -83,6 +114,10 @@ class AgentChannel:
                 if isinstance(event, Bye):
                     raise SystemExit(f"place said bye: {event.reason}")
                 return event
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                    return None
             data = os.read(self.fd, _READ)
             if not data:
                 raise SystemExit("place closed the worker channel")
@@ -116,15 +151,128 @@ class AgentChannel:
         """
         if mode not in ("sync", "async"):
             raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
+        return self._answer(self._request(target, briefcase, mode, timeout))
+
+    def _request(self, target: str, briefcase: Briefcase | None, mode: str,
+                 timeout: float | None) -> int:
+        """Send a Meet to the place; its request id."""
+        if self.gone is not None:
+            raise MeetError(f"the agent has gone to {self.gone}: it can do nothing more here")
         bc = briefcase if briefcase is not None else Briefcase()
         rid = self.conn.new_rid()
         self._write(self.conn.send(Meet(rid, target, bc, mode, timeout)))  # type: ignore[arg-type]
+        return rid
+
+    def _answer(self, rid: int, deadline: float | None = None) -> Briefcase | str:
+        """Wait for the answer to request `rid`: a briefcase (Result) or an id (Accepted).
+
+        Answers to acknowledged sends that come meanwhile are kept for `wait_ack`.
+        """
         while True:
-            event = self._next()
-            if isinstance(event, Result | Accepted | Failed) and event.rid == rid:
-                if isinstance(event, Failed):
-                    raise error_from_wire(event.kind, event.message, event.detail)
-                return event.briefcase if isinstance(event, Result) else event.meet_id
+            event = self._early.pop(rid, None) or self._next(deadline)
+            if event is None:
+                raise _NoAnswer
+            if not isinstance(event, Result | Accepted | Failed):
+                continue
+            if event.rid != rid:
+                if event.rid in self._unacked:
+                    self._early[event.rid] = event
+                continue
+            if isinstance(event, Failed):
+                raise error_from_wire(event.kind, event.message, event.detail)
+            return event.briefcase if isinstance(event, Result) else event.meet_id
+
+    # -- moving (see tacoma/_trips.py)
+    def go(self, place: str, briefcase: Briefcase) -> None:
+        """Move to `place` with `briefcase`: once this returns, the next place has the agent
+        and runs its program from the top; the caller must then end the program here (each
+        language's `go` does). Raises the next place's error, and the agent stays, if it
+        cannot be taken there."""
+        if not place:
+            raise ValueError("go needs a place (HOST:PORT)")
+        self._answer(self._request(place, briefcase, "go", None))
+        self.gone = place
+
+    def go_next(self, briefcase: Briefcase) -> bool:
+        """Take the first place off the briefcase's ITINERARY and go there. False if the
+        itinerary is empty (the trip is over: end, and the briefcase goes home). If that
+        place cannot take the agent, raises its error with the place already taken off:
+        catch it to skip the place, put it back to retry, or end to go home."""
+        stops = briefcase.folder(ITINERARY)
+        if not stops:
+            return False
+        briefcase.replace(ITINERARY, stops[1:])
+        self.go(stops[0].decode("utf-8"), briefcase)
+        return True
+
+    # -- messages (see tacoma/_residents.py)
+    def _mailbox(self, op: str, **folders: list[bytes | str]) -> Briefcase:
+        answer = self.meet(MAILBOX_AGENT, Briefcase(OP=[op], **folders))
+        assert isinstance(answer, Briefcase)
+        return answer
+
+    def reside(self, name: str) -> None:
+        """Stay at this place as the resident agent `name`: meets with `name@place` are
+        now messages to this agent, waiting in its mailbox."""
+        self._mailbox("reside", NAME=[name])
+
+    def receive(self, timeout: float | None = None) -> Briefcase | None:
+        """The next message (its folders, and ENVELOPE: [id, kind, sender]), waiting up to
+        `timeout` seconds (None: until the meet ends); None if none came."""
+        folders: dict[str, list[bytes | str]] = {}
+        if timeout is not None:
+            folders["TIMEOUT"] = [repr(float(timeout))]
+        message = self._mailbox("receive", **folders)
+        return message if message.folder(ENVELOPE) else None
+
+    def reply_message(self, message: Briefcase, briefcase: Briefcase | None = None) -> None:
+        """The agent API's `reply`: answer a request (a message of kind `request`)."""
+        envelope = message.folder(ENVELOPE)
+        if not envelope:
+            raise ValueError("reply takes a message as receive returned it (with ENVELOPE)")
+        answer = Briefcase(briefcase or Briefcase())
+        for name in ("OP", "ID"):
+            if name in answer:
+                raise ValueError(f"a reply cannot have a folder named {name}")
+        answer["OP"] = [b"reply"]
+        answer["ID"] = [envelope[0]]
+        result = self.meet(MAILBOX_AGENT, answer)
+        assert isinstance(result, Briefcase)
+
+    def send(self, target: str, briefcase: Briefcase | None = None) -> str:
+        """One-way message to the resident `name@place`; its id once it is in the mailbox."""
+        return str(self.meet(target, briefcase, "async"))
+
+    def send_ack(self, target: str, briefcase: Briefcase | None = None) -> int:
+        """Send a message whose acknowledgement comes later: a handle for `wait_ack`."""
+        if len(self._unacked) >= MAX_UNACKED:
+            raise ValueError(f"{MAX_UNACKED} acknowledged sends are outstanding: "
+                             "wait_ack some before sending more")
+        rid = self._request(target, briefcase, "ack", None)
+        self._unacked.add(rid)
+        return rid
+
+    def wait_ack(self, handle: int, timeout: float | None = None) -> None:
+        """Wait until the message of `send_ack` was taken by its resident; raises its error
+        (MailboxFull, UnknownAgent, MessageError) or MeetTimeout after `timeout` seconds."""
+        if handle not in self._unacked:
+            raise ValueError(f"no acknowledged send {handle} is outstanding")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            self._answer(handle, deadline)
+        except _NoAnswer:  # still outstanding: it may be waited for again
+            raise MeetTimeout(f"no acknowledgement within {timeout} s") from None
+        except MeetError:
+            self._unacked.discard(handle)
+            raise
+        self._unacked.discard(handle)
+
+    def request(self, target: str, briefcase: Briefcase | None = None,
+                timeout: float | None = None) -> Briefcase:
+        """Send a request to the resident `name@place` and wait for its reply."""
+        answer = self.meet(target, briefcase, "sync", timeout)
+        assert isinstance(answer, Briefcase)
+        return answer
 
     def log(self, message: str, level: str = "info") -> None:
         """Write a line to the place's log."""
@@ -272,6 +420,8 @@ def serve_one(run: Runner, plan: dict[str, Any],
         raise SystemExit(f"tacoma worker: protocol error from place: {exc}") from None
     try:
         reply: Result | Failed = Result(meet.rid, run(meet, channel))
+    except AgentGone:
+        reply = Result(meet.rid, Briefcase())
     except AgentFailure as exc:
         reply = Failed(meet.rid, exc.kind, exc.message or "agent failed", exc.detail)
     except Exception as exc:  # noqa: BLE001 - a runner bug: still answer the meet
@@ -279,6 +429,8 @@ def serve_one(run: Runner, plan: dict[str, Any],
 
         reply = Failed(meet.rid, "agent-failed", f"{type(exc).__name__}: {exc}",
                        traceback.format_exc())
+    if channel.gone is not None:  # the agent is at the next place now: nothing comes back
+        reply = Result(meet.rid, Briefcase())
     sys.stdout.flush()
     sys.stderr.flush()
     channel.reply(reply)

@@ -14,6 +14,7 @@ in this process on first use, on a free loopback port, shut down at exit).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import weakref
 from collections.abc import Mapping
@@ -29,9 +30,12 @@ from ._protocol import DEFAULT_MAX_FRAME, Accepted, Cancel, Event, Failed, Meet,
 from ._transport import Channel, connect
 from ._version import __version__
 
-__all__ = ["PlaceClient", "ameet", "meet", "split_target"]
+__all__ = ["PlaceClient", "ameet", "arequest", "asend", "meet", "request", "send",
+           "split_target"]
 
 MeetMode = Literal["sync", "async"]
+#: Every mode on the wire: the user's two, and those of messages and moving agents.
+WireMode = Literal["sync", "async", "ack", "go"]
 _SOFTWARE = f"tacoma/{__version__}"
 
 
@@ -63,7 +67,7 @@ class PlaceClient:
     def usable(self) -> bool:
         return self.channel is not None and not self.channel.is_closing
 
-    async def meet(self, agent: str, briefcase: Briefcase, mode: MeetMode = "sync",
+    async def meet(self, agent: str, briefcase: Briefcase, mode: WireMode = "sync",
                    timeout: float | None = None) -> Briefcase | str:
         """Send a meet and wait for its reply: the result briefcase, or the async meet id."""
         channel = self.channel
@@ -223,3 +227,77 @@ def meet(target: str, briefcase: Briefcase | Mapping[str, Any] | None = None, *,
     result = run_blocking(ameet(target, briefcase, code=code, mode=mode,
                                 timeout=timeout, connect_timeout=connect_timeout))
     return cast(Briefcase | str, result)
+
+
+# ---------------------------------------------------------------------------- messages
+async def asend(target: str, briefcase: Briefcase | Mapping[str, Any] | None = None, *,
+                ack: bool = False, timeout: float | None = None,
+                connect_timeout: float | None = 10.0) -> str | asyncio.Future[None]:
+    """Send a message to the resident agent `name@place` (see _residents).
+
+    One-way (the default): returns the message id once the message is in the resident's
+    mailbox; the resident never answers. With `ack=True`: returns, once the message is sent,
+    a future that completes when the resident has taken it (or fails: MailboxFull,
+    UnknownAgent, MessageError if the resident ends first, MeetTimeout after `timeout`).
+    """
+    agent, address = split_target(target)
+    bc = _make_briefcase(briefcase, None)
+    if address is None:
+        from ._embedded import embedded_address
+
+        address = await embedded_address()
+    client = await _cache().get(address, connect_timeout)
+    if not ack:
+        answer = await _within(client.meet(agent, bc, "async", timeout), timeout, target)
+        return str(answer)
+
+    async def acknowledged() -> None:
+        await _within(client.meet(agent, bc, "ack", timeout), timeout, target)
+
+    task = asyncio.ensure_future(acknowledged())
+    await asyncio.sleep(0)  # the task runs up to its first wait: the message is sent
+    return task
+
+
+async def arequest(target: str, briefcase: Briefcase | Mapping[str, Any] | None = None, *,
+                   timeout: float | None = None,
+                   connect_timeout: float | None = 10.0) -> Briefcase:
+    """Send a request to the resident agent `name@place` and wait for its reply (a sync
+    meet with a resident is exactly that)."""
+    return await ameet(target, briefcase, timeout=timeout, connect_timeout=connect_timeout)
+
+
+async def _within(work: Any, timeout: float | None, target: str) -> Any:
+    try:
+        async with asyncio.timeout(timeout):
+            return await work
+    except TimeoutError as exc:
+        if isinstance(exc, TacomaError):
+            raise
+        from ._errors import MeetTimeout
+
+        raise MeetTimeout(f"message to {target} not answered within {timeout} s") from None
+
+
+def send(target: str, briefcase: Briefcase | Mapping[str, Any] | None = None, *,
+         ack: bool = False, timeout: float | None = None,
+         connect_timeout: float | None = 10.0) -> str | concurrent.futures.Future[None]:
+    """Blocking `asend`: the message id, or (ack=True) a concurrent.futures.Future of the
+    acknowledgement."""
+    from ._runtime import background_loop, run_blocking
+
+    sent = run_blocking(asend(target, briefcase, ack=ack, timeout=timeout,
+                              connect_timeout=connect_timeout))
+    if isinstance(sent, str):
+        return sent
+
+    async def wait() -> None:
+        await sent
+
+    return asyncio.run_coroutine_threadsafe(wait(), background_loop())
+
+
+def request(target: str, briefcase: Briefcase | Mapping[str, Any] | None = None, *,
+            timeout: float | None = None, connect_timeout: float | None = 10.0) -> Briefcase:
+    """Blocking `arequest`: the resident's reply."""
+    return meet(target, briefcase, timeout=timeout, connect_timeout=connect_timeout)

@@ -16,7 +16,10 @@ Every error tacoma raises is a TacomaError. The tree follows where a fault lies:
         ├── AgentKilled               the agent's process died (signal, limit hit)
         ├── MeetTimeout (TimeoutError)
         ├── PlaceUnavailable          the place is shutting down or cannot start workers
-        └── CabinetError              a cabinet request refused: malformed, or private
+        ├── CabinetError              a cabinet request refused: malformed, or private
+        ├── MailboxFull               a resident agent's mailbox has no room for the message
+        ├── MessageError              a message refused: bad name, reply to no request, ...
+        └── NotAllowed                an administrative request without the place's token
 
 A failed meet travels over the wire as a `kind` string plus message and detail; `KINDS` maps
 kinds to classes in both directions, so both ends agree on the whole set in one place.
@@ -37,8 +40,11 @@ __all__ = [
     "ConnectionLost",
     "LimitExceeded",
     "LocalProtocolError",
+    "MailboxFull",
     "MeetError",
     "MeetTimeout",
+    "MessageError",
+    "NotAllowed",
     "PlaceUnavailable",
     "ProtocolError",
     "RemoteProtocolError",
@@ -135,6 +141,25 @@ class CabinetError(MeetError):
     kind = "cabinet"
 
 
+class MailboxFull(MeetError):
+    """A resident agent's mailbox is full (messages or bytes): send again later."""
+
+    kind = "mailbox-full"
+
+
+class MessageError(MeetError):
+    """A message was refused: a bad resident name, a reply to no request, a resident that
+    ended before answering."""
+
+    kind = "message"
+
+
+class NotAllowed(MeetError):
+    """An administrative request (ps, kill) without the place's admin token."""
+
+    kind = "not-allowed"
+
+
 class _RemoteLimitExceeded(MeetError, LimitExceeded):
     """A limit was exceeded at the place (a result briefcase too large, say)."""
 
@@ -157,6 +182,9 @@ KINDS: dict[str, type[MeetError]] = {
         MeetTimeout,
         PlaceUnavailable,
         CabinetError,
+        MailboxFull,
+        MessageError,
+        NotAllowed,
         _RemoteLimitExceeded,
         _RemoteProtocolFailure,
     )
@@ -176,6 +204,8 @@ def kind_of(exc: BaseException) -> str:
         return _RemoteLimitExceeded.kind
     if isinstance(exc, ProtocolError):
         return _RemoteProtocolFailure.kind
+    if isinstance(exc, TransportError):  # a place the meet needed is down or unreachable
+        return PlaceUnavailable.kind
     return MeetError.kind
 
 

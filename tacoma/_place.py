@@ -10,7 +10,10 @@ The meet path at a place, against TACOMA's 13 steps (Table 1 of the paper):
     terminate (13)            the connection stays open for the next meet; the used worker is
                               destroyed in the background
 ag_echo, the null agent, is answered by the place itself: it runs no code of anyone's;
-so is ag_cabinet, the door to the place's cabinets (see _cabinets).
+so are ag_cabinet, the door to the place's cabinets (see _cabinets), ag_home, where trips
+end (see _trips), ag_admin, for `tacoma ps` and `tacoma kill` with the place's admin token,
+and, for agents only, ag_mailbox (see _residents). A meet with a resident agent's name is a
+message to it (see _residents); a meet in the `go` mode is a moving agent arriving (_trips).
 
 Every meet runs in a task of its own; a meet's failure, however it happens, becomes a Failed
 reply on its own request id and touches nothing else. A broken connection loses only its own
@@ -21,8 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 import os
+import secrets
 import shutil
 import sqlite3
 import time
@@ -36,28 +41,38 @@ from ._builds import Builds
 from ._cabinets import CABINET_AGENT, Cabinets
 from ._client import ClientCache, PlaceClient, split_target
 from ._errors import (
+    AgentKilled,
     LimitExceeded,
     MeetError,
     MeetTimeout,
+    MessageError,
+    NotAllowed,
     PlaceUnavailable,
     ProtocolError,
     TacomaError,
     UnknownAgent,
+    error_from_wire,
     kind_of,
 )
 from ._interpreter import Interpreter, discover_interpreters, module_file
 from ._protocol import Accepted, Cancel, Event, Failed, Meet, Result, Role
+from ._residents import MAILBOX_AGENT, Residents
 from ._settings import PlaceSettings
 from ._transport import Channel, parse_address
+from ._trips import HOME_AGENT, Trip, Trips, ending
 from ._version import __version__
 from ._workers import AgentUids, PidsCgroups, Worker, WorkerPool
 
-__all__ = ["ECHO_AGENT", "Place"]
+__all__ = ["ADMIN_AGENT", "ECHO_AGENT", "Place"]
 
 log = logging.getLogger("tacoma.place")
 
 #: The null agent: returns the briefcase it got. For benchmarks and health checks.
 ECHO_AGENT = "ag_echo"
+#: Lists and stops the agents at the place, for whoever holds its admin token.
+ADMIN_AGENT = "ag_admin"
+#: Agents the place answers itself, with no worker.
+BUILT_IN = (ECHO_AGENT, CABINET_AGENT, HOME_AGENT, ADMIN_AGENT)
 _SOFTWARE = f"tacoma-place/{__version__}"
 
 
@@ -73,7 +88,7 @@ class _Session:
         if isinstance(event, Cancel):
             task = self.tasks.get(event.rid)
             if task is not None:
-                task.cancel()  # _serve_sync answers it, and its agent is killed
+                task.cancel()  # _serve answers it, and its agent is killed
             return
         assert isinstance(event, Meet)  # the only other event a client may send
         self.place.accept(channel, event, self.tasks)
@@ -98,10 +113,16 @@ class Place:
         self.uids: AgentUids | None = None
         self.builds = Builds(self.settings, 0o700)
         self.cabinets = Cabinets(self.settings.state_dir / "cabinets.sqlite3")
+        self.residents = Residents(self.settings.mailbox_messages, self.settings.mailbox_bytes)
+        self.trips = Trips("")
+        self.workers: dict[str, Worker] = {}  # by meet id, while their agents run
+        self.killed: set[str] = set()  # meet ids stopped by `tacoma kill`
+        self.admin_token = ""
         self._server: asyncio.AbstractServer | None = None
         self._ids = itertools.count(1)
         self._boot = f"{int(time.time()) & 0xFFFFFF:06x}"
         self._clients = ClientCache()  # connections to other places, for agents' meets
+        self._background: set[asyncio.Task[None]] = set()
         self._meets = 0
         self._stopping = False
         self._stopped = asyncio.Event()
@@ -134,6 +155,7 @@ class Place:
             log.warning("agents run as root (separate_uids is off): they can signal the "
                         "place and read whatever root may")
         self.builds = Builds(settings, enterable)
+        self._write_admin_token()
         try:
             await self.cabinets.open()
         except sqlite3.Error as exc:
@@ -144,6 +166,7 @@ class Place:
             lambda: self._new_channel(), host, port, reuse_address=True, backlog=1024)
         sock = self._server.sockets[0].getsockname()
         self.address = f"[{sock[0]}]:{sock[1]}" if ":" in sock[0] else f"{sock[0]}:{sock[1]}"
+        self.trips = Trips(self.address)
         for agent, interpreter in self.interpreters.items():
             problem = interpreter.check()
             if problem is not None:
@@ -158,6 +181,17 @@ class Place:
         log.info("place %s listening, state in %s, agents: %s", self.address,
                  settings.state_dir, ", ".join(self.agent_names()))
         return self.address
+
+    def _write_admin_token(self) -> None:
+        """A new admin token for this run, in a file only the place's user can read."""
+        self.admin_token = secrets.token_hex(32)
+        path = self.settings.admin_token_file
+        temporary = path.with_suffix(".tmp")
+        temporary.unlink(missing_ok=True)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(self.admin_token + "\n")
+        os.replace(temporary, path)
 
     def _new_channel(self) -> Channel:
         session = _Session(self)
@@ -209,7 +243,7 @@ class Place:
     def agent_names(self) -> list[str]:
         """Every agent this place can meet now: built-in, interpreters, installed."""
         installed = sorted(p.stem for p in self._installed_files())
-        return [ECHO_AGENT, CABINET_AGENT, *sorted(self.pools), *installed]
+        return [*BUILT_IN, *sorted(self.pools), *installed]
 
     def _installed_files(self) -> list[Path]:
         suffixes = {s for i in self.interpreters.values() for s in i.suffixes}
@@ -221,7 +255,7 @@ class Place:
 
     def resolve(self, agent: str) -> tuple[WorkerPool | None, bytes | None]:
         """The pool that runs `agent` and, for an installed agent, its program."""
-        if agent in (ECHO_AGENT, CABINET_AGENT):
+        if agent in BUILT_IN:
             return None, None
         pool = self.pools.get(agent)
         if pool is not None:
@@ -252,19 +286,72 @@ class Place:
 
     def accept(self, channel: Channel, meet: Meet, tasks: dict[int, asyncio.Task[None]]) -> None:
         """Start serving a meet from a client connection."""
+        if meet.mode != "go" and self.residents.get(meet.agent) is not None:
+            self._accept_message(channel, meet, tasks)
+            return
         try:
             self._admit()
-        except PlaceUnavailable as exc:
+            if meet.mode == "ack":
+                raise MessageError(f"the ack mode is for messages to resident agents, and "
+                                   f"{meet.agent} is not one here")
+            trip = None
+            if meet.mode == "go":  # a moving agent arrives: refuse it now if it cannot run
+                trip = Trip.take(meet.briefcase)
+                self.resolve(meet.agent)
+        except MeetError as exc:
             self._reply(channel, _failed(meet.rid, exc))
             return
         meet_id = self._new_meet_id()
-        if meet.mode == "async":
+        if trip is not None:
+            self._reply(channel, Accepted(meet.rid, meet_id))
+            self._spawn_meet(meet_id, self._run_hop(meet.agent, meet.briefcase, meet.timeout,
+                                                    meet_id, trip))
+        elif meet.mode == "async":
             self._reply(channel, Accepted(meet.rid, meet_id))
             self._spawn_meet(meet_id, self._run_async(meet, meet_id))
         else:
-            task = self._spawn_meet(meet_id, self._serve_sync(channel, meet, meet_id))
+            task = self._spawn_meet(meet_id, self._serve(
+                channel, meet.rid, self.run_meet(meet.agent, meet.briefcase, meet.timeout,
+                                                 meet_id), meet_id))
             tasks[meet.rid] = task
             task.add_done_callback(lambda _: tasks.pop(meet.rid, None))
+
+    def _accept_message(self, channel: Channel, meet: Meet,
+                        tasks: dict[int, asyncio.Task[None]]) -> None:
+        """A client's meet with a resident agent: a message to it (see _residents)."""
+        try:
+            message = self.residents.deliver(meet.agent, meet.mode, meet.briefcase, "client")
+        except MeetError as exc:
+            self._reply(channel, _failed(meet.rid, exc))
+            return
+        if message.answer is None:  # one-way: in the mailbox is all the sender hears
+            self._reply(channel, Accepted(meet.rid, message.id))
+            return
+        task = asyncio.ensure_future(self._serve(
+            channel, meet.rid, self._answer(meet, message.answer), ""))
+        tasks[meet.rid] = task
+        task.add_done_callback(lambda _: tasks.pop(meet.rid, None))
+
+    async def _answer(self, meet: Meet, answer: asyncio.Future[Briefcase]) -> Briefcase:
+        """The resident's answer to a message: its reply (sync) or that it took it (ack)."""
+        limit = self.settings.limits.meet_seconds
+        timeout = limit if meet.timeout is None else min(meet.timeout, limit)
+        try:
+            async with asyncio.timeout(timeout):
+                return await answer
+        except TimeoutError:
+            if answer.done() and not answer.cancelled():
+                raise
+            what = "take the message" if meet.mode == "ack" else "reply"
+            raise MeetTimeout(f"{meet.agent} did not {what} within {timeout:g} s") from None
+
+    async def _message(self, name: str, meet: Meet, sender: str) -> Briefcase | str:
+        """Deliver an agent's message to resident `name` here: the message id (one-way), or
+        the resident's answer."""
+        message = self.residents.deliver(name, meet.mode, meet.briefcase, sender)
+        if message.answer is None:
+            return message.id
+        return await self._answer(meet, message.answer)
 
     def _new_meet_id(self) -> str:
         return f"{self._boot}-{next(self._ids)}"
@@ -285,6 +372,7 @@ class Place:
                 counted = False
                 self._meets -= 1
                 self.running.pop(meet_id, None)
+                self.killed.discard(meet_id)
 
         async def tracked() -> None:
             try:
@@ -301,17 +389,27 @@ class Place:
         task.add_done_callback(cancelled_early)
         return task
 
-    async def _serve_sync(self, channel: Channel, meet: Meet, meet_id: str) -> None:
+    def _cancelled(self, meet_id: str) -> MeetError:
+        """Why a meet's task was cancelled, as the error its caller gets."""
+        if meet_id in self.killed:
+            return AgentKilled(f"killed by tacoma kill at place {self.address}")
+        if self._stopping:
+            return PlaceUnavailable(f"place {self.address} stopped during the meet")
+        return MeetError("meet cancelled")
+
+    async def _serve(self, channel: Channel, rid: int,
+                     work: Coroutine[Any, Any, Briefcase], meet_id: str) -> None:
+        """Answer a client's sync meet (or message) `rid` with what `work` returns."""
         try:
-            result = await self.run_meet(meet.agent, meet.briefcase, meet.timeout, meet_id)
+            result = await work
         except asyncio.CancelledError:
             # The client cancelled, or left, or the place stops: answer if anyone listens.
-            self._reply(channel, Failed(meet.rid, MeetError.kind, "meet cancelled"))
+            self._reply(channel, _failed(rid, self._cancelled(meet_id)))
             raise
         except Exception as exc:  # noqa: BLE001 - every meet gets an answer, whatever failed
-            self._reply(channel, _failed(meet.rid, exc))
+            self._reply(channel, _failed(rid, exc))
             return
-        self._reply(channel, Result(meet.rid, result))
+        self._reply(channel, Result(rid, result))
 
     async def _run_async(self, meet: Meet, meet_id: str, who: str | None = None) -> None:
         try:
@@ -323,6 +421,41 @@ class Place:
                           meet.agent)
         else:
             log.info("async meet %s (%s) done", meet_id, meet.agent)
+
+    async def _run_hop(self, agent: str, briefcase: Briefcase, timeout: float | None,
+                       meet_id: str, trip: Trip) -> None:
+        """Run one hop of a trip; where the agent ends, send the trip's end home."""
+        try:
+            result = await self.run_meet(agent, briefcase, timeout, meet_id, trip=trip)
+        except _Moved:
+            return  # it went on: the next place has the trip now
+        except asyncio.CancelledError:
+            end = ending(trip, None, self._cancelled(meet_id), self.address)
+            self._in_background(self._send_home(trip, end))
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever ended the trip, home hears it
+            failure = _failed(0, exc)
+            end = ending(trip, None, error_from_wire(failure.kind, failure.message,
+                                                     failure.detail), self.address)
+        else:
+            end = ending(trip, result, None, self.address)
+        await self._send_home(trip, end)
+
+    async def _send_home(self, trip: Trip, end: Briefcase) -> None:
+        try:
+            if trip.home == self.address:
+                self.trips.end(end)
+                return
+            client = await self._client(trip.home)
+            await asyncio.wait_for(client.meet(HOME_AGENT, end, "sync", 30.0), 30.0)
+        except Exception as exc:  # noqa: BLE001 - nobody else to tell; the home times out
+            log.warning("trip %s ended here but cannot reach its home %s: %s", trip.id,
+                        trip.home, exc)
+
+    def _in_background(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _reply(self, channel: Channel, event: Result | Failed | Accepted) -> None:
         if channel.is_closing:
@@ -337,17 +470,18 @@ class Place:
                 log.error("cannot send %s: %s", type(event).__name__, exc)
 
     async def run_meet(self, agent: str, briefcase: Briefcase, timeout: float | None,
-                       meet_id: str, who: str | None = None) -> Briefcase:
+                       meet_id: str, who: str | None = None,
+                       trip: Trip | None = None) -> Briefcase:
         """Run one meet at this place and return the agent's briefcase.
 
         `who` is the identity of the agent at this place that made the meet (None for a
-        client): it decides which cabinets the meet may reach.
+        client): it decides which cabinets the meet may reach. `trip` is the trip this meet
+        is a hop of, for a moving agent that arrived here. If the agent moves on, a meet
+        that began here returns the briefcase its trip ends with; a hop raises _Moved.
         """
         pool, installed_code = self.resolve(agent)
         if pool is None:
-            if agent == CABINET_AGENT:
-                return await self.cabinets.serve(briefcase, who)
-            return briefcase  # ag_echo
+            return await self._built_in(agent, briefcase, who)
         limit = self.settings.limits.meet_seconds
         timeout = limit if timeout is None else min(timeout, limit)
         callers_code = briefcase.get(CODE)
@@ -365,11 +499,24 @@ class Place:
         worker = await pool.take()
         worker.installed_as = agent if installed_code is not None else None
         worker.program = program_bytes(briefcase)
+        worker.trip = trip
+        worker.started, worker.deadline = time.time(), time.monotonic() + timeout
+        self.workers[meet_id] = worker
         try:
             result = await worker.run(Meet(1, agent, briefcase), timeout, meet_id,
                                       self._nested_meet)
+        except Exception:
+            if worker.went is None:
+                raise
         finally:
+            del self.workers[meet_id]
+            self.residents.leave(worker)
             pool.release(worker)
+        if worker.went is not None:  # the agent moved on: its trip goes on without us
+            if trip is not None:
+                raise _Moved
+            assert worker.trip is not None
+            return await self.trips.wait(worker.trip, worker.deadline)
         if installed_code is not None:  # the caller gets back its own CODE, not ours
             if callers_code is None:
                 result.briefcase.remove(CODE)
@@ -377,39 +524,158 @@ class Place:
                 result.briefcase[CODE] = callers_code
         return result.briefcase
 
+    async def _built_in(self, agent: str, briefcase: Briefcase, who: str | None) -> Briefcase:
+        """Answer a meet of one of the agents the place is itself (BUILT_IN)."""
+        if agent == CABINET_AGENT:
+            return await self.cabinets.serve(briefcase, who)
+        if agent == HOME_AGENT:
+            if not self.trips.end(briefcase):
+                log.info("a trip ended that nobody here waits for any more")
+            return Briefcase()
+        if agent == ADMIN_AGENT:
+            return self._admin(briefcase)
+        return briefcase  # ag_echo
+
+    # ------------------------------------------------------------------ agents' requests
     async def _nested_meet(self, worker: Worker, meet: Meet) -> None:
-        """An agent meets another agent: at this place, or at another through a client."""
+        """An agent meets another agent (at this place, or at another through a client),
+        sends a message (a meet with a resident), uses its mailbox, or moves on."""
         try:
+            if worker.went is not None:
+                raise MeetError(f"the agent has gone to {worker.went}")
+            if meet.mode == "go":
+                await self._go(worker, meet)
+                return
             agent, address = split_target(meet.agent)
-            if address is None or address == self.address:
-                self._admit()  # an agent's meets count against --max-meets like anyone's
+            if address is not None and address != self.address:
+                client = await self._client(address)
+                answer = await client.meet(agent, meet.briefcase, meet.mode, meet.timeout)
+            elif agent == MAILBOX_AGENT:
+                answer = await self.residents.serve(worker, meet.briefcase)
+            elif self.residents.get(agent) is not None:
+                sender = (f"{worker.resident}@{self.address}" if worker.resident
+                          else worker.identity)
+                answer = await self._message(agent, meet, sender)
+            elif meet.mode == "ack":
+                raise MessageError(f"the ack mode is for messages to resident agents, and "
+                                   f"{agent} is not one here")
+            else:
+                # An agent's meets count against --max-meets like anyone's, and can be killed.
+                self._admit()
+                meet_id = self._new_meet_id()
                 if meet.mode == "async":
-                    meet_id = self._new_meet_id()
                     self._spawn_meet(meet_id, self._run_async(
                         Meet(meet.rid, agent, meet.briefcase, "async", meet.timeout), meet_id,
                         worker.identity))
-                    worker.answer(Accepted(meet.rid, meet_id))
+                    answer = meet_id
+                else:
+                    task = self._spawn_meet(meet_id, self._serve_worker(
+                        worker, meet.rid, agent, meet, meet_id))
+                    try:
+                        await asyncio.shield(task)
+                    except asyncio.CancelledError:
+                        task.cancel()
+                        raise
                     return
-                meet_id = self._new_meet_id()
-                self._meets += 1
-                try:
-                    result = await self.run_meet(agent, meet.briefcase, meet.timeout, meet_id,
-                                                 worker.identity)
-                finally:
-                    self._meets -= 1
-                worker.answer(Result(meet.rid, result))
-                return
-            client = await self._client(address)
-            answer = await client.meet(agent, meet.briefcase, meet.mode, meet.timeout)
-            if isinstance(answer, str):
-                worker.answer(Accepted(meet.rid, answer))
-            else:
-                worker.answer(Result(meet.rid, answer))
+            worker.answer(Accepted(meet.rid, answer) if isinstance(answer, str)
+                          else Result(meet.rid, answer))
         except Exception as exc:  # noqa: BLE001 - the agent is waiting for an answer
             worker.answer(_failed(meet.rid, exc))
 
+    async def _serve_worker(self, worker: Worker, rid: int, agent: str, meet: Meet,
+                            meet_id: str) -> None:
+        """An agent's sync meet at this place, as a meet of its own (so it can be killed)."""
+        try:
+            result = await self.run_meet(agent, meet.briefcase, meet.timeout, meet_id,
+                                         worker.identity)
+        except asyncio.CancelledError:
+            worker.answer(_failed(rid, self._cancelled(meet_id)))
+            raise
+        except Exception as exc:  # noqa: BLE001 - the agent is waiting for an answer
+            worker.answer(_failed(rid, exc))
+            return
+        worker.answer(Result(rid, result))
+
+    async def _go(self, worker: Worker, meet: Meet) -> None:
+        """Hand a moving agent on to the place `meet.agent` (see _trips).
+
+        Answered Accepted once the next place has taken the agent; any failure (the place
+        is down, refuses, cannot run the language) reaches the agent, which is still here.
+        """
+        target = meet.agent
+        agent = worker.pool.interpreter.agent
+        remaining = worker.deadline - time.monotonic()
+        if remaining <= 0:
+            raise MeetTimeout("no time is left of the meet for the agent to go on")
+        trip = worker.trip or self.trips.start()
+        try:
+            if target == self.address:
+                self._admit()
+                meet_id = self._new_meet_id()
+                self._spawn_meet(meet_id, self._run_hop(agent, Briefcase(meet.briefcase),
+                                                        remaining, meet_id, trip))
+            else:
+                client = await self._client(target)
+                meet_id = str(await client.meet(agent, trip.stamp(meet.briefcase), "go",
+                                                remaining))
+        except BaseException:
+            if worker.trip is None:  # the trip did not start after all
+                self.trips.waiting.pop(trip.id, None)
+            raise
+        worker.trip = trip
+        worker.went = target
+        worker.answer(Accepted(meet.rid, meet_id))
+
+    # ------------------------------------------------------------------ administration
+    def _admin(self, request: Briefcase) -> Briefcase:
+        """ag_admin: `ps` and `kill`, for whoever shows the place's admin token."""
+        token = request.text("TOKEN")[0] if request.folder("TOKEN") else ""
+        if not secrets.compare_digest(token.encode(), self.admin_token.encode()):
+            raise NotAllowed(f"{ADMIN_AGENT} needs the admin token of place {self.address}; "
+                             "tacoma ps and tacoma kill read it from the place's state "
+                             "directory (--state-dir, or --token-file)")
+        op = request.text("OP")[0] if request.folder("OP") else ""
+        if op == "ps":
+            return Briefcase(AGENTS=[json.dumps(row).encode() for row in self.ps()])
+        if op == "kill":
+            names = request.text("NAME") if request.folder("NAME") else []
+            return Briefcase(KILLED=[self.kill(names[0] if names else "")])
+        raise MeetError(f"unknown {ADMIN_AGENT} operation {op!r}: ps or kill")
+
+    def ps(self) -> list[dict[str, Any]]:
+        """The agents running here now: one row each, residents named."""
+        now = time.time()
+        rows = []
+        for meet_id, worker in list(self.workers.items()):
+            processes, cpu, rss = worker.usage()
+            rows.append({
+                "meet": meet_id, "name": worker.resident or "",
+                "agent": worker.installed_as or worker.pool.interpreter.agent,
+                "language": worker.pool.interpreter.language, "pid": worker.pid,
+                "processes": processes, "age": round(now - worker.started, 3),
+                "cpu": round(cpu, 3), "rss": rss,
+                "mailbox": (len(r.queue) if (r := self.residents.of(worker)) else None),
+            })
+        return rows
+
+    def kill(self, name: str) -> str:
+        """Stop the agent that is resident as `name`, or runs meet `name`; its meet id."""
+        resident = self.residents.get(name)
+        meet_id = resident.meet_id if resident is not None else name
+        task = self.running.get(meet_id)
+        if task is None or meet_id not in self.workers:
+            raise UnknownAgent(f"no agent {name!r} is running at place {self.address}",
+                               "tacoma ps lists them")
+        self.killed.add(meet_id)
+        task.cancel()
+        return meet_id
+
     async def _client(self, address: str) -> PlaceClient:
         return await self._clients.get(address, timeout=10.0)
+
+
+class _Moved(Exception):
+    """Raised by run_meet for a hop whose agent moved on to another place."""
 
 
 def _failed(rid: int, exc: BaseException) -> Failed:

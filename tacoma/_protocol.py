@@ -15,8 +15,9 @@ number. Never pickle.
 
 One connection carries many concurrent meets: every Meet has a request id (rid) chosen by its
 sender, and exactly one reply ends it: Result or Failed for a sync meet, Accepted or Failed
-for an async one. The connection tracks which rids each side owes, so a stray or duplicate
-reply is a protocol error rather than a confused caller.
+for an async one; two more modes serve messages and moving agents (see `MODES`). The
+connection tracks which rids each side owes, so a stray or duplicate reply is a protocol
+error rather than a confused caller.
 
 Roles: a *client* meets a *place*; on the channel between a place and an agent's worker
 process the place is the *host* and the agent is the *worker*. A worker can also send Meets
@@ -42,7 +43,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Final, Literal, NoReturn
 
-    MeetMode = Literal["sync", "async"]
+    MeetMode = Literal["sync", "async", "ack", "go"]
 
 __all__ = [
     "DEFAULT_MAX_FRAME",
@@ -62,7 +63,7 @@ __all__ = [
 ]
 
 #: Bumped on any incompatible change to framing or events; peers must agree exactly.
-PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = 2
 
 #: Largest frame accepted unless configured otherwise. A briefcase is held whole in memory on
 #: both sides (and once more in the worker), so this bounds what one meet can cost a place;
@@ -76,6 +77,16 @@ MAX_HELLO_FRAME: Final = 4096
 
 _HEADER = 4
 _MAX_RID = 2**63 - 1
+
+#: Meet modes, and what each asks of the peer:
+#:   sync   run the agent (or, for a resident agent, deliver a request) and answer with the
+#:          result (the resident's reply) when it ends;
+#:   async  start the agent (or deliver a one-way message) and answer Accepted at once;
+#:   ack    deliver a message to a resident agent and answer Result when it has taken it;
+#:   go     a moving agent arrives: take it (answer Accepted) and run it as a hop of its trip
+#:          (see _place: the trip's home gets the final briefcase).
+MODES: Final = ("sync", "async", "ack", "go")
+
 class Role(enum.StrEnum):
     CLIENT = "client"
     PLACE = "place"
@@ -163,7 +174,7 @@ class Meet(Event):
         _check(isinstance(self.agent, str) and 0 < len(self.agent) <= 1024,
                "Meet.agent must be a non-empty str of at most 1024 characters")
         _check(isinstance(self.briefcase, Briefcase), "Meet.briefcase must be a Briefcase")
-        _check(self.mode in ("sync", "async"), "Meet.mode must be 'sync' or 'async'")
+        _check(self.mode in MODES, "Meet.mode must be one of " + ", ".join(MODES))
         _check(self.timeout is None
                or (isinstance(self.timeout, int | float) and not isinstance(self.timeout, bool)
                    and self.timeout > 0 and math.isfinite(self.timeout)),
@@ -326,6 +337,8 @@ MAY_SEND: Final[dict[Role, frozenset[type[Event]]]] = {
 ENDS: Final[dict[str, frozenset[type[Event]]]] = {
     "sync": frozenset({Result, Failed}),
     "async": frozenset({Accepted, Failed}),
+    "ack": frozenset({Result, Failed}),
+    "go": frozenset({Accepted, Failed}),
 }
 
 

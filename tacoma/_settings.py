@@ -71,6 +71,8 @@ class PlaceSettings:
     grace_seconds: on shutdown, how long running meets may take to finish before being killed.
     separate_uids: as root, run every agent under a uid and gid of its own (the default).
         Off, agents run as root: they can then signal the place and read what root may.
+    mailbox_messages, mailbox_bytes: the most messages, and bytes of them, waiting for any
+        one resident agent; more are refused with MailboxFull.
     """
 
     listen: str = DEFAULT_LISTEN
@@ -82,6 +84,8 @@ class PlaceSettings:
     grace_seconds: float = 10.0
     limits: Limits = field(default_factory=Limits)
     separate_uids: bool = True
+    mailbox_messages: int = 1000
+    mailbox_bytes: int = 16 * 1024 * 1024
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state_dir", Path(self.state_dir).expanduser())
@@ -94,6 +98,10 @@ class PlaceSettings:
         if not isinstance(self.max_connections, int) or self.max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, got "
                              f"{self.max_connections!r}")
+        for name in ("mailbox_messages", "mailbox_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value!r}")
         if self.grace_seconds < 0:
             raise ValueError("grace_seconds must be >= 0")
 
@@ -104,6 +112,11 @@ class PlaceSettings:
     @property
     def work_dir(self) -> Path:
         return self.state_dir / "work"
+
+    @property
+    def admin_token_file(self) -> Path:
+        """The place's admin token (for tacoma ps and kill), readable only by its owner."""
+        return self.state_dir / "admin.token"
 
     @property
     def cache_dir(self) -> Path:

@@ -66,6 +66,7 @@ from ._zygote import MAX_CONTROL
 
 if TYPE_CHECKING:
     from ._builds import Builds
+    from ._trips import Trip
 
 __all__ = ["PidsCgroups", "Worker", "WorkerPool"]
 
@@ -454,6 +455,11 @@ class Worker:
         self.meet_id = ""
         self.installed_as: str | None = None  # the installed agent it runs, if it is one
         self.program = b""  # the program it runs
+        self.resident: str | None = None  # its name while it is a resident agent
+        self.trip: Trip | None = None  # the trip it is on, if it moves (see _trips)
+        self.went: str | None = None  # where it went, once it moved on
+        self.started = 0.0  # time.time() when its meet began
+        self.deadline = 0.0  # time.monotonic() by which its meet must end
         self._identity: str | None = None
         self.uid: int | None = None
         self._reply: asyncio.Future[Result | Failed] | None = None
@@ -521,6 +527,27 @@ class Worker:
     def output_tail(self) -> str:
         """The end of what the agent wrote to stdout and stderr."""
         return _tail(self.output)
+
+    def usage(self) -> tuple[int, float, int]:
+        """(processes, CPU seconds, resident bytes) of the agent: every process in its
+        cgroup, or its worker process alone where there is none."""
+        pids = [self.pid]
+        if self.cgroup is not None:
+            with contextlib.suppress(OSError, ValueError):
+                pids = [int(p) for p in (self.cgroup / "cgroup.procs").read_text().split()]
+        ticks, page = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
+        cpu, rss, alive = 0.0, 0, 0
+        for pid in pids:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                statm = Path(f"/proc/{pid}/statm").read_text()
+            except OSError:  # ended meanwhile
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+            cpu += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+            rss += int(statm.split()[1]) * page
+            alive += 1
+        return alive, cpu, rss
 
     # -- EventHandler for the worker channel
     def event_received(self, channel: Channel, event: Event) -> None:

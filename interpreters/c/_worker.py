@@ -17,6 +17,10 @@ length and the bytes, and gets one in reply: `ok VALUES...` or `error KIND MESSA
     replace H NAME ELEMS...                                   -> a handle (sync) or meet id
     remove H NAME                                         log LEVEL MESSAGE
     place                   -> the place's address        fail MESSAGE
+    go PLACE                (then the agent exits)        go_next -> 1 (went) or 0 (no places)
+    reside NAME                                           receive TIMEOUT -> a handle, 0: none
+    reply MESSAGE_H REPLY_H                               send_ack TARGET H -> an ack handle
+    wait_ack HANDLE TIMEOUT
 
 How the meet ends: exit status 0 returns handle 0; `fail` fails the meet with its message;
 another status fails it saying so; death by a crash signal fails it with the signal, the
@@ -161,6 +165,28 @@ class _Agent:
             return []
         if op == "place":
             return [self.channel.place.encode()]
+        if op == "go":
+            self.channel.go(args[0].decode(), self.briefcases[0])
+            return []
+        if op == "go_next":
+            return [b"1" if self.channel.go_next(self.briefcases[0]) else b"0"]
+        if op == "reside":
+            self.channel.reside(args[0].decode())
+            return []
+        if op == "receive":
+            timeout = float(args[0])
+            message = self.channel.receive(None if timeout < 0 else timeout)
+            return [self._new(message) if message is not None else b"0"]
+        if op == "reply":
+            self.channel.reply_message(self._briefcase(args[0]), self._briefcase(args[1]))
+            return []
+        if op == "send_ack":
+            return [str(self.channel.send_ack(args[0].decode(),
+                                              self._briefcase(args[1]).copy())).encode()]
+        if op == "wait_ack":
+            timeout = float(args[1])
+            self.channel.wait_ack(int(args[0]), None if timeout < 0 else timeout)
+            return []
         raise ValueError(f"unknown call {op!r}")
 
     def _new(self, briefcase: Briefcase) -> bytes:

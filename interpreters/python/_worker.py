@@ -16,6 +16,14 @@ The program sees these globals (the Python face of the one agent API):
     cabinet_replace(cabinet, folder, elements, private=False),
     cabinet_remove(cabinet, folder=None), cabinet_folders(cabinet), cabinets()
                 the place's cabinets (see tacoma/_cabinets.py)
+    go(place)   move to `place` with `bc`: the program ends here and starts again there
+    go_next()   take the first place off bc["ITINERARY"] and go there; False if it is empty
+                (see tacoma/_trips.py: a failed go raises the place's error, agent stays)
+    reside(name), receive(timeout=None), reply(message, briefcase=None)
+                stay here as a resident agent and take messages (tacoma/_residents.py)
+    send(target, briefcase=None) -> message id, send_ack(target, briefcase=None) -> handle,
+    wait_ack(handle, timeout=None), request(target, briefcase=None, timeout=None)
+                messages to resident agents NAME@PLACE: one-way, acknowledged, request
 Whatever `bc` holds when the program ends is the meet's result.
 """
 
@@ -25,7 +33,7 @@ import builtins
 from collections.abc import Mapping
 
 from tacoma import _zygote as zygote
-from tacoma._agentside import AgentChannel, AgentFailure, program_text
+from tacoma._agentside import AgentChannel, AgentFailure, AgentGone, program_text
 from tacoma._briefcase import Briefcase
 from tacoma._protocol import Meet
 
@@ -56,6 +64,18 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
     except SyntaxError as exc:
         raise AgentFailure(f"SyntaxError: {exc.msg} (line {exc.lineno})",
                            _format(exc, source, skip_frames=1)) from None
+    def briefcase() -> Briefcase:
+        return _result(namespace.get("bc"))
+
+    def go(place: str) -> None:
+        channel.go(place, briefcase())
+        raise AgentGone
+
+    def go_next() -> bool:
+        if channel.go_next(briefcase()):
+            raise AgentGone
+        return False
+
     namespace: dict[str, Any] = {
         "__name__": "__agent__",
         "__builtins__": builtins,
@@ -71,10 +91,19 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
         "cabinet_remove": channel.cabinet_remove,
         "cabinet_folders": channel.cabinet_folders,
         "cabinets": channel.cabinets,
+        "go": go,
+        "go_next": go_next,
+        "reside": channel.reside,
+        "receive": channel.receive,
+        "reply": channel.reply_message,
+        "send": channel.send,
+        "send_ack": channel.send_ack,
+        "wait_ack": channel.wait_ack,
+        "request": channel.request,
     }
     try:
         exec(code, namespace)  # noqa: S102 - running the agent is this process's whole job
-    except AgentFailure:
+    except (AgentFailure, AgentGone):
         raise
     except SystemExit as exc:
         if exc.code not in (0, None):

@@ -23,6 +23,18 @@ The agent API, as Scheme procedures (the Scheme column of the README's agent API
     (cabinet-replace C F LIST #:private #t), (cabinet-remove C [F]),
     (cabinet-folders C), (cabinets)     the place's cabinets (see tacoma/_cabinets.py)
     (place)                             the address of this place
+    (go PLACE)                          move to PLACE with the briefcase: the program ends
+                                        here and starts again there (tacoma/_trips.py)
+    (go-next)                           go to the first place of ITINERARY, taken off it;
+                                        #f if the itinerary is empty
+    (reside NAME)                       stay here as resident agent NAME (_residents.py)
+    (receive [SECONDS])                 the next message, an alist with ENVELOPE
+                                        (id kind sender); #f if none came in time
+    (reply MESSAGE [BRIEFCASE])         answer a request
+    (send TARGET [BRIEFCASE])           one-way message to NAME@PLACE; its id
+    (send-ack TARGET [BRIEFCASE])       acknowledged message; a handle for wait-ack
+    (wait-ack HANDLE [SECONDS])         wait until the message was taken
+    (request TARGET [BRIEFCASE] #:timeout S)  a request; the reply
 
 The primitives below take and return only strings, bytevectors and small integers, and
 report failures as -1 (with the message in %tacoma-last): a Guile error must not unwind
@@ -61,13 +73,16 @@ PRELUDE = r"""
 (define (bc-replace name elements)
   (%check (%tacoma-clear 0 name)) (for-each (lambda (e) (bc-append name e)) elements))
 (define (bc-remove name) (%check (%tacoma-remove 0 name)) *unspecified*)
-(define* (meet target #:optional (briefcase '()) #:key (async #f) (timeout #f))
+(define (%handle briefcase)
   (let ((h (%tacoma-new)))
     (for-each (lambda (folder)
                 (%check (%tacoma-clear h (car folder)))
                 (for-each (lambda (e) (%check (%tacoma-append h (car folder) (%as-bytes e))))
                           (cdr folder)))
               briefcase)
+    h))
+(define* (meet target #:optional (briefcase '()) #:key (async #f) (timeout #f))
+  (let ((h (%handle briefcase)))
     (let ((r (%check (%tacoma-meet target h (if async "async" "sync")
                                    (if timeout (number->string timeout) "")))))
       (if async (%tacoma-last) (%alist r)))))
@@ -99,6 +114,26 @@ PRELUDE = r"""
 (define (cabinets)
   (let ((found (assoc "CABINETS" (%cabinet "list" #f))))
     (if found (map utf8->string (cdr found)) '())))
+(define (go place) (%check (%tacoma-go place)) (throw 'tacoma-gone place))
+(define (go-next) (if (= 1 (%check (%tacoma-go-next))) (throw 'tacoma-gone "") #f))
+(define (%mailbox op . folders)
+  (meet "ag_mailbox" (cons (cons "OP" (list op)) folders)))
+(define (reside name) (%mailbox "reside" (cons "NAME" (list name))) *unspecified*)
+(define* (receive #:optional seconds)
+  (let ((m (if seconds
+               (%mailbox "receive" (cons "TIMEOUT" (list (number->string seconds))))
+               (%mailbox "receive"))))
+    (if (assoc "ENVELOPE" m) m #f)))
+(define* (reply message #:optional (briefcase '()))
+  (apply %mailbox "reply" (cons "ID" (list (cadr (assoc "ENVELOPE" message)))) briefcase)
+  *unspecified*)
+(define* (send target #:optional (briefcase '())) (meet target briefcase #:async #t))
+(define* (send-ack target #:optional (briefcase '()))
+  (%check (%tacoma-send-ack target (%handle briefcase))))
+(define* (wait-ack handle #:optional seconds)
+  (%check (%tacoma-wait-ack handle (if seconds (number->string seconds) ""))) *unspecified*)
+(define* (request target #:optional (briefcase '()) #:key (timeout #f))
+  (meet target briefcase #:timeout timeout))
 (define (%run-agent code)
   (let ((trace ""))
     (catch #t
@@ -106,15 +141,17 @@ PRELUDE = r"""
         (with-throw-handler #t
           (lambda () (eval-string code) "OK")
           (lambda (key . args)
-            (unless (eq? key 'tacoma-fail)
+            (unless (memq key '(tacoma-fail tacoma-gone))
               (set! trace (call-with-output-string
                             (lambda (port) (display-backtrace (make-stack #t) port))))))))
       (lambda (key . args)
-        (if (eq? key 'tacoma-fail)
-            (string-append "FAIL\n" (car args))
+        (cond
+          ((eq? key 'tacoma-gone) "GONE")
+          ((eq? key 'tacoma-fail) (string-append "FAIL\n" (car args)))
+          (else
             (string-append "ERROR\n"
                            (call-with-output-string (lambda (p) (print-exception p #f key args)))
-                           "\n" trace))))))
+                           "\n" trace)))))))
 """
 
 _guile: Guile | None = None
@@ -242,6 +279,28 @@ def _place(m: _Meet) -> int:
     return m.guile.string(m.channel.place)
 
 
+def _go(m: _Meet, place: int) -> int:
+    m.channel.go(m.text(place, "the place"), m.briefcases[0])
+    return m.guile.from_int(0)
+
+
+def _go_next(m: _Meet) -> int:
+    return m.guile.from_int(int(m.channel.go_next(m.briefcases[0])))
+
+
+def _send_ack(m: _Meet, target: int, h: int) -> int:
+    return m.guile.from_int(m.channel.send_ack(m.text(target, "the target"), m.briefcase(h)))
+
+
+def _wait_ack(m: _Meet, handle: int, timeout: int) -> int:
+    seconds = m.text(timeout, "the timeout")
+    number = m.guile.to_int(handle)
+    if number is None:
+        raise ValueError("not an acknowledgement handle")
+    m.channel.wait_ack(number, float(seconds) if seconds else None)
+    return m.guile.from_int(0)
+
+
 PRIMITIVES: dict[str, tuple[int, Callable[..., int]]] = {
     "%tacoma-count": (2, _count),
     "%tacoma-ref": (3, _ref),
@@ -257,6 +316,10 @@ PRIMITIVES: dict[str, tuple[int, Callable[..., int]]] = {
     "%tacoma-log": (2, _log),
     "%tacoma-fail": (1, _fail),
     "%tacoma-place": (0, _place),
+    "%tacoma-go": (1, _go),
+    "%tacoma-go-next": (0, _go_next),
+    "%tacoma-send-ack": (2, _send_ack),
+    "%tacoma-wait-ack": (2, _wait_ack),
 }
 
 
@@ -282,6 +345,8 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
     guile.lib.scm_c_define(b"%agent-code", guile.string(code))
     outcome = guile.to_str(guile.lib.scm_c_eval_string(b"(%run-agent %agent-code)")) or ""
     status, _, rest = outcome.partition("\n")
+    if status == "GONE" or channel.gone is not None:
+        return meet.briefcase
     if status == "FAIL":
         raise AgentFailure(rest)
     if status == "ERROR":

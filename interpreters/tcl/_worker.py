@@ -26,6 +26,19 @@ The agent API, as Tcl commands (the Tcl column of the README's agent API table):
     cabinet_remove CABINET ?FOLDER?
     cabinet_folders CABINET         the place's cabinets (see tacoma/_cabinets.py)
     cabinets
+    go PLACE                        move to PLACE with the briefcase: the script ends here
+                                    and starts again there (tacoma/_trips.py)
+    go_next                         go to the first place of ITINERARY, taken off it;
+                                    returns 0 if the itinerary is empty
+    reside NAME                     stay here as resident agent NAME (tacoma/_residents.py)
+    receive ?SECONDS?               the next message, a briefcase dict with ENVELOPE
+                                    {id kind sender}; an empty dict if none came in time
+    reply MESSAGE ?BRIEFCASE?       answer a request
+    send TARGET ?BRIEFCASE?         one-way message to NAME@PLACE; returns its id
+    send_ack TARGET ?BRIEFCASE?     acknowledged message; returns a handle for wait_ack
+    wait_ack HANDLE ?SECONDS?       wait until the message was taken
+    request TARGET ?BRIEFCASE? ?-timeout SECONDS?
+                                    a request; returns the reply
 
 Elements are byte arrays: bytes cross between Tcl and Python unchanged. Text must be made
 bytes on purpose (`bc_append_text`, or `encoding convertto utf-8`); an element with
@@ -70,6 +83,7 @@ proc meet {target args} {
         set args [lassign $args arg]
         switch -- $arg {
             -async { lappend options -async }
+            -ack { lappend options -ack }
             -timeout { set args [lassign $args seconds]; lappend options -timeout $seconds }
             default { set briefcase $arg }
         }
@@ -110,6 +124,34 @@ proc cabinet_remove {cabinet {folder ""}} {
 }
 proc cabinet_folders {cabinet} { dict get [_cabinet folders $cabinet] FOLDERS }
 proc cabinets {} { dict get [meet ag_cabinet [dict create OP list]] CABINETS }
+proc go {place} {
+    _tacoma_call go $place
+    return -code error -errorcode {TACOMA GONE} "the agent went to $place"
+}
+proc go_next {} {
+    if {[_tacoma_call go_next]} {
+        return -code error -errorcode {TACOMA GONE} "the agent went on"
+    }
+    return 0
+}
+proc reside {name} { meet ag_mailbox [dict create OP reside NAME [list $name]]; return }
+proc receive {{seconds ""}} {
+    set request [dict create OP receive]
+    if {$seconds ne ""} { dict set request TIMEOUT [list $seconds] }
+    set message [meet ag_mailbox $request]
+    if {![dict exists $message ENVELOPE]} { return {} }
+    return $message
+}
+proc reply {message {briefcase {}}} {
+    dict set briefcase OP [list reply]
+    dict set briefcase ID [list [lindex [dict get $message ENVELOPE] 0]]
+    meet ag_mailbox $briefcase
+    return
+}
+proc send {target {briefcase {}}} { meet $target $briefcase -async }
+proc send_ack {target {briefcase {}}} { meet $target $briefcase -ack }
+proc wait_ack {handle {seconds ""}} { _tacoma_call wait_ack $handle $seconds }
+proc request {target {briefcase {}} args} { meet $target $briefcase {*}$args }
 """
 
 _tcl: tkinter.Tk | None = None
@@ -157,6 +199,8 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
             arg = rest.pop(0)
             if arg == "-async":
                 mode = "async"
+            elif arg == "-ack":
+                mode = "ack"
             elif arg == "-timeout" and rest:
                 timeout = float(rest.pop(0))
             elif arg == "--":
@@ -166,6 +210,8 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
             elements, rest = rest[:count], rest[count:]
             briefcase.replace(name, [_bytes(e, f"an element of folder {name}")
                                      for e in elements])
+        if mode == "ack":
+            return channel.send_ack(target, briefcase)
         answer = channel.meet(target, briefcase, mode, timeout)
         return answer if isinstance(answer, str) else from_briefcase(answer)
 
@@ -195,6 +241,14 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
                 return ("error", args[0], "FAIL")
             if op == "place":
                 return ("ok", channel.place)
+            if op == "go":
+                channel.go(args[0], bc)
+                return ("ok", "")
+            if op == "go_next":
+                return ("ok", int(channel.go_next(bc)))
+            if op == "wait_ack":
+                channel.wait_ack(int(args[0]), float(args[1]) if args[1:] and args[1] else None)
+                return ("ok", "")
             return ("error", f"unknown tacoma operation {op}", "USAGE")
         except MeetError as exc:
             return ("error", f"{type(exc).__name__.lstrip('_')}: {exc}", exc.kind)
@@ -205,6 +259,8 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
     try:
         tcl.eval(script)
     except tkinter.TclError as exc:
+        if channel.gone is not None:
+            return bc  # it went on (go); serve_one sends nothing back
         if failure:
             raise AgentFailure(failure[-1]) from None
         raise AgentFailure(f"Tcl error: {exc}", str(tcl.eval("set ::errorInfo"))) from None

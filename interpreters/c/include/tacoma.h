@@ -106,6 +106,29 @@ TC__API int tc_cabinet_remove(const char *cabinet, const char *folder);
 TC__API int tc_cabinet_folders(const char *cabinet, tc_list *names);
 TC__API int tc_cabinets(tc_list *names);
 
+/* Moving (see tacoma/_trips.py). tc_go hands the agent, with TC_SELF, to the place
+ * HOST:PORT, where main() starts again with that briefcase, and exits here: it returns
+ * only if that place cannot take the agent (-1, with the place's error; the agent is still
+ * here). tc_go_next goes to the first place of the ITINERARY folder, taken off it; it
+ * returns 0 if the itinerary is empty (the trip is over: return, and TC_SELF goes home). */
+TC__API int tc_go(const char *place);
+TC__API int tc_go_next(void);
+
+/* Messages between agents (see tacoma/_residents.py). tc_reside makes this agent the
+ * resident NAME at its place. tc_receive returns the next message (a new handle, with an
+ * ENVELOPE folder: id, kind, sender), 0 if none came within timeout seconds (negative:
+ * wait as long as the meet lasts), or TC_ERROR; tc_reply answers a request with a
+ * briefcase. tc_send sends a one-way message to NAME@PLACE and copies its id into id;
+ * tc_send_ack sends one whose acknowledgement tc_wait_ack waits for (timeout negative:
+ * without limit); tc_request sends a request and returns the reply (a new handle). */
+TC__API int tc_reside(const char *name);
+TC__API tc_bc tc_receive(double timeout);
+TC__API int tc_reply(tc_bc message, tc_bc reply);
+TC__API int tc_send(const char *target, tc_bc bc, char *id, size_t size);
+TC__API int tc_send_ack(const char *target, tc_bc bc);
+TC__API int tc_wait_ack(int handle, double timeout);
+TC__API tc_bc tc_request(const char *target, tc_bc bc, double timeout);
+
 /* The place's log, failing, and where we are. */
 TC__API int tc_log(const char *level, const char *format, ...)
     __attribute__((format(printf, 2, 3)));
@@ -495,6 +518,63 @@ TC__API int tc_cabinet_folders(const char *cabinet, tc_list *names) {
 
 TC__API int tc_cabinets(tc_list *names) {
     return tc__cabinet_list("list", NULL, NULL, "CABINETS", names);
+}
+
+TC__API int tc_go(const char *place) {
+    tc_elem parts[2] = {tc__str("go"), tc__str(place)};
+    if (tc__call(2, parts, NULL) != 0) return -1;
+    exit(0); /* the next place has the agent now */
+}
+
+TC__API int tc_go_next(void) {
+    tc_elem parts[1] = {tc__str("go_next")};
+    tc_list reply;
+    if (tc__call(1, parts, &reply) != 0) return -1;
+    int went = reply.count >= 1 && reply.items[0].data[0] == '1';
+    tc_list_free(&reply);
+    if (went) exit(0);
+    return 0;
+}
+
+TC__API int tc_reside(const char *name) {
+    tc_elem parts[2] = {tc__str("reside"), tc__str(name)};
+    return tc__call(2, parts, NULL);
+}
+
+TC__API tc_bc tc_receive(double timeout) {
+    char t[32];
+    snprintf(t, sizeof t, "%.17g", timeout);
+    tc_elem parts[2] = {tc__str("receive"), tc__str(t)};
+    tc_list reply;
+    return tc__handle_reply(tc__call(2, parts, &reply), &reply);
+}
+
+TC__API int tc_reply(tc_bc message, tc_bc reply) {
+    char m[16], r[16];
+    tc_elem parts[3] = {tc__str("reply"), tc__handle(message, m), tc__handle(reply, r)};
+    return tc__call(3, parts, NULL);
+}
+
+TC__API int tc_send(const char *target, tc_bc bc, char *id, size_t size) {
+    return tc_meet_async(target, bc, 0, id, size);
+}
+
+TC__API int tc_send_ack(const char *target, tc_bc bc) {
+    char h[16];
+    tc_elem parts[3] = {tc__str("send_ack"), tc__str(target), tc__handle(bc, h)};
+    tc_list reply;
+    return tc__handle_reply(tc__call(3, parts, &reply), &reply);
+}
+
+TC__API int tc_wait_ack(int handle, double timeout) {
+    char h[16], t[32];
+    snprintf(t, sizeof t, "%.17g", timeout);
+    tc_elem parts[3] = {tc__str("wait_ack"), tc__handle(handle, h), tc__str(t)};
+    return tc__call(3, parts, NULL);
+}
+
+TC__API tc_bc tc_request(const char *target, tc_bc bc, double timeout) {
+    return tc_meet(target, bc, timeout);
 }
 
 TC__API const char *tc_error(void) { return tc__message; }

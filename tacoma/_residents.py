@@ -1,0 +1,211 @@
+"""Resident agents and their mailboxes: messages between agents.
+
+An agent running at a place can become *resident* under a name (`reside`). From then on a
+meet with `NAME@PLACE` does not start an agent: it is a message to the resident, put in its
+mailbox. The meet's mode says what kind of message it is and when the sender hears back:
+
+    async  one-way      the place answers Accepted (the message id) once the message is
+                        in the mailbox; the resident never answers
+    ack    acknowledged the place answers (an empty briefcase) when the resident takes it
+    sync   request      the place answers with the resident's reply
+
+So sending is meeting, at this place or another, from a client or an agent, with nothing new
+on the wire but the `ack` mode. The resident takes messages with `receive` and answers
+requests with `reply`: meets of the built-in `ag_mailbox` over its own worker channel, which
+only a worker can reach (a client meeting ag_mailbox gets UnknownAgent).
+
+Mailboxes are bounded in messages and bytes (`PlaceSettings.mailbox_messages`,
+`mailbox_bytes`): a full mailbox refuses the message with MailboxFull, so a slow resident
+costs its senders an error, never the place its memory. When a resident ends (returns,
+fails, is killed, or its meet times out) its name is free again, and every sender still
+waiting (an ack or a reply) gets MessageError saying so.
+
+A received message is the sender's briefcase plus an ENVELOPE folder: the message id, its
+kind (oneway, ack or request) and who sent it (the sending agent's identity, or "client").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import re
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ._briefcase import Briefcase
+from ._errors import MailboxFull, MessageError, UnknownAgent
+
+if TYPE_CHECKING:
+    from ._workers import Worker
+
+__all__ = ["ENVELOPE", "MAILBOX_AGENT", "Residents"]
+
+#: The built-in agent a resident meets to reside, receive and reply.
+MAILBOX_AGENT = "ag_mailbox"
+#: The folder of a received message that says what it is: [id, kind, sender].
+ENVELOPE = "ENVELOPE"
+#: Resident names: short, plain, and never an `ag_` name (those are the place's agents).
+NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
+#: Message kind by the mode of the meet that carried it.
+KIND_OF_MODE = {"async": "oneway", "ack": "ack", "sync": "request"}
+#: Folders of a mailbox request that are not part of a reply.
+_REQUEST_FOLDERS = ("OP", "NAME", "TIMEOUT", "ID")
+
+
+@dataclass(eq=False)
+class Message:
+    id: str
+    kind: str
+    sender: str
+    briefcase: Briefcase
+    size: int
+    #: Set when the sender hears back: on taking (ack) or on the reply (request).
+    answer: asyncio.Future[Briefcase] | None = None
+
+
+@dataclass(eq=False)
+class Resident:
+    name: str
+    worker: Worker
+    meet_id: str
+    started: float = field(default_factory=time.time)
+    queue: deque[Message] = field(default_factory=deque)
+    bytes: int = 0
+    received: int = 0
+    waiter: asyncio.Future[None] | None = None
+    #: Requests taken by the resident and not yet replied to, by message id.
+    unanswered: dict[str, Message] = field(default_factory=dict)
+
+
+def _size(briefcase: Briefcase) -> int:
+    return sum(len(name) + sum(len(e) for e in folder) for name, folder in briefcase.items())
+
+
+class Residents:
+    """The resident agents of one place, by name, and their mailboxes."""
+
+    def __init__(self, max_messages: int, max_bytes: int) -> None:
+        self.max_messages = max_messages
+        self.max_bytes = max_bytes
+        self.by_name: dict[str, Resident] = {}
+        self._ids = itertools.count(1)
+
+    def get(self, name: str) -> Resident | None:
+        return self.by_name.get(name)
+
+    def of(self, worker: Worker) -> Resident | None:
+        resident = self.by_name.get(worker.resident or "")
+        return resident if resident is not None and resident.worker is worker else None
+
+    # ------------------------------------------------------------------ senders
+    def deliver(self, name: str, mode: str, briefcase: Briefcase, sender: str) -> Message:
+        """Put a message for `name` in its mailbox; raises UnknownAgent or MailboxFull."""
+        resident = self.by_name.get(name)
+        if resident is None:
+            raise UnknownAgent(f"no resident agent {name!r} here")
+        size = _size(briefcase)
+        if len(resident.queue) >= self.max_messages or resident.bytes + size > self.max_bytes:
+            raise MailboxFull(
+                f"the mailbox of {name} is full ({len(resident.queue)} messages, "
+                f"{resident.bytes:,} bytes; at most {self.max_messages} and "
+                f"{self.max_bytes:,}): try again when it has taken some")
+        kind = KIND_OF_MODE[mode]
+        answer = asyncio.get_running_loop().create_future() if kind != "oneway" else None
+        message = Message(f"{name}.{next(self._ids)}", kind, sender, briefcase, size, answer)
+        resident.queue.append(message)
+        resident.bytes += size
+        if resident.waiter is not None and not resident.waiter.done():
+            resident.waiter.set_result(None)
+        return message
+
+    # ------------------------------------------------------------------ the resident's side
+    async def serve(self, worker: Worker, request: Briefcase) -> Briefcase:
+        """Answer a worker's meet of ag_mailbox: OP reside, receive, reply or leave."""
+        op = request.text("OP")[0] if request.folder("OP") else ""
+        if op == "reside":
+            return self._reside(worker, request)
+        resident = self.of(worker)
+        if resident is None:
+            raise MessageError(f"{op or 'a mailbox request'} needs a resident agent: "
+                               "call reside(NAME) first")
+        if op == "receive":
+            return await self._receive(resident, request)
+        if op == "reply":
+            return self._reply(resident, request)
+        if op == "leave":
+            self.leave(worker)
+            return Briefcase()
+        raise MessageError(f"unknown mailbox operation {op!r}: reside, receive, reply or leave")
+
+    def _reside(self, worker: Worker, request: Briefcase) -> Briefcase:
+        names = request.text("NAME") if request.folder("NAME") else []
+        name = names[0] if names else ""
+        if not NAME.fullmatch(name) or name.startswith("ag_"):
+            raise MessageError(f"bad resident name {name!r}: a letter, then up to 63 letters, "
+                               "digits, '_', '.' or '-', and not starting with ag_")
+        if worker.resident is not None:
+            raise MessageError(f"this agent is already resident as {worker.resident}")
+        if name in self.by_name:
+            raise MessageError(f"a resident agent named {name} is already here")
+        self.by_name[name] = Resident(name, worker, worker.meet_id)
+        worker.resident = name
+        return Briefcase()
+
+    async def _receive(self, resident: Resident, request: Briefcase) -> Briefcase:
+        timeout: float | None = None
+        if request.folder("TIMEOUT"):
+            try:
+                timeout = float(request.text("TIMEOUT")[0])
+            except ValueError:
+                raise MessageError("TIMEOUT must be a number of seconds") from None
+        if not resident.queue and timeout != 0:
+            resident.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.wait_for(asyncio.shield(resident.waiter), timeout)
+            except TimeoutError:
+                pass
+            finally:
+                resident.waiter = None
+        if not resident.queue:
+            return Briefcase()  # timed out: no ENVELOPE
+        message = resident.queue.popleft()
+        resident.bytes -= message.size
+        resident.received += 1
+        if message.kind == "ack" and message.answer is not None and not message.answer.done():
+            message.answer.set_result(Briefcase())
+        elif message.kind == "request":
+            resident.unanswered[message.id] = message
+        taken = Briefcase(message.briefcase)
+        taken[ENVELOPE] = [message.id, message.kind, message.sender]
+        return taken
+
+    def _reply(self, resident: Resident, request: Briefcase) -> Briefcase:
+        ids = request.text("ID") if request.folder("ID") else []
+        message = resident.unanswered.pop(ids[0], None) if ids else None
+        if message is None:
+            raise MessageError(f"no request {ids[0] if ids else '(no ID)'} awaits a reply "
+                               f"from {resident.name}: replies go to requests received, once")
+        reply = Briefcase({name: folder for name, folder in request.items()
+                           if name not in _REQUEST_FOLDERS})
+        if message.answer is not None and not message.answer.done():
+            message.answer.set_result(reply)
+        return Briefcase()
+
+    def leave(self, worker: Worker) -> None:
+        """The resident run by `worker` ends: free its name, tell everyone still waiting."""
+        resident = self.of(worker)
+        if resident is None:
+            return
+        del self.by_name[resident.name]
+        worker.resident = None
+        ended = MessageError(f"resident agent {resident.name} ended before answering")
+        for message in [*resident.queue, *resident.unanswered.values()]:
+            if message.answer is not None and not message.answer.done():
+                message.answer.set_exception(ended)
+                message.answer.exception()  # retrieved: nobody may be waiting any more
+        resident.queue.clear()
+        resident.unanswered.clear()
+        if resident.waiter is not None and not resident.waiter.done():
+            resident.waiter.cancel()

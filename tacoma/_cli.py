@@ -28,8 +28,11 @@ from ._errors import (
     CabinetError,
     ConnectError,
     LimitExceeded,
+    MailboxFull,
     MeetError,
     MeetTimeout,
+    MessageError,
+    NotAllowed,
     PlaceUnavailable,
     ProtocolError,
     TacomaError,
@@ -53,6 +56,9 @@ EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (PlaceUnavailable, 10),
     (TransportError, 11),
     (CabinetError, 12),
+    (MailboxFull, 13),
+    (MessageError, 14),
+    (NotAllowed, 15),
     (MeetError, 1),
     (TacomaError, 1),
 ]
@@ -181,18 +187,9 @@ def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async
       tacoma meet ag_python --code agent.py -f BLOB=@photo.jpg
     """
     from ._client import meet as do_meet
-    from ._client import split_target
 
-    try:
-        split_target(target)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="TARGET") from None
-    bc = Briefcase()
-    if code_path is not None:
-        bc[CODE] = [code_path.read_bytes()]
-    for value in folders:
-        name, element = _parse_folder_arg(value)
-        bc.append(name, element)
+    _checked_target(target)
+    bc = _briefcase_from(folders, code_path)
     try:
         if is_async:
             meet_id = do_meet(target, bc, mode="async", timeout=timeout)
@@ -206,6 +203,158 @@ def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async
         click.echo(json.dumps(briefcase_json(result)))
     else:
         print_briefcase(result)
+
+
+def _briefcase_from(folders: tuple[str, ...], code_path: Path | None = None) -> Briefcase:
+    bc = Briefcase()
+    if code_path is not None:
+        bc[CODE] = [code_path.read_bytes()]
+    for value in folders:
+        name, element = _parse_folder_arg(value)
+        bc.append(name, element)
+    return bc
+
+
+def _checked_target(target: str) -> str:
+    from ._client import split_target
+
+    try:
+        split_target(target)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="TARGET") from None
+    return target
+
+
+@main.command()
+@click.argument("target")
+@click.option("-f", "--folder", "folders", multiple=True, metavar="NAME=TEXT|NAME=@PATH",
+              help="Append TEXT (UTF-8), or the bytes of PATH, to folder NAME. Repeatable.")
+@click.option("--ack", "kind", flag_value="ack",
+              help="Wait until the resident has taken the message.")
+@click.option("--request", "kind", flag_value="request",
+              help="Wait for the resident's reply, and print it.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Bound on waiting for the acknowledgement or the reply.")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+def send(target: str, folders: tuple[str, ...], kind: str | None, timeout: float | None,
+         as_json: bool) -> None:
+    """Send a message (a briefcase) to the resident agent TARGET (NAME@HOST:PORT).
+
+    By default one-way: prints the message id once it is in the resident's mailbox.
+    A full mailbox exits with status 13, an unknown resident with 4.
+
+    \b
+    Examples:
+      tacoma send echo@127.0.0.1:7707 -f TEXT=hello
+      tacoma send echo@127.0.0.1:7707 -f TEXT=hello --ack
+      tacoma send echo@127.0.0.1:7707 -f TEXT=hello --request --json
+    """
+    from ._client import request as do_request
+    from ._client import send as do_send
+
+    bc = _briefcase_from(folders)
+    try:
+        if kind == "request":
+            reply = do_request(_checked_target(target), bc, timeout=timeout)
+            if as_json:
+                click.echo(json.dumps(briefcase_json(reply)))
+            else:
+                print_briefcase(reply)
+            return
+        sent = do_send(_checked_target(target), bc, ack=kind == "ack", timeout=timeout)
+        if isinstance(sent, str):
+            click.echo(json.dumps({"message_id": sent}) if as_json else sent)
+            return
+        sent.result()
+        click.echo(json.dumps({"acknowledged": True}) if as_json else "acknowledged")
+    except TacomaError as exc:
+        _fail(exc)
+
+
+_ADMIN_OPTIONS = [
+    click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
+                 default=None, help="The place's state directory, where its admin token is. "
+                 f"[default: {default_state_dir()}]"),
+    click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path),
+                 default=None, help="The place's admin token file (a copy, for a place "
+                 "on another host)."),
+]
+
+
+def _admin_options(f: Any) -> Any:
+    for option in reversed(_ADMIN_OPTIONS):
+        f = option(f)
+    return f
+
+
+def _admin(place: str, state_dir: Path | None, token_file: Path | None,
+           **folders: list[bytes | str]) -> Briefcase:
+    """A request to the place's ag_admin with its admin token."""
+    from ._client import meet as do_meet
+
+    path = token_file or PlaceSettings(state_dir=state_dir or default_state_dir()) \
+        .admin_token_file
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise click.UsageError(f"cannot read the place's admin token at {path}: "
+                               f"{exc.strerror or exc} (give the place's --state-dir, or "
+                               "--token-file)") from None
+    return do_meet(f"ag_admin@{place}", Briefcase(TOKEN=[token], **folders), timeout=30)
+
+
+@main.command()
+@click.argument("place", default=DEFAULT_LISTEN, metavar="[PLACE]")
+@_admin_options
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def ps(place: str, state_dir: Path | None, token_file: Path | None, as_json: bool) -> None:
+    """List the agents running at PLACE (HOST:PORT), resident ones by name.
+
+    Needs the place's admin token: a place writes a new one to admin.token in its state
+    directory each time it starts, readable only by the place's user.
+    """
+    try:
+        rows = [json.loads(e) for e in _admin(place, state_dir, token_file,
+                                              OP=["ps"]).folder("AGENTS")]
+    except TacomaError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        click.echo(json.dumps({"agents": rows}))
+        return
+    if not rows:
+        click.echo(f"no agents running at {place}")
+        return
+    header = ("MEET", "NAME", "AGENT", "LANGUAGE", "PID", "PROCS", "AGE", "CPU", "MEMORY",
+              "MAILBOX")
+    table = [header] + [(
+        r["meet"], r["name"] or "-", r["agent"], r["language"], str(r["pid"]),
+        str(r["processes"]), f"{r['age']:.1f}s", f"{r['cpu']:.2f}s",
+        f"{r['rss'] / 2**20:.1f}M", "-" if r["mailbox"] is None else str(r["mailbox"]),
+    ) for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths,
+                                                                        strict=True)).rstrip())
+
+
+@main.command()
+@click.argument("target", metavar="NAME@PLACE")
+@_admin_options
+def kill(target: str, state_dir: Path | None, token_file: Path | None) -> None:
+    """Stop an agent: NAME is a resident agent's name or a meet id (see tacoma ps).
+
+    Its processes are killed; whoever waits for its meet gets AgentKilled.
+    """
+    name, _, place = target.rpartition("@")
+    if not name or not place:
+        raise click.BadParameter("expected NAME@HOST:PORT", param_hint="NAME@PLACE")
+    try:
+        killed = _admin(place, state_dir, token_file, OP=["kill"], NAME=[name])
+    except TacomaError as exc:
+        _fail(exc)
+        return
+    click.echo(f"killed {name} (meet {killed.text('KILLED')[0]}) at {place}")
 
 
 def _limits_options(f: Any) -> Any:
@@ -251,14 +400,20 @@ def _limits_options(f: Any) -> Any:
               show_default=True, help="Client connections open at once; more are refused.")
 @click.option("--grace", "grace_seconds", type=click.FloatRange(min=0), default=10.0,
               show_default=True, help="On SIGINT/SIGTERM, seconds running meets may finish in.")
+@click.option("--mailbox-messages", type=click.IntRange(min=1),
+              default=PlaceSettings().mailbox_messages, show_default=True,
+              help="Messages waiting for any one resident agent; more are refused.")
+@click.option("--mailbox-bytes", type=click.IntRange(min=1),
+              default=PlaceSettings().mailbox_bytes, show_default=True,
+              help="Bytes of messages waiting for any one resident agent.")
 @_limits_options
 @click.option("--same-uid", is_flag=True,
               help="As root, run agents as root too (unsafe: they can then signal the place "
                    "and read whatever root may). By default each agent gets a uid of its own.")
 @click.option("-q", "--quiet", is_flag=True, help="Log warnings and errors only.")
 def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
-          max_meets: int, max_connections: int, grace_seconds: float, same_uid: bool,
-          quiet: bool,
+          max_meets: int, max_connections: int, grace_seconds: float, mailbox_messages: int,
+          mailbox_bytes: int, same_uid: bool, quiet: bool,
           **limits: Any) -> None:
     """Run a place: accept meets and run agents until SIGINT or SIGTERM.
 
@@ -273,8 +428,8 @@ def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
         settings = PlaceSettings(
             listen=listen, state_dir=state_dir or default_state_dir(), pool_size=pool_size,
             max_frame=max_frame, max_meets=max_meets, max_connections=max_connections,
-            grace_seconds=grace_seconds,
-            limits=Limits(**limits), separate_uids=not same_uid)
+            grace_seconds=grace_seconds, mailbox_messages=mailbox_messages,
+            mailbox_bytes=mailbox_bytes, limits=Limits(**limits), separate_uids=not same_uid)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, stream=sys.stderr,

@@ -272,8 +272,10 @@ class Place:
         if agent in self.interpreters:
             reason = self.interpreters[agent].check() or "its worker pool is not running"
             raise PlaceUnavailable(f"agent {agent} cannot run at this place: {reason}")
+        residents = ", ".join(sorted(self.residents.by_name)) or "none"
         raise UnknownAgent(f"no agent {agent!r} at place {self.address}",
-                           "agents here: " + ", ".join(self.agent_names()))
+                           "agents here: " + ", ".join(self.agent_names())
+                           + "; resident agents: " + residents)
 
     # ------------------------------------------------------------------ meets
     def _admit(self) -> None:
@@ -294,9 +296,8 @@ class Place:
             if meet.mode == "ack":
                 raise MessageError(f"the ack mode is for messages to resident agents, and "
                                    f"{meet.agent} is not one here")
-            trip = None
-            if meet.mode == "go":  # a moving agent arrives: refuse it now if it cannot run
-                trip = Trip.take(meet.briefcase)
+            trip = Trip.take(meet.briefcase) if meet.mode == "go" else None
+            if meet.mode != "sync":  # answered before it runs: refuse it now if it cannot
                 self.resolve(meet.agent)
         except MeetError as exc:
             self._reply(channel, _failed(meet.rid, exc))
@@ -564,6 +565,7 @@ class Place:
                 self._admit()
                 meet_id = self._new_meet_id()
                 if meet.mode == "async":
+                    self.resolve(agent)  # answered before it runs: refuse it now if it cannot
                     self._spawn_meet(meet_id, self._run_async(
                         Meet(meet.rid, agent, meet.briefcase, "async", meet.timeout), meet_id,
                         worker.identity))

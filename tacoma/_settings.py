@@ -88,7 +88,8 @@ class PlaceSettings:
     mailbox_bytes: int = 16 * 1024 * 1024
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "state_dir", Path(self.state_dir).expanduser())
+        # Absolute: agents' working directories are below it, and they start elsewhere.
+        object.__setattr__(self, "state_dir", Path(self.state_dir).expanduser().absolute())
         if not isinstance(self.pool_size, int) or not 0 <= self.pool_size <= 64:
             raise ValueError(f"pool_size must be 0 to 64, got {self.pool_size!r}")
         if not isinstance(self.max_frame, int) or self.max_frame < 64 * 1024:

@@ -21,6 +21,8 @@ from tacoma._protocol import PROTOCOL_VERSION
 
 from conftest import RunningPlace, pid_alive, wait_until
 
+V = PROTOCOL_VERSION  # in the hand-made Hello frames below
+
 
 def run(place: RunningPlace, code: str, timeout: float | None = 60, **folders: list[bytes]
         ) -> Briefcase:
@@ -190,9 +192,9 @@ def _read_frames(sock: socket.socket) -> list[object]:
     b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
     b"\xff\xff\xff\xff",
     _frame([1, 99, "client", 2**20, "x"]),  # a Hello with a version from the future
-    _frame([1, PROTOCOL_VERSION, "client", 2**20, "x"]) + _frame([4, 1, {}]),  # a client sending a Result
-    _frame([1, PROTOCOL_VERSION, "client", 2**20, "x"]) + (10**8).to_bytes(4, "big"),  # too large
-    _frame([1, PROTOCOL_VERSION, "client", 2**20, "x"]) + _frame([2, 1, "ag_echo", {"X": ["text"]}, "sync",
+    _frame([1, V, "client", 2**20, "x"]) + _frame([4, 1, {}]),  # a client sending a Result
+    _frame([1, V, "client", 2**20, "x"]) + (10**8).to_bytes(4, "big"),  # too large
+    _frame([1, V, "client", 2**20, "x"]) + _frame([2, 1, "ag_echo", {"X": ["text"]}, "sync",
                                                    None]),  # str where bytes belong
 ])
 def test_garbage_gets_a_bye_and_the_place_serves_others(place: RunningPlace,
@@ -215,7 +217,7 @@ def test_version_mismatch_is_named_in_the_bye(place: RunningPlace) -> None:
 
 def test_a_stalled_partial_frame_does_not_block_others(place: RunningPlace) -> None:
     with _raw_connection(place) as sock:
-        sock.sendall(_frame([1, PROTOCOL_VERSION, "client", 2**20, "x"]) + (1000).to_bytes(4, "big") + b"ab")
+        sock.sendall(_frame([1, V, "client", 2**20, "x"]) + (1000).to_bytes(4, "big") + b"ab")
         assert tacoma.meet(place.target("ag_echo"), {"OK": [b"1"]}) == {"OK": [b"1"]}
 
 
@@ -328,7 +330,7 @@ def test_a_client_that_never_reads_is_disconnected(start_place, declared_max_fra
     payload = {"BIG": [b"x" * 400_000]}
     with _raw_connection(small) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sock.sendall(_frame([1, PROTOCOL_VERSION, "client", declared_max_frame, "x"]))
+        sock.sendall(_frame([1, V, "client", declared_max_frame, "x"]))
         sent = 0
         with contextlib.suppress(OSError):  # the place may cut us off while we still send
             for rid in range(1, 200):
@@ -420,7 +422,7 @@ def test_cancelled_meets_leave_no_zygotes_behind(start_place) -> None:
     p = start_place("--pool-size", "0")
     for _ in range(4):  # each client disconnects while its worker is being started
         with _raw_connection(p) as sock:
-            sock.sendall(_frame([1, PROTOCOL_VERSION, "client", 2**20, "x"])
+            sock.sendall(_frame([1, V, "client", 2**20, "x"])
                          + _frame([2, 1, "ag_python", {"CODE": [b"pass"]}, "sync", None]))
     assert run(p, 'bc["OK"] = [b"1"]')["OK"] == [b"1"]
 
@@ -454,7 +456,7 @@ def test_connections_past_the_maximum_are_refused(start_place) -> None:
     p = start_place("--max-connections", "2")
     with _raw_connection(p) as first, _raw_connection(p) as second:
         for sock in (first, second):
-            sock.sendall(_frame([1, PROTOCOL_VERSION, "client", 2**20, "x"]))
+            sock.sendall(_frame([1, V, "client", 2**20, "x"]))
         wait_until(lambda: "maximum of 2 connections" in _third_connection(p))
         with pytest.raises(tacoma.ConnectError, match="maximum of 2 connections"):
             tacoma.meet(p.target("ag_echo"), {})

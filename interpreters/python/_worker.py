@@ -16,6 +16,8 @@ The program sees these globals (the Python face of the one agent API):
     cabinet_replace(cabinet, folder, elements, private=False),
     cabinet_remove(cabinet, folder=None), cabinet_folders(cabinet), cabinets()
                 the place's cabinets (see tacoma/_cabinets.py)
+    MeetError, UnknownAgent, PlaceUnavailable, MailboxFull, ...
+                the errors these raise (tacoma's classes), to catch
     go(place)   move to `place` with `bc`: the program ends here and starts again there
     go_next()   take the first place off bc["ITINERARY"] and go there; False if it is empty
                 (see tacoma/_trips.py: a failed go raises the place's error, agent stays)
@@ -32,6 +34,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Mapping
 
+from tacoma import _errors
 from tacoma import _zygote as zygote
 from tacoma._agentside import AgentChannel, AgentFailure, AgentGone, program_text
 from tacoma._briefcase import Briefcase
@@ -43,6 +46,10 @@ if TYPE_CHECKING:
     from typing import Any
 
 FILENAME = "<agent>"
+#: The errors the agent API raises, by their names, for agents to catch.
+_AGENT_ERRORS = ("MeetError", "UnknownAgent", "AgentFailed", "AgentKilled", "MeetTimeout",
+                 "PlaceUnavailable", "CabinetError", "MailboxFull", "MessageError",
+                 "LimitExceeded")
 
 
 def _format(exc: BaseException, source: str, skip_frames: int) -> str:
@@ -100,6 +107,7 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
         "send_ack": channel.send_ack,
         "wait_ack": channel.wait_ack,
         "request": channel.request,
+        **{name: getattr(_errors, name) for name in _AGENT_ERRORS},
     }
     try:
         exec(code, namespace)  # noqa: S102 - running the agent is this process's whole job

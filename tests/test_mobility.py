@@ -1,0 +1,215 @@
+"""Moving agents: go, itineraries, trips that come home, with real places on loopback.
+
+Every trip here is started by a sync meet at one place and returns there; the places are
+separate processes, and the hops cross real TCP connections between them.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import tacoma
+from tacoma import Briefcase
+
+from conftest import RunningPlace
+
+#: Each language's roamer: note the place, then go on along ITINERARY; at the end, say so.
+ROAMERS = {
+    "ag_python": 'bc.append("SEEN", place)\nif not go_next():\n    bc.append("DONE", "python")',
+    "ag_tcl": 'bc_append_text SEEN [place]\nif {![go_next]} { bc_append_text DONE tcl }',
+    "ag_scheme": '(bc-append "SEEN" (place))\n(unless (go-next) (bc-append "DONE" "scheme"))',
+    "ag_c": """#include <tacoma.h>
+int main(void) {
+    tc_append_text(TC_SELF, "SEEN", tc_place());
+    if (tc_go_next() != 0) tc_fail("go_next: %s", tc_error());
+    tc_append_text(TC_SELF, "DONE", "c");
+    return 0;
+}
+""",
+}
+
+#: A Python roamer that skips places it cannot reach, noting the error's type.
+SKIPPER = """
+bc.append("SEEN", place)
+while True:
+    try:
+        if not go_next():
+            break
+    except MeetError as exc:
+        bc.append("SKIPPED", type(exc).__name__)
+"""
+
+
+@pytest.fixture
+def three(start_place) -> list[RunningPlace]:
+    return [start_place() for _ in range(3)]
+
+
+@pytest.mark.parametrize("language", sorted(ROAMERS))
+def test_four_hop_itinerary_comes_home(three: list[RunningPlace], language: str) -> None:
+    a, b, c = (p.address for p in three)
+    result = tacoma.meet(f"{language}@{a}", {"ITINERARY": [b, c, a, b], "KEEP": [b"\0\xff"]},
+                         code=ROAMERS[language], timeout=60)
+    assert result.text("SEEN") == [a, b, c, a, b]
+    assert result.text("DONE") == [language.removeprefix("ag_")]
+    assert result["KEEP"] == [b"\0\xff"]  # folders travel as bytes, untouched
+    assert result["ITINERARY"] == []
+    assert "HOME" not in result  # the trip's bookkeeping never reaches the agent or caller
+
+
+def test_mixed_language_itinerary(three: list[RunningPlace]) -> None:
+    """A Python agent on a four-hop trip meets an agent in another language at each place,
+    with programs it carries in its briefcase."""
+    a, b, c = (p.address for p in three)
+    guests = Briefcase(
+        GUESTS=["ag_tcl", "ag_scheme", "ag_c", "ag_python"],
+        ag_tcl=['bc_append_text SIGNED "tcl at [place]"'],
+        ag_scheme=['(bc-append "SIGNED" (string-append "scheme at " (place)))'],
+        ag_c=['#include <tacoma.h>\nint main(void) { tc_append_textf(TC_SELF, "SIGNED", '
+              '"c at %s", tc_place()); return 0; }'],
+        ag_python=['bc.append("SIGNED", "python at " + place)'],
+        ITINERARY=[b, c, a, b],
+    )
+    roamer = """
+if bc["ITINERARY"] != bc.get("START", []):
+    guest = bc["GUESTS"].pop(0).decode()
+    signed = meet(guest, Briefcase(CODE=bc[guest]))
+    bc.append("SIGNED", signed["SIGNED"][0])
+go_next()
+"""
+    guests["START"] = guests["ITINERARY"]
+    result = tacoma.meet(f"ag_python@{a}", guests, code=roamer, timeout=90)
+    assert result.text("SIGNED") == [f"tcl at {b}", f"scheme at {c}", f"c at {a}",
+                                     f"python at {b}"]
+
+
+def test_a_dead_place_on_the_itinerary_is_an_error_the_agent_acts_on(
+        three: list[RunningPlace]) -> None:
+    a, b, c = three
+    c.stop()  # down before the trip: go fails at once, the agent skips it
+    result = tacoma.meet(a.target("ag_python"),
+                         {"ITINERARY": [b.address, c.address, "127.0.0.1:1", b.address]},
+                         code=SKIPPER, timeout=60)
+    assert result.text("SEEN") == [a.address, b.address, b.address]
+    assert result.text("SKIPPED") == ["PlaceUnavailable", "PlaceUnavailable"]
+
+
+def test_a_roamer_that_does_not_catch_the_error_fails_where_it_is(
+        three: list[RunningPlace]) -> None:
+    a, b, c = three
+    c.stop()
+    with pytest.raises(tacoma.AgentFailed) as info:
+        tacoma.meet(a.target("ag_python"), {"ITINERARY": [b.address, c.address]},
+                    code=ROAMERS["ag_python"], timeout=60)
+    assert info.value.message.startswith(f"at {b.address}: ")
+    assert "PlaceUnavailable" in info.value.message
+
+
+def test_a_place_dying_with_the_agent_on_it_ends_the_trip_at_the_deadline(
+        start_place) -> None:
+    """The caller gives no timeout: the home place's bound on meets ends the trip."""
+    a, b = start_place("--meet-seconds", "4"), start_place()
+    code = f"import time\nif place == {b.address!r}:\n    time.sleep(60)\ngo_next()"
+    killer = threading.Timer(1.5, lambda: b.proc.send_signal(signal.SIGKILL))
+    killer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(tacoma.MeetTimeout, match="trip did not end in time"):
+            tacoma.meet(a.target("ag_python"), {"ITINERARY": [b.address]}, code=code)
+    finally:
+        killer.cancel()
+    assert time.monotonic() - started < 30  # never hangs past the meet's own bound
+
+
+def test_a_failure_on_the_way_reaches_the_caller_with_where(
+        three: list[RunningPlace]) -> None:
+    a, b, c = (p.address for p in three)
+    code = f"if place == {c!r}:\n    raise ValueError('no data here')\ngo_next()"
+    with pytest.raises(tacoma.AgentFailed) as info:
+        tacoma.meet(f"ag_python@{a}", {"ITINERARY": [b, c, a]}, code=code, timeout=60)
+    assert info.value.message == f"at {c}: ValueError: no data here"
+    assert "no data here" in info.value.detail  # the agent's traceback, from place c
+
+
+def test_the_place_left_holds_no_worker_for_the_trip(three: list[RunningPlace]) -> None:
+    a, b, _ = three
+    code = f"import time\nif place == {b.address!r}:\n    time.sleep(3)\ngo_next()"
+    trip = threading.Thread(target=tacoma.meet, args=(a.target("ag_python"),),
+                            kwargs={"briefcase": {"ITINERARY": [b.address]}, "code": code,
+                                    "timeout": 60})
+    trip.start()
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not _ps(b):
+            time.sleep(0.1)
+        assert [row["language"] for row in _ps(b)] == ["python"]  # the agent is at b
+        assert _ps(a) == []  # and nothing of it at a, where the sync meet waits
+    finally:
+        trip.join(60)
+
+
+def test_a_long_trip_does_not_pile_up(start_place) -> None:
+    """60 hops between two places that may run only 3 meets at once: each hop releases
+    its place as it leaves."""
+    a, b = start_place("--max-meets", "3"), start_place("--max-meets", "3")
+    code = "bc.append('N', b'.')\ngo_next()"
+    result = tacoma.meet(a.target("ag_python"),
+                         {"ITINERARY": [b.address, a.address] * 30}, code=code, timeout=120)
+    assert len(result["N"]) == 61
+
+
+def test_go_without_an_itinerary_and_go_errors(three: list[RunningPlace]) -> None:
+    a, b, _ = three
+    code = f"""
+if place == {a.address!r}:
+    try:
+        go("127.0.0.1:1")
+    except PlaceUnavailable as exc:
+        bc["ERROR"] = [str(exc)]
+    go({b.address!r})
+bc["AT"] = [place]
+"""
+    result = tacoma.meet(a.target("ag_python"), code=code, timeout=30)
+    assert result.text("AT") == [b.address]
+    assert "127.0.0.1:1" in result.text("ERROR")[0]
+
+
+def test_go_to_the_same_place_and_in_an_async_meet(three: list[RunningPlace]) -> None:
+    a, _, _ = three
+    result = tacoma.meet(a.target("ag_python"), {"ITINERARY": [a.address] * 3},
+                         code=ROAMERS["ag_python"], timeout=30)
+    assert result.text("SEEN") == [a.address] * 4
+    meet_id = tacoma.meet(a.target("ag_python"), {"ITINERARY": [a.address]},
+                          code=ROAMERS["ag_python"], mode="async", timeout=30)
+    assert meet_id
+
+
+def test_hops_from_clients_need_a_trip(three: list[RunningPlace]) -> None:
+    """The go mode is for places handing agents on: a bare one is refused, typed."""
+    from tacoma._client import PlaceClient
+    from tacoma._runtime import run_blocking
+
+    async def bare_hop() -> object:
+        client = await PlaceClient.connect(three[0].address)
+        try:
+            return await client.meet("ag_python", Briefcase(CODE=["pass"]), "go", 5)
+        finally:
+            client.close()
+
+    with pytest.raises(tacoma.MeetError, match="HOME"):
+        run_blocking(bare_hop())
+
+
+def _ps(place: RunningPlace) -> list[dict[str, object]]:
+    import json
+
+    out = subprocess.run([sys.executable, "-m", "tacoma", "ps", place.address, "--state-dir",
+                          str(place.state_dir), "--json"], capture_output=True, text=True,
+                         check=True)
+    agents: list[dict[str, object]] = json.loads(out.stdout)["agents"]
+    return agents

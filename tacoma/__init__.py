@@ -51,6 +51,8 @@ if TYPE_CHECKING:
     from ._errors import UnknownAgent as UnknownAgent
     from ._interpreter import Build as Build
     from ._interpreter import Interpreter as Interpreter
+    from ._local import LocalPlaces as LocalPlaces
+    from ._local import local_places as local_places
     from ._place import Place as Place
     from ._settings import Limits as Limits
     from ._settings import PlaceSettings as PlaceSettings
@@ -85,6 +87,8 @@ _EXPORTS: dict[str, str] = {
     "TransportError": "_errors",
     "UnknownAgent": "_errors",
     "Build": "_interpreter",
+    "LocalPlaces": "_local",
+    "local_places": "_local",
     "Interpreter": "_interpreter",
     "Place": "_place",
     "Limits": "_settings",

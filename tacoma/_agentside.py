@@ -158,7 +158,8 @@ class AgentChannel:
         """Send a Meet to the place; its request id."""
         if self.gone is not None:
             raise MeetError(f"the agent has gone to {self.gone}: it can do nothing more here")
-        bc = briefcase if briefcase is not None else Briefcase()
+        # A dict of folders will do, as for the agent's own bc.
+        bc = briefcase if isinstance(briefcase, Briefcase) else Briefcase(briefcase or {})
         rid = self.conn.new_rid()
         self._write(self.conn.send(Meet(rid, target, bc, mode, timeout)))  # type: ignore[arg-type]
         return rid

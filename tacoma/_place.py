@@ -139,7 +139,8 @@ class Place:
         # the state and work directories are then enterable (0711) but not listable.
         enterable = 0o711 if separate else 0o700
         for sub, mode in ((settings.state_dir, enterable), (settings.work_dir, enterable),
-                          (settings.cache_dir, enterable), (settings.agents_dir, 0o700)):
+                          (settings.cache_dir, enterable), (settings.agents_dir, 0o700),
+                          (settings.data_dir, 0o755)):
             sub.mkdir(parents=True, exist_ok=True, mode=mode)
             sub.chmod(mode)
         for leftover in settings.work_dir.iterdir():  # from a place that was killed

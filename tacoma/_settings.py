@@ -62,7 +62,8 @@ class PlaceSettings:
 
     listen: HOST:PORT to accept meets on (port 0 picks a free one).
     state_dir: what the place keeps: installed agents (agents/), agents' working
-        directories while they run (work/), compiled programs (cache/).
+        directories while they run (work/), compiled programs (cache/), files agents may
+        read (data/), its cabinets and its admin token.
     pool_size: pre-started workers kept ready per interpreter, so a meet hands its briefcase
         to a process that already exists (TACOMA's fix for fork and exec on the critical path).
     max_frame: largest frame, and so briefcase, accepted or sent, in bytes.
@@ -113,6 +114,11 @@ class PlaceSettings:
     @property
     def work_dir(self) -> Path:
         return self.state_dir / "work"
+
+    @property
+    def data_dir(self) -> Path:
+        """Files the place offers its agents to read (they find it in $TACOMA_DATA)."""
+        return self.state_dir / "data"
 
     @property
     def admin_token_file(self) -> Path:

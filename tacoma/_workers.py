@@ -213,7 +213,8 @@ class AgentUids:
         self._n = 0
         self.live: set[int] = set()
         self.cover = self.cover_plan([*self.interpreter_paths(), *module_paths,
-                                      str(settings.work_dir), str(settings.cache_dir)])
+                                      str(settings.work_dir), str(settings.cache_dir),
+                                      str(settings.data_dir)])
 
     def next(self) -> int:
         """A uid no live agent (nor compile) of this place has."""
@@ -709,7 +710,8 @@ class WorkerPool:
         return {
             "workdir": str(workdir),
             "env": {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir),
-                    "TMPDIR": str(workdir), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"},
+                    "TMPDIR": str(workdir), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+                    "TACOMA_DATA": str(self.settings.data_dir)},
             "place": self.place_address,
             "max_frame": self.settings.max_frame,
             "cgroup": str(cgroup) if cgroup is not None else None,

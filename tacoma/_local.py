@@ -1,0 +1,78 @@
+"""Several places on this host, for trying moving agents and messages without set-up.
+
+    with tacoma.local_places(3) as places:
+        tacoma.meet(f"ag_python@{places.addresses[0]}", ...)
+
+Each place is a real `tacoma place` process (one per host is the model; several on one host
+stand in for a network), listening on a free loopback port, with a temporary state
+directory of its own; all are stopped, and their state removed, on leaving the block.
+Unlike the embedded place, these are separate processes, so agents moving between them
+cross real connections, as between hosts.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ._errors import PlaceUnavailable
+
+__all__ = ["LocalPlaces", "local_places"]
+
+_READY = re.compile(r"tacoma place listening on (\S+) ")
+
+
+@dataclass
+class LocalPlaces:
+    """Places started by `local_places`: their addresses and state directories, in order."""
+
+    addresses: list[str] = field(default_factory=list)
+    state_dirs: list[Path] = field(default_factory=list)
+    processes: list[subprocess.Popen[str]] = field(default_factory=list)
+
+    def admin_token(self, index: int) -> str:
+        """The admin token of place `index` (for ag_admin: ps and kill)."""
+        return (self.state_dirs[index] / "admin.token").read_text().strip()
+
+
+@contextmanager
+def local_places(count: int, *flags: str, timeout: float = 60) -> Iterator[LocalPlaces]:
+    """Start `count` places on loopback (with extra `tacoma place` flags); stop them after."""
+    root = Path(tempfile.mkdtemp(prefix="tacoma-places-"))
+    places = LocalPlaces()
+    try:
+        for index in range(count):
+            state = root / f"place{index}"
+            # The command is this interpreter running tacoma itself, with fixed arguments.
+            proc = subprocess.Popen(  # noqa: S603
+                [sys.executable, "-m", "tacoma", "place", "--listen", "127.0.0.1:0",
+                 "--state-dir", str(state), "-q", *flags],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            places.processes.append(proc)
+            assert proc.stdout is not None
+            line = proc.stdout.readline()  # the ready line, or "" if it died
+            match = _READY.match(line)
+            if match is None:
+                raise PlaceUnavailable(f"a local place did not start (tacoma place said "
+                                       f"{line.strip()!r}; exit status {proc.poll()})")
+            places.addresses.append(match.group(1))
+            places.state_dirs.append(state)
+        yield places
+    finally:
+        for proc in places.processes:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in places.processes:
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,44 @@
+"""The multi-place examples, run as a user would: `python examples/NAME/run.py`."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def _run(name: str) -> str:
+    done = subprocess.run([sys.executable, str(EXAMPLES / name / "run.py")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_roam_visits_three_places_and_comes_home_with_what_it_read() -> None:
+    out = _run("roam")
+    addresses = re.search(r"places: (\S+), (\S+), (\S+)", out)
+    assert addresses is not None, out
+    reports = [line.strip() for line in out.splitlines() if "note:" in line]
+    assert len(reports) == 3
+    for report, address, name in zip(reports, addresses.groups(), ["tromso", "ithaca", "oslo"],
+                                     strict=True):
+        assert report.startswith(address)
+        assert f"note: the {name} place" in report  # from the place's cabinet
+        assert f"motd: welcome to {name}" in report  # from its data directory
+        assert re.search(r"load: \d+\.\d\d$", report)  # from the host
+
+
+def test_proxy_serves_clients_in_three_languages_from_servers_in_three() -> None:
+    out = _run("proxy")
+    answers = [line for line in out.splitlines() if " -> " in line]
+    assert len(answers) == 9
+    for client in ("ag_python", "ag_tcl", "ag_c"):
+        assert sum(line.startswith(f"{client}: ") for line in answers) == 3
+    for server in ("upper (tcl)", "reverse (scheme)", "count (c)"):
+        assert sum(server in line for line in answers) == 3  # round robin
+    assert "'tromsø' -> 'TROMSØ'" in out or "'tromsø' -> 'øsmort'" in out \
+        or "'tromsø' -> '7 bytes'" in out
+    assert "the proxy served 9 requests" in out

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import msgpack
 
 from . import _sandbox
-from ._briefcase import CABINET_REQUEST_FOLDERS, CODE, Briefcase
+from ._briefcase import CABINET_REQUEST_FOLDERS, CODE, ENVELOPE, ITINERARY, Briefcase
 from ._errors import (
     LimitExceeded,
     LocalProtocolError,
@@ -49,10 +49,7 @@ from ._protocol import (
 __all__ = ["AgentChannel", "AgentFailure", "AgentGone", "artifact_key", "program_bytes",
            "program_text", "serve_one"]
 
-#: Folders of mobility and messages (kept in step with _trips and _residents, which the
-#: worker does not import: they need asyncio).
-ITINERARY = "ITINERARY"
-ENVELOPE = "ENVELOPE"
+#: The place's agent for a resident's mailbox (as _residents, which needs asyncio, says).
 MAILBOX_AGENT = "ag_mailbox"
 #: Acknowledged sends an agent may have outstanding at once.
 MAX_UNACKED = 1024

@@ -12,14 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 
-__all__ = ["CODE", "RESERVED_FOLDERS", "Briefcase", "check_folder_name"]
+__all__ = ["CODE", "ENVELOPE", "HOME", "ITINERARY", "RESERVED_FOLDERS", "Briefcase",
+           "check_folder_name"]
 
 #: The folder that carries an agent's program (source text for the interpreter agents).
 CODE = "CODE"
 
 #: Folder names with a meaning to the system. CODE is read by interpreter agents; the others
-#: are set aside for the mobility and messaging conventions (ITINERARY, HOME, RESULT).
-RESERVED_FOLDERS = frozenset({CODE, "ITINERARY", "HOME", "RESULT"})
+#: belong to the mobility and messaging conventions: ITINERARY (the places still to visit,
+#: see _trips), HOME (a moving agent's trip, taken out by each place before the agent runs)
+#: and ENVELOPE (a received message's id, kind and sender, see _residents).
+ITINERARY = "ITINERARY"
+HOME = "HOME"
+ENVELOPE = "ENVELOPE"
+RESERVED_FOLDERS = frozenset({CODE, ITINERARY, HOME, ENVELOPE})
 
 #: The folders of a request to a place's ag_cabinet that say what to do, not what to store
 #: (see _cabinets); a cabinet cannot hold folders by these names.

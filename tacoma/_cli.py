@@ -509,7 +509,10 @@ def install(program: Path, name: str | None, state_dir: Path | None) -> None:
     name = name or program.stem
     if not name.isidentifier():
         raise click.UsageError(f"agent name {name!r} must be letters, digits and underscores")
-    builtin = {"ag_echo", "ag_cabinet", *discover_interpreters()}
+    from ._place import BUILT_IN
+    from ._residents import MAILBOX_AGENT
+
+    builtin = {*BUILT_IN, MAILBOX_AGENT, *discover_interpreters()}
     if name in builtin:
         raise click.UsageError(f"{name} is a built-in agent; install under another name "
                                "(--name)")

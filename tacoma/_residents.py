@@ -34,18 +34,16 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ._briefcase import Briefcase
+from ._briefcase import ENVELOPE, Briefcase
 from ._errors import MailboxFull, MessageError, UnknownAgent
 
 if TYPE_CHECKING:
     from ._workers import Worker
 
-__all__ = ["ENVELOPE", "MAILBOX_AGENT", "Residents"]
+__all__ = ["MAILBOX_AGENT", "Residents"]
 
 #: The built-in agent a resident meets to reside, receive and reply.
 MAILBOX_AGENT = "ag_mailbox"
-#: The folder of a received message that says what it is: [id, kind, sender].
-ENVELOPE = "ENVELOPE"
 #: Resident names: short, plain, and never an `ag_` name (those are the place's agents).
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 #: Message kind by the mode of the meet that carried it.

@@ -28,16 +28,14 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from ._briefcase import Briefcase
+from ._briefcase import HOME, Briefcase
 from ._errors import MeetError, MeetTimeout, error_from_wire
 
-__all__ = ["HOME", "HOME_AGENT", "ITINERARY", "Trip", "Trips"]
+__all__ = ["HOME_AGENT", "Trip", "Trips", "ending"]
 
-#: The folder a hop carries its trip in: [home address, trip id]. The place takes it out.
-HOME = "HOME"
-#: The places an agent still means to visit, in order (the itinerary convention: `go_next`
-#: takes the first one off and goes there).
-ITINERARY = "ITINERARY"
+# HOME (_briefcase): the folder a hop carries its trip in, [home address, trip id]; the place
+# takes it out. ITINERARY: the places an agent still means to visit, in order (`go_next`
+# takes the first one off and goes there).
 #: The built-in agent at a trip's home that receives its end.
 HOME_AGENT = "ag_home"
 

@@ -244,7 +244,7 @@ def test_longest_and_shortest_names_are_fine() -> None:
 def test_reserved_folders() -> None:
     assert tacoma.CODE == "CODE"
     assert tacoma.CODE in tacoma.RESERVED_FOLDERS
-    assert {"ITINERARY", "HOME", "RESULT"} <= tacoma.RESERVED_FOLDERS
+    assert {"ITINERARY", "HOME", "ENVELOPE"} <= tacoma.RESERVED_FOLDERS
     assert isinstance(tacoma.RESERVED_FOLDERS, frozenset)
 
 

@@ -64,7 +64,7 @@ def test_agent_process_is_confined(tight: RunningPlace, monkeypatch: pytest.Monk
     assert result["SID"] == [b"True"]
     workdir = result.text("CWD")[0]
     assert workdir.startswith(str(tight.state_dir / "work"))
-    assert set(result.text("ENV")) <= {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL"}
+    assert set(result.text("ENV")) <= {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TACOMA_DATA"}
     assert 2 <= int(result["CPU"][0]) <= 5  # the limit counts from the worker's start
     assert int(result["AS"][0]) == 512 * 2**20
     assert int(result["FSIZE"][0]) == 2**20

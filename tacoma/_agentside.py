@@ -46,8 +46,8 @@ from ._protocol import (
     Role,
 )
 
-__all__ = ["AgentChannel", "AgentFailure", "AgentGone", "artifact_key", "program_bytes",
-           "program_text", "serve_one"]
+__all__ = ["AgentChannel", "AgentFailure", "artifact_key", "program_bytes", "program_text",
+           "serve_one"]
 
 #: The place's agent for a resident's mailbox (as _residents, which needs asyncio, says).
 MAILBOX_AGENT = "ag_mailbox"
@@ -74,11 +74,6 @@ class AgentFailure(Exception):
 
 class _NoAnswer(Exception):
     """No answer came before the deadline."""
-
-
-class AgentGone(BaseException):
-    """Raised by a language's `go` once the next place has the agent: it ends the program
-    here (a BaseException, so `except Exception` in the agent does not stop it)."""
 
 
 class AgentChannel:
@@ -181,17 +176,27 @@ class AgentChannel:
             return event.briefcase if isinstance(event, Result) else event.meet_id
 
     # -- moving (see tacoma/_trips.py)
-    def go(self, place: str, briefcase: Briefcase) -> None:
-        """Move to `place` with `briefcase`: once this returns, the next place has the agent
-        and runs its program from the top; the caller must then end the program here (each
-        language's `go` does). Raises the next place's error, and the agent stays, if it
-        cannot be taken there."""
+    def go(self, place: str, briefcase: Briefcase, leave: bool = True) -> None:
+        """Move to `place` with `briefcase`: once the next place has the agent (and runs
+        its program from the top), this process ends: `go` never returns (with `leave`
+        False it does, for a worker whose agent is a child that ends itself: ag_c).
+        Raises the next place's error, and the agent stays, if it cannot be taken there."""
         if not place:
             raise ValueError("go needs a place (HOST:PORT)")
         self._answer(self._request(place, briefcase, "go", None))
         self.gone = place
+        if leave:
+            self.leave()
 
-    def go_next(self, briefcase: Briefcase) -> bool:
+    def leave(self) -> NoReturn:
+        """End this agent's process now: it went on (the place knows; it sends nothing
+        back for it). Ending the process, rather than unwinding the program, means no
+        `try`, `catch` or `except` in the agent can keep it running here."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+    def go_next(self, briefcase: Briefcase, leave: bool = True) -> bool:
         """Take the first place off the briefcase's ITINERARY and go there. False if the
         itinerary is empty (the trip is over: end, and the briefcase goes home). If that
         place cannot take the agent, raises its error with the place already taken off:
@@ -200,8 +205,8 @@ class AgentChannel:
         if not stops:
             return False
         briefcase.replace(ITINERARY, stops[1:])
-        self.go(stops[0].decode("utf-8"), briefcase)
-        return True
+        self.go(stops[0].decode("utf-8"), briefcase, leave)
+        return True  # (only without `leave`: else the process has ended)
 
     # -- messages (see tacoma/_residents.py)
     def _mailbox(self, op: str, **folders: list[bytes | str]) -> Briefcase:
@@ -335,7 +340,7 @@ Runner = Callable[[Meet, AgentChannel], Briefcase]
 # typing costs a worker ~9 ms to import; annotations are strings (PEP 563) anyway.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, NoReturn
 
 
 def program_bytes(briefcase: Briefcase) -> bytes:
@@ -418,8 +423,6 @@ def serve_one(run: Runner, plan: dict[str, Any],
         raise SystemExit(f"tacoma worker: protocol error from place: {exc}") from None
     try:
         reply: Result | Failed = Result(meet.rid, run(meet, channel))
-    except AgentGone:
-        reply = Result(meet.rid, Briefcase())
     except AgentFailure as exc:
         reply = Failed(meet.rid, exc.kind, exc.message or "agent failed", exc.detail)
     except Exception as exc:  # noqa: BLE001 - a runner bug: still answer the meet
@@ -427,8 +430,6 @@ def serve_one(run: Runner, plan: dict[str, Any],
 
         reply = Failed(meet.rid, "agent-failed", f"{type(exc).__name__}: {exc}",
                        traceback.format_exc())
-    if channel.gone is not None:  # the agent is at the next place now: nothing comes back
-        reply = Result(meet.rid, Briefcase())
     sys.stdout.flush()
     sys.stderr.flush()
     channel.reply(reply)

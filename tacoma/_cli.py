@@ -252,16 +252,19 @@ def send(target: str, folders: tuple[str, ...], kind: str | None, timeout: float
     from ._client import request as do_request
     from ._client import send as do_send
 
+    if _checked_target(target).startswith("ag_"):
+        raise click.BadParameter("messages go to resident agents (NAME@PLACE); ag_ names "
+                                 "are agents, met with tacoma meet", param_hint="TARGET")
     bc = _briefcase_from(folders)
     try:
         if kind == "request":
-            reply = do_request(_checked_target(target), bc, timeout=timeout)
+            reply = do_request(target, bc, timeout=timeout)
             if as_json:
                 click.echo(json.dumps(briefcase_json(reply)))
             else:
                 print_briefcase(reply)
             return
-        sent = do_send(_checked_target(target), bc, ack=kind == "ack", timeout=timeout)
+        sent = do_send(target, bc, ack=kind == "ack", timeout=timeout)
         if isinstance(sent, str):
             click.echo(json.dumps({"message_id": sent}) if as_json else sent)
             return
@@ -406,6 +409,9 @@ def _limits_options(f: Any) -> Any:
 @click.option("--mailbox-bytes", type=click.IntRange(min=1),
               default=PlaceSettings().mailbox_bytes, show_default=True,
               help="Bytes of messages waiting for any one resident agent.")
+@click.option("--mailbox-total-bytes", type=click.IntRange(min=1),
+              default=PlaceSettings().mailbox_total_bytes, show_default=True,
+              help="Bytes of messages waiting at the place, for all residents together.")
 @_limits_options
 @click.option("--same-uid", is_flag=True,
               help="As root, run agents as root too (unsafe: they can then signal the place "
@@ -413,7 +419,7 @@ def _limits_options(f: Any) -> Any:
 @click.option("-q", "--quiet", is_flag=True, help="Log warnings and errors only.")
 def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
           max_meets: int, max_connections: int, grace_seconds: float, mailbox_messages: int,
-          mailbox_bytes: int, same_uid: bool, quiet: bool,
+          mailbox_bytes: int, mailbox_total_bytes: int, same_uid: bool, quiet: bool,
           **limits: Any) -> None:
     """Run a place: accept meets and run agents until SIGINT or SIGTERM.
 
@@ -429,7 +435,8 @@ def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
             listen=listen, state_dir=state_dir or default_state_dir(), pool_size=pool_size,
             max_frame=max_frame, max_meets=max_meets, max_connections=max_connections,
             grace_seconds=grace_seconds, mailbox_messages=mailbox_messages,
-            mailbox_bytes=mailbox_bytes, limits=Limits(**limits), separate_uids=not same_uid)
+            mailbox_bytes=mailbox_bytes, mailbox_total_bytes=mailbox_total_bytes,
+            limits=Limits(**limits), separate_uids=not same_uid)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, stream=sys.stderr,

@@ -241,6 +241,9 @@ async def asend(target: str, briefcase: Briefcase | Mapping[str, Any] | None = N
     UnknownAgent, MessageError if the resident ends first, MeetTimeout after `timeout`).
     """
     agent, address = split_target(target)
+    if agent.startswith("ag_"):
+        raise ValueError(f"{agent} is an agent's name, not a resident's: messages go to "
+                         "resident agents (meet starts agents)")
     bc = _make_briefcase(briefcase, None)
     if address is None:
         from ._embedded import embedded_address

@@ -113,7 +113,8 @@ class Place:
         self.uids: AgentUids | None = None
         self.builds = Builds(self.settings, 0o700)
         self.cabinets = Cabinets(self.settings.state_dir / "cabinets.sqlite3")
-        self.residents = Residents(self.settings.mailbox_messages, self.settings.mailbox_bytes)
+        self.residents = Residents(self.settings.mailbox_messages, self.settings.mailbox_bytes,
+                                   self.settings.mailbox_total_bytes, self._has_agent)
         self.trips = Trips("")
         self.workers: dict[str, Worker] = {}  # by meet id, while their agents run
         self.killed: set[str] = set()  # meet ids stopped by `tacoma kill`
@@ -215,6 +216,7 @@ class Place:
             await self._stopped.wait()
             return
         self._stopping = True
+        self.residents.close()  # residents waiting in receive get none, and can end
         grace = self.settings.grace_seconds if grace is None else grace
         if self._server is not None:
             self._server.close()
@@ -226,6 +228,8 @@ class Place:
                 task.cancel()
             if late:
                 await asyncio.wait(late, timeout=10)
+        if self._background:  # trips' ends on their way home
+            await asyncio.wait(list(self._background), timeout=5)
         for session in list(self.sessions):
             session.channel.close(f"place {self.address} is shutting down")
         await self.builds.close()
@@ -253,6 +257,16 @@ class Place:
                     if p.suffix in suffixes and p.is_file()]
         except OSError:
             return []
+
+    def _has_agent(self, name: str) -> bool:
+        """Whether the place has an agent called `name` (built in, a language, installed)."""
+        try:
+            self.resolve(name)
+        except UnknownAgent:
+            return False
+        except MeetError:  # a language that cannot run here: the name is still taken
+            return True
+        return True
 
     def resolve(self, agent: str) -> tuple[WorkerPool | None, bytes | None]:
         """The pool that runs `agent` and, for an installed agent, its program."""
@@ -505,26 +519,30 @@ class Place:
         worker.started, worker.deadline = time.time(), time.monotonic() + timeout
         self.workers[meet_id] = worker
         try:
-            result = await worker.run(Meet(1, agent, briefcase), timeout, meet_id,
-                                      self._nested_meet)
-        except Exception:
-            if worker.went is None:
-                raise
+            try:
+                result = (await worker.run(Meet(1, agent, briefcase), timeout, meet_id,
+                                           self._nested_meet)).briefcase
+            except Exception:
+                if worker.went is None:
+                    raise
+            finally:
+                del self.workers[meet_id]
+                self.residents.leave(worker)
+                pool.release(worker)
+            if worker.went is not None:  # the agent moved on: its trip goes on without us
+                if trip is not None:
+                    raise _Moved
+                assert worker.trip is not None
+                result = await self.trips.wait(worker.trip, worker.deadline)
         finally:
-            del self.workers[meet_id]
-            self.residents.leave(worker)
-            pool.release(worker)
-        if worker.went is not None:  # the agent moved on: its trip goes on without us
-            if trip is not None:
-                raise _Moved
-            assert worker.trip is not None
-            return await self.trips.wait(worker.trip, worker.deadline)
+            if trip is None and worker.trip is not None:  # a trip that began here is over
+                self.trips.waiting.pop(worker.trip.id, None)
         if installed_code is not None:  # the caller gets back its own CODE, not ours
             if callers_code is None:
-                result.briefcase.remove(CODE)
+                result.remove(CODE)
             else:
-                result.briefcase[CODE] = callers_code
-        return result.briefcase
+                result[CODE] = callers_code
+        return result
 
     async def _built_in(self, agent: str, briefcase: Briefcase, who: str | None) -> Briefcase:
         """Answer a meet of one of the agents the place is itself (BUILT_IN)."""
@@ -605,29 +623,37 @@ class Place:
         Answered Accepted once the next place has taken the agent; any failure (the place
         is down, refuses, cannot run the language) reaches the agent, which is still here.
         """
+        if worker.going:
+            raise MeetError("the agent is already going to another place")
         target = meet.agent
         agent = worker.pool.interpreter.agent
-        remaining = worker.deadline - time.monotonic()
-        if remaining <= 0:
-            raise MeetTimeout("no time is left of the meet for the agent to go on")
         trip = worker.trip or self.trips.start()
+        worker.going = True
         try:
             if target == self.address:
                 self._admit()
                 meet_id = self._new_meet_id()
                 self._spawn_meet(meet_id, self._run_hop(agent, Briefcase(meet.briefcase),
-                                                        remaining, meet_id, trip))
+                                                        self._time_left(worker), meet_id, trip))
             else:
                 client = await self._client(target)
                 meet_id = str(await client.meet(agent, trip.stamp(meet.briefcase), "go",
-                                                remaining))
+                                                self._time_left(worker)))
         except BaseException:
+            worker.going = False
             if worker.trip is None:  # the trip did not start after all
                 self.trips.waiting.pop(trip.id, None)
             raise
         worker.trip = trip
-        worker.went = target
         worker.answer(Accepted(meet.rid, meet_id))
+        worker.moved_on(target)
+
+    @staticmethod
+    def _time_left(worker: Worker) -> float:
+        remaining = worker.deadline - time.monotonic()
+        if remaining <= 0:
+            raise MeetTimeout("no time is left of the meet for the agent to go on")
+        return remaining
 
     # ------------------------------------------------------------------ administration
     def _admin(self, request: Briefcase) -> Briefcase:

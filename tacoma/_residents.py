@@ -21,7 +21,13 @@ fails, is killed, or its meet times out) its name is free again, and every sende
 waiting (an ack or a reply) gets MessageError saying so.
 
 A received message is the sender's briefcase plus an ENVELOPE folder: the message id, its
-kind (oneway, ack or request) and who sent it (the sending agent's identity, or "client").
+kind (oneway, ack or request) and who sent it: `NAME@PLACE` for a resident at this place,
+another agent here by its identity, and "client" for whatever arrives over the network
+(agents at other places included: a place vouches only for its own agents).
+
+All mailboxes of a place together are bounded too (`mailbox_total_bytes`), and a resident
+holds at most `mailbox_messages` requests it took but did not answer yet (their briefcases
+are dropped once taken; a request whose sender gave up is forgotten).
 """
 
 from __future__ import annotations
@@ -31,11 +37,12 @@ import itertools
 import re
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ._briefcase import ENVELOPE, Briefcase
-from ._errors import MailboxFull, MessageError, UnknownAgent
+from ._errors import MailboxFull, MessageError, PlaceUnavailable, UnknownAgent
 
 if TYPE_CHECKING:
     from ._workers import Worker
@@ -48,8 +55,8 @@ MAILBOX_AGENT = "ag_mailbox"
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 #: Message kind by the mode of the meet that carried it.
 KIND_OF_MODE = {"async": "oneway", "ack": "ack", "sync": "request"}
-#: Folders of a mailbox request that are not part of a reply.
-_REQUEST_FOLDERS = ("OP", "NAME", "TIMEOUT", "ID")
+#: Folders of a reply request that are not part of the reply.
+_REPLY_FOLDERS = ("OP", "ID")
 
 
 @dataclass(eq=False)
@@ -84,10 +91,15 @@ def _size(briefcase: Briefcase) -> int:
 class Residents:
     """The resident agents of one place, by name, and their mailboxes."""
 
-    def __init__(self, max_messages: int, max_bytes: int) -> None:
+    def __init__(self, max_messages: int, max_bytes: int, max_total_bytes: int,
+                 is_agent: Callable[[str], bool]) -> None:
         self.max_messages = max_messages
         self.max_bytes = max_bytes
+        self.max_total_bytes = max_total_bytes
+        self.total_bytes = 0
+        self.is_agent = is_agent  # a name the place has an agent by: not for residents
         self.by_name: dict[str, Resident] = {}
+        self.closing = False
         self._ids = itertools.count(1)
 
     def get(self, name: str) -> Resident | None:
@@ -104,16 +116,23 @@ class Residents:
         if resident is None:
             raise UnknownAgent(f"no resident agent {name!r} here")
         size = _size(briefcase)
+        if size > self.max_bytes:
+            raise MailboxFull(f"a message of {size:,} bytes can never fit in a mailbox here "
+                              f"(at most {self.max_bytes:,} bytes)")
         if len(resident.queue) >= self.max_messages or resident.bytes + size > self.max_bytes:
             raise MailboxFull(
                 f"the mailbox of {name} is full ({len(resident.queue)} messages, "
                 f"{resident.bytes:,} bytes; at most {self.max_messages} and "
                 f"{self.max_bytes:,}): try again when it has taken some")
+        if self.total_bytes + size > self.max_total_bytes:
+            raise MailboxFull(f"the mailboxes at this place hold {self.total_bytes:,} bytes, "
+                              f"their limit is {self.max_total_bytes:,}: try again later")
         kind = KIND_OF_MODE[mode]
         answer = asyncio.get_running_loop().create_future() if kind != "oneway" else None
         message = Message(f"{name}.{next(self._ids)}", kind, sender, briefcase, size, answer)
         resident.queue.append(message)
         resident.bytes += size
+        self.total_bytes += size
         if resident.waiter is not None and not resident.waiter.done():
             resident.waiter.set_result(None)
         return message
@@ -147,6 +166,9 @@ class Residents:
             raise MessageError(f"this agent is already resident as {worker.resident}")
         if name in self.by_name:
             raise MessageError(f"a resident agent named {name} is already here")
+        if self.is_agent(name):
+            raise MessageError(f"this place has an agent named {name}: a resident cannot "
+                               "take its name")
         self.by_name[name] = Resident(name, worker, worker.meet_id)
         worker.resident = name
         return Briefcase()
@@ -158,7 +180,9 @@ class Residents:
                 timeout = float(request.text("TIMEOUT")[0])
             except ValueError:
                 raise MessageError("TIMEOUT must be a number of seconds") from None
-        if not resident.queue and timeout != 0:
+        if resident.waiter is not None:
+            raise MessageError("a receive is already waiting: take messages one at a time")
+        if not resident.queue and timeout != 0 and not self.closing:
             resident.waiter = asyncio.get_running_loop().create_future()
             try:
                 await asyncio.wait_for(asyncio.shield(resident.waiter), timeout)
@@ -168,14 +192,23 @@ class Residents:
                 resident.waiter = None
         if not resident.queue:
             return Briefcase()  # timed out: no ENVELOPE
+        if resident.queue[0].kind == "request" and \
+                len(resident.unanswered) >= self.max_messages:
+            raise MessageError(f"{len(resident.unanswered)} requests taken by {resident.name} "
+                               "wait for replies: reply to some before taking more")
         message = resident.queue.popleft()
         resident.bytes -= message.size
+        self.total_bytes -= message.size
         resident.received += 1
+        taken = message.briefcase
+        message.briefcase = Briefcase()  # the resident has it now: the place keeps nothing
         if message.kind == "ack" and message.answer is not None and not message.answer.done():
             message.answer.set_result(Briefcase())
-        elif message.kind == "request":
+        elif message.kind == "request" and message.answer is not None:
             resident.unanswered[message.id] = message
-        taken = Briefcase(message.briefcase)
+            # A sender that gives up (timeout, cancel) cancels the answer: forget it then.
+            message.answer.add_done_callback(
+                lambda _: resident.unanswered.pop(message.id, None))
         taken[ENVELOPE] = [message.id, message.kind, message.sender]
         return taken
 
@@ -186,7 +219,7 @@ class Residents:
             raise MessageError(f"no request {ids[0] if ids else '(no ID)'} awaits a reply "
                                f"from {resident.name}: replies go to requests received, once")
         reply = Briefcase({name: folder for name, folder in request.items()
-                           if name not in _REQUEST_FOLDERS})
+                           if name not in _REPLY_FOLDERS})
         if message.answer is not None and not message.answer.done():
             message.answer.set_result(reply)
         return Briefcase()
@@ -198,7 +231,11 @@ class Residents:
             return
         del self.by_name[resident.name]
         worker.resident = None
-        ended = MessageError(f"resident agent {resident.name} ended before answering")
+        self.total_bytes -= resident.bytes
+        ended: Exception = MessageError(f"resident agent {resident.name} ended before "
+                                        "answering")
+        if self.closing:
+            ended = PlaceUnavailable(f"resident agent {resident.name} stopped with its place")
         for message in [*resident.queue, *resident.unanswered.values()]:
             if message.answer is not None and not message.answer.done():
                 message.answer.set_exception(ended)
@@ -207,3 +244,11 @@ class Residents:
         resident.unanswered.clear()
         if resident.waiter is not None and not resident.waiter.done():
             resident.waiter.cancel()
+
+    def close(self) -> None:
+        """The place stops: every receive returns at once with no message, so residents
+        that loop on receive end within the grace period."""
+        self.closing = True
+        for resident in self.by_name.values():
+            if resident.waiter is not None and not resident.waiter.done():
+                resident.waiter.set_result(None)

@@ -74,6 +74,8 @@ class PlaceSettings:
         Off, agents run as root: they can then signal the place and read what root may.
     mailbox_messages, mailbox_bytes: the most messages, and bytes of them, waiting for any
         one resident agent; more are refused with MailboxFull.
+    mailbox_total_bytes: the most bytes of messages waiting at the place, for all its
+        residents together.
     """
 
     listen: str = DEFAULT_LISTEN
@@ -87,6 +89,7 @@ class PlaceSettings:
     separate_uids: bool = True
     mailbox_messages: int = 1000
     mailbox_bytes: int = 16 * 1024 * 1024
+    mailbox_total_bytes: int = 256 * 1024 * 1024
 
     def __post_init__(self) -> None:
         # Absolute: agents' working directories are below it, and they start elsewhere.
@@ -100,7 +103,7 @@ class PlaceSettings:
         if not isinstance(self.max_connections, int) or self.max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, got "
                              f"{self.max_connections!r}")
-        for name in ("mailbox_messages", "mailbox_bytes"):
+        for name in ("mailbox_messages", "mailbox_bytes", "mailbox_total_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value!r}")

@@ -101,7 +101,7 @@ class Trips:
             raise MeetTimeout("the agent's trip did not end in time: it is still on the way, "
                               "or a place it was at went down") from None
         finally:
-            del self.waiting[trip.id]
+            self.waiting.pop(trip.id, None)
 
     def end(self, briefcase: Briefcase) -> bool:
         """Deliver a trip's end (a meet of ag_home); False if no trip here waits for it."""
@@ -110,7 +110,7 @@ class Trips:
         if not home:
             raise MeetError("ag_home takes a trip's end: HOME must hold the trip id")
         future = self.waiting.get(home[0].decode("ascii", "replace"))
-        if future is None or future.done():
+        if future is None or future.done() or len(home) not in (1, 4):
             return False
         if len(home) == 4:
             kind, message, detail = (part.decode("utf-8", "replace") for part in home[1:])

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import msgpack
 
 from . import _sandbox
+from ._briefcase import Briefcase
 from ._errors import (
     AgentFailed,
     AgentKilled,
@@ -459,6 +460,7 @@ class Worker:
         self.resident: str | None = None  # its name while it is a resident agent
         self.trip: Trip | None = None  # the trip it is on, if it moves (see _trips)
         self.went: str | None = None  # where it went, once it moved on
+        self.going = False  # while its go is under way
         self.started = 0.0  # time.time() when its meet began
         self.deadline = 0.0  # time.monotonic() by which its meet must end
         self._identity: str | None = None
@@ -524,6 +526,13 @@ class Worker:
                               self.output_tail())
         raise MeetTimeout(f"agent did not finish within {timeout:g} s; "
                           "its processes were killed")
+
+    def moved_on(self, place: str) -> None:
+        """The agent went to `place`: its meet here is over now (its process ends by
+        itself, and is destroyed with the worker)."""
+        self.went = place
+        if self._reply is not None and not self._reply.done():
+            self._reply.set_result(Result(1, Briefcase()))
 
     def output_tail(self) -> str:
         """The end of what the agent wrote to stdout and stderr."""

@@ -291,8 +291,14 @@ def test_clients_cannot_reach_the_mailbox_or_ack_ordinary_agents(
     a, _ = pair
     with pytest.raises(tacoma.UnknownAgent):
         tacoma.meet(f"ag_mailbox@{a.address}", {"OP": ["receive"]})
-    with pytest.raises(tacoma.MessageError, match="not one here"):
-        tacoma.send(f"ag_echo@{a.address}", ack=True).result(10)
+    with pytest.raises(ValueError, match="not a resident's"):
+        tacoma.send(f"ag_echo@{a.address}", ack=True)
+    code = 'h = send_ack("ag_echo")\ntry:\n    wait_ack(h, 10)\nexcept MessageError as exc:\n' \
+           '    bc["E"] = [str(exc)]'
+    result = tacoma.meet(f"ag_python@{a.address}", code=code, timeout=30)
+    assert "not one here" in result.text("E")[0]
+    refused = _cli("send", f"ag_echo@{a.address}")
+    assert refused.returncode == 2 and "resident agents" in refused.stderr
 
 
 def test_ps_and_kill(pair: list[RunningPlace]) -> None:
@@ -371,3 +377,54 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "tacoma", *args], capture_output=True,
                           text=True, timeout=120)
 
+
+
+def test_a_resident_cannot_take_an_installed_agents_name(pair: list[RunningPlace],
+                                                         tmp_path) -> None:
+    a, _ = pair
+    program = tmp_path / "backup.py"
+    program.write_text("bc['OK'] = [b'the real one']\n")
+    installed = _cli("install", str(program), "--state-dir", str(a.state_dir))
+    assert installed.returncode == 0, installed.stderr
+    with pytest.raises(tacoma.AgentFailed, match="has an agent named backup"):
+        tacoma.meet(f"ag_python@{a.address}", code='reside("backup")', timeout=30)
+    assert tacoma.meet(f"backup@{a.address}")["OK"] == [b"the real one"]
+
+
+def test_replies_keep_every_folder_and_unanswered_requests_are_bounded(
+        pair: list[RunningPlace]) -> None:
+    _, b = pair
+    code = """
+reside("hoarder")
+first = receive(30)
+reply(first, {"NAME": [b"n"], "TIMEOUT": [b"t"], "OP2": [b"o"]})
+taken = [receive(30) for _ in range(3)]   # --mailbox-messages 3: that many unanswered
+try:
+    receive(30)
+except MessageError as exc:
+    bc["REFUSED"] = [str(exc)]
+for message in taken:
+    reply(message, {"N": message["N"]})
+"""
+    ended = _start_resident(b, "ag_python", code, "hoarder")
+    target = f"hoarder@{b.address}"
+    assert tacoma.request(target, {}, timeout=30) == {"NAME": [b"n"], "TIMEOUT": [b"t"],
+                                                      "OP2": [b"o"]}
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        waiting = [pool.submit(tacoma.request, target, {"N": [str(i)]}, timeout=30)
+                   for i in range(3)]
+        wait_until(lambda: [r["mailbox"] for r in ps(b) if r["name"] == "hoarder"] == [0],
+                   30, "the three requests taken")
+        fourth = pool.submit(tacoma.request, target, {"N": [b"3"]}, timeout=30)
+        assert sorted(f.result(30)["N"][0] for f in waiting) == [b"0", b"1", b"2"]
+        with pytest.raises(tacoma.MessageError, match="ended before answering"):
+            fourth.result(30)
+    assert "reply to some before taking more" in ended.result(30).text("REFUSED")[0]
+
+
+def test_a_stopping_place_lets_residents_end(start_place) -> None:
+    b = start_place()
+    code = 'reside("calm")\nwhile receive() is not None:\n    pass\nbc["ENDED"] = ["cleanly"]'
+    ended = _start_resident(b, "ag_python", code, "calm")
+    b.stop()
+    assert ended.result(30).text("ENDED") == ["cleanly"]

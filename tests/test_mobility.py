@@ -213,3 +213,37 @@ def _ps(place: RunningPlace) -> list[dict[str, object]]:
                          check=True)
     agents: list[dict[str, object]] = json.loads(out.stdout)["agents"]
     return agents
+
+
+def test_an_agent_cannot_go_twice_at_once(three: list[RunningPlace]) -> None:
+    """Two go requests written at once (past the API, on the raw channel): one copy of the
+    agent arrives; the other request is refused (and the agent ends here as it went)."""
+    a, b, _ = three
+    code = f"""
+if place == {a.address!r}:
+    channel = next(c.cell_contents for c in go.__closure__
+                   if hasattr(c.cell_contents, "conn"))
+    first = channel._request({b.address!r}, bc, "go", None)
+    second = channel._request({b.address!r}, bc, "go", None)
+    channel._answer(first)
+    channel._answer(second)
+else:
+    cabinet_append("arrivals", "AT", place)
+"""
+    tacoma.meet(a.target("ag_python"), code=code, timeout=30)
+    time.sleep(1)  # a second copy, had one gone, would have arrived by now
+    arrived = tacoma.meet(b.target("ag_cabinet"), {"OP": ["read"], "CABINET": ["arrivals"],
+                                                   "FOLDER": ["AT"]})
+    assert arrived.text("AT") == [b.address]
+
+
+def test_an_installed_agent_that_moves_keeps_its_program_to_itself(
+        three: list[RunningPlace], tmp_path) -> None:
+    a, b, _ = three
+    program = tmp_path / "roamer.py"
+    program.write_text("SECRET = 'hunter2'\nbc.append('SEEN', place)\ngo_next()\n")
+    subprocess.run([sys.executable, "-m", "tacoma", "install", str(program), "--state-dir",
+                    str(a.state_dir)], check=True, capture_output=True)
+    result = tacoma.meet(a.target("roamer"), {"ITINERARY": [b.address]}, timeout=30)
+    assert result.text("SEEN") == [a.address, b.address]
+    assert "CODE" not in result

@@ -166,10 +166,10 @@ class _Agent:
         if op == "place":
             return [self.channel.place.encode()]
         if op == "go":
-            self.channel.go(args[0].decode(), self.briefcases[0])
+            self.channel.go(args[0].decode(), self.briefcases[0], leave=False)
             return []
         if op == "go_next":
-            return [b"1" if self.channel.go_next(self.briefcases[0]) else b"0"]
+            return [b"1" if self.channel.go_next(self.briefcases[0], leave=False) else b"0"]
         if op == "reside":
             self.channel.reside(args[0].decode())
             return []

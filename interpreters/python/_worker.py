@@ -36,7 +36,7 @@ from collections.abc import Mapping
 
 from tacoma import _errors
 from tacoma import _zygote as zygote
-from tacoma._agentside import AgentChannel, AgentFailure, AgentGone, program_text
+from tacoma._agentside import AgentChannel, AgentFailure, program_text
 from tacoma._briefcase import Briefcase
 from tacoma._protocol import Meet
 
@@ -75,13 +75,10 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
         return _result(namespace.get("bc"))
 
     def go(place: str) -> None:
-        channel.go(place, briefcase())
-        raise AgentGone
+        channel.go(place, briefcase())  # does not return if it went
 
     def go_next() -> bool:
-        if channel.go_next(briefcase()):
-            raise AgentGone
-        return False
+        return channel.go_next(briefcase())  # does not return if it went
 
     namespace: dict[str, Any] = {
         "__name__": "__agent__",
@@ -111,7 +108,7 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
     }
     try:
         exec(code, namespace)  # noqa: S102 - running the agent is this process's whole job
-    except (AgentFailure, AgentGone):
+    except AgentFailure:
         raise
     except SystemExit as exc:
         if exc.code not in (0, None):

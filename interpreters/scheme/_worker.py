@@ -114,8 +114,11 @@ PRELUDE = r"""
 (define (cabinets)
   (let ((found (assoc "CABINETS" (%cabinet "list" #f))))
     (if found (map utf8->string (cdr found)) '())))
-(define (go place) (%check (%tacoma-go place)) (throw 'tacoma-gone place))
-(define (go-next) (if (= 1 (%check (%tacoma-go-next))) (throw 'tacoma-gone "") #f))
+(define (%flush)
+  (force-output (current-output-port)) (force-output (current-error-port)))
+;; go and go-next do not return once the agent went: the process ends (see AgentChannel).
+(define (go place) (%flush) (%check (%tacoma-go place)))
+(define (go-next) (%flush) (%check (%tacoma-go-next)) #f)
 (define (%mailbox op . folders)
   (meet "ag_mailbox" (cons (cons "OP" (list op)) folders)))
 (define (reside name) (%mailbox "reside" (cons "NAME" (list name))) *unspecified*)
@@ -141,12 +144,11 @@ PRELUDE = r"""
         (with-throw-handler #t
           (lambda () (eval-string code) "OK")
           (lambda (key . args)
-            (unless (memq key '(tacoma-fail tacoma-gone))
+            (unless (eq? key 'tacoma-fail)
               (set! trace (call-with-output-string
                             (lambda (port) (display-backtrace (make-stack #t) port))))))))
       (lambda (key . args)
         (cond
-          ((eq? key 'tacoma-gone) "GONE")
           ((eq? key 'tacoma-fail) (string-append "FAIL\n" (car args)))
           (else
             (string-append "ERROR\n"
@@ -345,8 +347,6 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
     guile.lib.scm_c_define(b"%agent-code", guile.string(code))
     outcome = guile.to_str(guile.lib.scm_c_eval_string(b"(%run-agent %agent-code)")) or ""
     status, _, rest = outcome.partition("\n")
-    if status == "GONE" or channel.gone is not None:
-        return meet.briefcase
     if status == "FAIL":
         raise AgentFailure(rest)
     if status == "ERROR":

@@ -124,16 +124,10 @@ proc cabinet_remove {cabinet {folder ""}} {
 }
 proc cabinet_folders {cabinet} { dict get [_cabinet folders $cabinet] FOLDERS }
 proc cabinets {} { dict get [meet ag_cabinet [dict create OP list]] CABINETS }
-proc go {place} {
-    _tacoma_call go $place
-    return -code error -errorcode {TACOMA GONE} "the agent went to $place"
-}
-proc go_next {} {
-    if {[_tacoma_call go_next]} {
-        return -code error -errorcode {TACOMA GONE} "the agent went on"
-    }
-    return 0
-}
+# go and go_next do not return once the agent went: the process ends (see AgentChannel).
+proc _tacoma_flush {} { catch {flush stdout}; catch {flush stderr} }
+proc go {place} { _tacoma_flush; _tacoma_call go $place }
+proc go_next {} { _tacoma_flush; _tacoma_call go_next }
 proc reside {name} { meet ag_mailbox [dict create OP reside NAME [list $name]]; return }
 proc receive {{seconds ""}} {
     set request [dict create OP receive]
@@ -259,8 +253,6 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
     try:
         tcl.eval(script)
     except tkinter.TclError as exc:
-        if channel.gone is not None:
-            return bc  # it went on (go); serve_one sends nothing back
         if failure:
             raise AgentFailure(failure[-1]) from None
         raise AgentFailure(f"Tcl error: {exc}", str(tcl.eval("set ::errorInfo"))) from None

@@ -1,11 +1,13 @@
 """Three servers in three languages, a proxy in front of them, and clients in three more
-languages, across three local places.
+languages, across three local places: the Proxy-Server and Forwarding patterns.
 
     python examples/proxy/run.py
 
 Place "servers" runs the resident servers upper (Tcl), reverse (Scheme) and count (C);
 place "hub" runs the resident proxy (Python); place "clients" runs the clients (Python, Tcl
-and C) at once, each sending its texts to proxy@hub. Every message crosses loopback TCP
+and C) at once, each sending its texts to proxy@hub as requests (answered through the
+proxy), and one more Python client, itself resident, whose one-way messages the proxy
+forwards to the servers, which answer it directly. Every message crosses loopback TCP
 between real `tacoma place` processes.
 """
 
@@ -58,16 +60,25 @@ def main() -> None:
                                  code=(HERE / program).read_text())
             return [f"{language}: {line}" for line in result.text("ANSWERS")]
 
-        jobs = [("ag_python", "client.py", ["tromsø", "cornell", "agents"]),
-                ("ag_tcl", "client.tcl", ["briefcase", "folder", "cabinet"]),
-                ("ag_c", "client.c", ["meet", "place", "go"])]
-        with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
-            for lines in pool.map(lambda job: client(*job), jobs):
-                print("\n".join(lines))
-        served = tacoma.request(f"proxy@{hub}", {"STOP": [b""]}, timeout=30)
-        print(f"the proxy served {served.text('SERVED')[0]} requests and stopped "
-              "the servers")
+        def forwarded(texts: list[str]) -> list[str]:
+            result = tacoma.meet(f"ag_python@{clients}", timeout=120,
+                                 briefcase={"PROXY": [f"proxy@{hub}"], "TEXT": texts,
+                                            "NAME": ["reader"]},
+                                 code=(HERE / "forwarded_client.py").read_text())
+            return [f"ag_python (forwarding): {line}" for line in result.text("ANSWERS")]
 
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            jobs = [pool.submit(client, "ag_python", "client.py",
+                                ["tromsø", "cornell", "agents"]),
+                    pool.submit(client, "ag_tcl", "client.tcl",
+                                ["briefcase", "folder", "cabinet"]),
+                    pool.submit(client, "ag_c", "client.c", ["meet", "place", "go"]),
+                    pool.submit(forwarded, ["itinerary", "mailbox", "resident"])]
+            for job in jobs:
+                print("\n".join(job.result()))
+        stopped = tacoma.request(f"proxy@{hub}", {"STOP": [b""]}, timeout=30)
+        print(f"the proxy served {stopped.text('SERVED')[0]} requests, forwarded "
+              f"{stopped.text('FORWARDED')[0]}, and stopped the servers")
 
 if __name__ == "__main__":
     main()

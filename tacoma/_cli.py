@@ -360,6 +360,67 @@ def kill(target: str, state_dir: Path | None, token_file: Path | None) -> None:
     click.echo(f"killed {name} (meet {killed.text('KILLED')[0]}) at {place}")
 
 
+@main.command()
+@click.argument("names", nargs=-1, metavar="[NAME]...")
+@click.option("--quick", is_flag=True,
+              help="Loop sizes 1, 10, 30 (hops 4, 40) and 1 s sustained runs: under a "
+                   "minute. Otherwise the paper's 1 to 1000 (4 to 4000) and 10 s.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write every measurement (each loop size's total and average "
+                   "time, the rates, the parameters) to this file.")
+@click.option("--places", metavar="A,B,C,D",
+              help="Four places to run at (HOST:PORT, comma-separated). Default: four "
+                   "local places started for the run.")
+@click.option("--language", type=click.Choice(["python", "tcl", "scheme", "c"]),
+              default="python", show_default=True,
+              help="Language of the agents created, dispatched and moved.")
+@click.option("--clients", type=click.IntRange(1, 64), default=3, show_default=True,
+              help="Clients of PROXY and FORW-MSG (the paper: 3, 6, 12).")
+@click.option("--details", is_flag=True,
+              help="Also print each loop size's total and average time.")
+def bench(names: tuple[str, ...], quick: bool, json_path: Path | None, places: str | None,
+          language: str, clients: int, details: bool) -> None:
+    """Run the mobile-agent benchmark suite and print it beside the published systems.
+
+    NAMES are benchmarks of the suite (all by default): the micro-benchmarks CL, CR, AD,
+    MSG-1W, MSG-2W, SYNCH, MSG-MA and the micro-kernels ROAM, PROXY, FORW-MSG, FORW-MA
+    of Dikaiakos, Kyriakou and Samaras. The table is the shape of their Table 8: our
+    peak and sustained rates, then Concordia's, Aglets' and Voyager's from the paper.
+    Every rate is measured here, and only after a check that the work was done.
+
+    \b
+    Examples:
+      tacoma bench --quick
+      tacoma bench ROAM SYNCH --json bench.json
+      tacoma bench --places 10.0.0.1:7707,10.0.0.2:7707,10.0.0.3:7707,10.0.0.4:7707
+    """
+    from . import _bench
+
+    try:
+        the_plan = _bench.plan([n.upper() for n in names], quick)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="NAME") from None
+    addresses = [a.strip() for a in places.split(",")] if places else None
+    if addresses is not None and len(addresses) != 4:
+        raise click.BadParameter("give four places: A,B,C,D", param_hint="--places")
+    estimate = sum(the_plan.estimate(n) for n in the_plan.names)
+    click.echo(f"tacoma bench: {len(the_plan.names)} benchmarks, "
+               f"{'quick' if quick else 'full'} run, about {estimate / 60:.1f} minutes "
+               "(an estimate for a 2-core machine)", err=True)
+    try:
+        results = _bench.run(the_plan, addresses, language, clients,
+                             lambda line: click.echo(f"  {line}", err=True))
+    except (TacomaError, _bench.BenchmarkFailed) as exc:
+        raise click.ClickException(f"the benchmark failed: {exc}") from None
+    click.echo(_bench.table(results))
+    if details:
+        click.echo()
+        click.echo(_bench.details(results))
+    if json_path is not None:
+        json_path.write_text(_bench.dumps(results))
+        click.echo(f"measurements written to {json_path}", err=True)
+
+
 def _limits_options(f: Any) -> Any:
     defaults = Limits()
     options = [

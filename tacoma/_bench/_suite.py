@@ -1,0 +1,683 @@
+"""The mobile-agent benchmark suite of Dikaiakos, Kyriakou and Samaras (seed 002, sections 3
+and 4), run against tacoma places.
+
+Each benchmark is one activity of a mobile-agent system, repeated `n` times (the loop size)
+and timed with a monotonic clock where the paper timed it: inside the agent that loops
+(an agent at place A creating, dispatching or messaging), inside the agent that serves
+(the proxy and the forwarding agents time their own service), or in the client (remote
+creation and roaming, started from outside as in the paper). Every run checks that the
+work was done (agents arrived, messages were received, hops were made, replies came back)
+and raises BenchmarkFailed otherwise: a rate is only reported for work that happened.
+
+The places: A (where agents start), B (the remote place), C and D (servers, destinations,
+more stops of a roamer). Agents are minimal, messages carry one byte: as in the paper.
+
+    micro-benchmarks
+    CL      an agent at A meets n minimal agents at A, one after another (sync: each is
+            created, runs in a confined process of its own, and ends)
+    CR      the client meets n minimal agents at B, one after another
+    AD      an agent at A dispatches n minimal agents to B (async meets, each answered once
+            B has taken it); all n are then checked to have run at B (untimed)
+    MSG-1W  an agent at A sends n one-way messages to a resident at B
+    MSG-2W  ... n messages with asynchronous acknowledgements, and takes every ack
+    SYNCH   ... n requests, each waiting for the resident's reply
+    MSG-MA  an agent at A sends a messenger agent on n round trips A -> B -> A
+    micro-kernels
+    ROAM    a roamer visits B, C, D and A in turn, n hops, and its briefcase comes home
+    PROXY   `clients` agents at A send n requests (in all) to a resident proxy at B, which
+            passes each to one of 3 resident servers at C and the reply back
+    FORW-MSG  `clients` resident agents at A send n one-way requests to a forwarding agent
+            at B, which redirects each to one of 3 servers at C; the servers answer the
+            clients directly
+    FORW-MA  agents dispatched from A to B ask a resident forwarding agent there where to
+            go, and it sends them on to C; n agents, checked to arrive at C
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .._briefcase import Briefcase
+from .._client import meet, request
+from .._errors import MeetError, UnknownAgent
+from ._paper import UNITS
+
+__all__ = ["BENCHMARKS", "BenchmarkFailed", "Context", "Measured", "Run", "measure"]
+
+
+class BenchmarkFailed(RuntimeError):
+    """A benchmark did not do its work (or the check of it failed): no rate is reported."""
+
+
+@dataclass
+class Run:
+    """One timed run: `ops` activities in `seconds`."""
+
+    size: int
+    ops: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.ops / self.seconds if self.seconds > 0 else math.inf
+
+    @property
+    def average(self) -> float:
+        return self.seconds / self.ops if self.ops else math.nan
+
+
+@dataclass
+class Measured:
+    """A benchmark's four metrics: total and average time per loop size, peak rate (the
+    best loop size's), sustained rate (a run of at least `sustain` seconds)."""
+
+    name: str
+    unit: str
+    runs: list[Run]
+    sustained: Run
+    checked: str
+    parameters: dict[str, object] = field(default_factory=dict)
+    peak_from: int = 1  # the smallest loop size whose rate counts for the peak
+
+    @property
+    def peak_rate(self) -> float:
+        return max(run.rate for run in [*self.runs, self.sustained]
+                   if run.size >= self.peak_from)
+
+    @property
+    def sustained_rate(self) -> float:
+        return self.sustained.rate
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.name, "unit": self.unit, "parameters": self.parameters,
+            "checked": self.checked,
+            "runs": [{"loop_size": r.size, "ops": r.ops, "total_s": r.seconds,
+                      "average_s": r.average, "rate": r.rate} for r in self.runs],
+            "sustained": {"ops": self.sustained.ops, "total_s": self.sustained.seconds,
+                          "rate": self.sustained.rate},
+            "peak_rate": self.peak_rate, "sustained_rate": self.sustained_rate,
+        }
+
+
+@dataclass
+class Context:
+    """Where and how the suite runs: four place addresses (A, B, C, D), the language of
+    the agents created, dispatched and moved, and the client count of the micro-kernels."""
+
+    places: list[str]
+    language: str = "python"
+    clients: int = 3
+    timeout: float = 600.0
+
+    @property
+    def agent(self) -> str:
+        return f"ag_{self.language}"
+
+    def at(self, index: int, agent: str) -> str:
+        return f"{agent}@{self.places[index]}"
+
+
+# ----------------------------------------------------------------------- agents' programs
+#: The smallest agent in each language: it starts and ends.
+MINIMAL = {
+    "python": "pass",
+    "tcl": "set x 1",
+    "scheme": "#t",
+    "c": "int main(void) { return 0; }",
+}
+
+#: An agent that notes its arrival in the cabinet named by its TAG folder, at its place.
+ARRIVER = {
+    "python": 'cabinet_append(bc.text("TAG")[0], "ARRIVED", b".")',
+    "tcl": 'cabinet_append [lindex [bc_text TAG] 0] ARRIVED .',
+    "scheme": '(cabinet-append (car (bc-text "TAG")) "ARRIVED" ".")',
+    "c": """#include <tacoma.h>
+int main(void) {
+    tc_list tag;
+    if (tc_folder(TC_SELF, "TAG", &tag) != 0 || tag.count != 1) tc_fail("no TAG");
+    if (tc_cabinet_append((const char *)tag.items[0].data, "ARRIVED", ".", 1, 0) != 0)
+        tc_fail("%s", tc_error());
+    return 0;
+}
+""",
+}
+
+#: A roamer: counts its visit in HOPS, then goes on along its ITINERARY.
+ROAMER = {
+    "python": 'bc.append("HOPS", b".")\ngo_next()',
+    "tcl": "bc_append HOPS .\ngo_next",
+    "scheme": '(bc-append "HOPS" ".")\n(go-next)',
+    "c": """#include <tacoma.h>
+int main(void) {
+    tc_append(TC_SELF, "HOPS", ".", 1);
+    if (tc_go_next() != 0) tc_fail("go_next: %s", tc_error());
+    return 0;
+}
+""",
+}
+
+#: What every driver (a Python agent that loops and times itself) starts with.
+_DRIVER = """
+import time
+N = int(bc.text("N")[0])
+def retrying(op, *args, **kwargs):
+    # A full mailbox or a busy place is backpressure: wait a moment and send again.
+    while True:
+        try:
+            return op(*args, **kwargs)
+        except (MailboxFull, PlaceUnavailable):
+            time.sleep(0.001)
+"""
+
+_CL = _DRIVER + """
+agent, code = bc.text("AGENT")[0], bc["MINIMAL"]
+start = time.perf_counter()
+for i in range(N):
+    retrying(meet, agent, Briefcase(CODE=code))
+bc["ELAPSED"] = [repr(time.perf_counter() - start)]
+bc["DONE"] = [str(N)]
+"""
+
+_AD = _DRIVER + """
+target, tag = bc.text("TARGET")[0], bc.text("TAG")[0]
+extra = {"ROUTER": bc["ROUTER"]} if "ROUTER" in bc else {}
+start = time.perf_counter()
+for i in range(N):
+    retrying(meet, target, Briefcase(CODE=bc["ARRIVER"], TAG=[tag], **extra), mode="async")
+bc["ELAPSED"] = [repr(time.perf_counter() - start)]
+bc["DONE"] = [str(N)]
+"""
+
+_MSG_1W = _DRIVER + """
+sink = bc.text("SINK")[0]
+start = time.perf_counter()
+for i in range(N):
+    retrying(send, sink, Briefcase(M=[b"."]))
+bc["ELAPSED"] = [repr(time.perf_counter() - start)]
+bc["DONE"] = [str(N)]
+"""
+
+_MSG_2W = _DRIVER + """
+from collections import deque
+sink = bc.text("SINK")[0]
+window = deque()
+acked = 0
+start = time.perf_counter()
+for i in range(N):
+    if len(window) >= 512:  # at most 512 unacknowledged at once (the API allows 1,024)
+        wait_ack(window.popleft(), 60)
+        acked += 1
+    window.append(retrying(send_ack, sink, Briefcase(M=[b"."])))
+while window:
+    wait_ack(window.popleft(), 60)
+    acked += 1
+bc["ELAPSED"] = [repr(time.perf_counter() - start)]
+bc["DONE"] = [str(acked)]
+"""
+
+_SYNCH = _DRIVER + """
+sink = bc.text("SINK")[0]
+start = time.perf_counter()
+for i in range(N):
+    answer = request(sink, Briefcase(PING=[str(i)]))
+    assert answer.text("PONG") == [str(i)], answer
+bc["ELAPSED"] = [repr(time.perf_counter() - start)]
+bc["DONE"] = [str(N)]
+"""
+
+_MSG_MA = _DRIVER + """
+agent, remote, home = bc.text("AGENT")[0], bc.text("REMOTE")[0], bc.text("HOME_PLACE")[0]
+trips = 0
+start = time.perf_counter()
+for i in range(N):
+    back = meet(agent, Briefcase(CODE=bc["ROAMER"], ITINERARY=[remote, home]))
+    trips += len(back.folder("HOPS")) == 3  # here, there, and back here
+bc["ELAPSED"] = [repr(time.perf_counter() - start)]
+bc["DONE"] = [str(trips)]
+"""
+
+#: A resident sink: counts what it takes; answers PING requests with PONG, COUNT with the
+#: count, STOP by ending.
+_SINK = """
+reside(bc.text("NAME")[0])
+count = 0
+while (m := receive()) is not None:
+    kind = m.text("ENVELOPE")[1]
+    if kind != "request":
+        count += 1
+    elif "PING" in m:
+        reply(m, {"PONG": m["PING"]})
+    elif "COUNT" in m:
+        reply(m, {"COUNT": [str(count)]})
+    elif "STOP" in m:
+        reply(m, {})
+        break
+"""
+
+#: A resident server for the micro-kernels: answers a request, or a one-way message with
+#: REPLY_TO by a one-way message there (the Forwarding pattern).
+_SERVER = """
+reside(bc.text("NAME")[0])
+while (m := receive()) is not None:
+    if "STOP" in m:
+        reply(m, {})
+        break
+    if "PING" in m:
+        reply(m, {"PONG": m["PING"]})
+        continue
+    answer = {"ANSWER": m["Q"], "BY": [bc.text("NAME")[0]]}
+    if m.text("ENVELOPE")[1] == "request":
+        reply(m, answer)
+    else:
+        while True:
+            try:
+                send(m.text("REPLY_TO")[0], answer)
+                break
+            except MailboxFull:
+                import time
+                time.sleep(0.001)
+"""
+
+#: A resident that hands work on and times its own service: PROXY (requests to servers,
+#: replies back), FORW-MSG (one-way messages redirected), FORW-MA (arriving agents told
+#: where to go). STATS answers with how many it served and the time from taking the first
+#: to answering the last, and starts counting again.
+_MIDDLE = """
+import itertools, time
+reside(bc.text("NAME")[0])
+servers = itertools.cycle(bc.text("SERVERS"))
+served, first, last = 0, None, None
+while (m := receive()) is not None:
+    if "STATS" in m:
+        reply(m, {"SERVED": [str(served)],
+                  "ELAPSED": [repr((last - first) if served else 0.0)]})
+        served, first, last = 0, None, None
+        continue
+    if "STOP" in m:
+        reply(m, {})
+        break
+    taken = time.perf_counter()
+    if first is None:
+        first = taken
+    if "WHERE" in m:  # FORW-MA: an agent asks where to go
+        reply(m, {"GO": [bc.text("DESTINATION")[0]]})
+    elif m.text("ENVELOPE")[1] == "request":  # PROXY
+        reply(m, request(next(servers), {"Q": m["Q"]}))
+    else:  # FORW-MSG
+        while True:
+            try:
+                send(next(servers), {"Q": m["Q"], "REPLY_TO": m["REPLY_TO"]})
+                break
+            except MailboxFull:
+                time.sleep(0.001)
+    served += 1
+    last = time.perf_counter()
+    if served == 1:  # a single request's service time is its own span
+        first = taken
+"""
+
+_PROXY_CLIENT = _DRIVER + """
+proxy = bc.text("PROXY")[0]
+answered = 0
+for i in range(N):
+    answer = request(proxy, {"Q": [str(i)]})
+    answered += answer.text("ANSWER") == [str(i)]
+bc["DONE"] = [str(answered)]
+"""
+
+_FORWARDED_CLIENT = _DRIVER + """
+name = bc.text("NAME")[0]
+reside(name)
+forwarder = bc.text("FORWARDER")[0]
+for i in range(N):
+    retrying(send, forwarder, {"Q": [str(i)], "REPLY_TO": [f"{name}@{place}"]})
+got = set()
+while len(got) < N:
+    answer = receive(timeout=60)
+    if answer is None:
+        break
+    got.add(answer.text("ANSWER")[0])
+bc["DONE"] = [str(len(got))]
+"""
+
+#: An agent that arrives at the forwarding place, asks the resident there where to go,
+#: and goes there; where it ends, it notes its arrival in the TAG cabinet.
+_FORWARDED_AGENT = """
+if "GO" not in bc:
+    answer = request(bc.text("ROUTER")[0], {"WHERE": [b"?"]})
+    bc["GO"] = answer["GO"]
+    go(bc.text("GO")[0])
+cabinet_append(bc.text("TAG")[0], "ARRIVED", b".")
+"""
+
+
+# ----------------------------------------------------------------------- the benchmarks
+def _elapsed(bc: Briefcase, n: int, what: str) -> Run:
+    done = int(bc.text("DONE")[0])
+    if done != n:
+        raise BenchmarkFailed(f"{what}: {done} of {n} done")
+    return Run(n, n, float(bc.text("ELAPSED")[0]))
+
+
+def _drive(ctx: Context, index: int, code: str, n: int, **folders: list[str]) -> Briefcase:
+    """Run a driver agent (Python) at place `index` with N = n."""
+    return meet(ctx.at(index, "ag_python"), {"N": [str(n)], **folders}, code=code,
+                timeout=ctx.timeout)
+
+
+def _arrivals(ctx: Context, index: int, tag: str, n: int, what: str) -> None:
+    """Wait until n agents noted their arrival at place `index` (untimed), or fail."""
+    deadline = time.monotonic() + max(60.0, n * 0.2)
+    count = 0
+    while time.monotonic() < deadline:
+        found = meet(ctx.at(index, "ag_cabinet"),
+                     {"OP": ["read"], "CABINET": [tag], "FOLDER": ["ARRIVED"]})
+        count = len(found.folder("ARRIVED"))
+        if count >= n:
+            meet(ctx.at(index, "ag_cabinet"), {"OP": ["remove"], "CABINET": [tag]})
+            return
+        time.sleep(0.05)
+    raise BenchmarkFailed(f"{what}: {count} of {n} agents arrived")
+
+
+class Benchmark:
+    """One benchmark of the suite: `setup`, then `run(n)` per loop size, then `teardown`."""
+
+    name = ""
+    checked = ""
+    kernel = False  # a micro-kernel (section 4), not a micro-benchmark (section 3)
+    #: Benchmarks timed by the serving agent, from taking the first request to answering
+    #: the last, have no span for one request: its service time is no rate, so the peak
+    #: is taken from two requests up.
+    peak_from = 1
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.tag = f"bench-{secrets.token_hex(4)}"
+        self.residents: list[str] = []
+
+    def setup(self) -> None:
+        """Start what the runs need (resident agents) and warm up (a C compile, say)."""
+
+    def run(self, n: int) -> Run:
+        raise NotImplementedError
+
+    def teardown(self) -> None:
+        for target in self.residents:
+            with contextlib.suppress(MeetError):  # gone already: nothing to stop
+                request(target, {"STOP": [b""]}, timeout=30)
+
+    def resident(self, index: int, name: str, code: str, **folders: list[str]) -> str:
+        """Start a resident agent (Python) at place `index`; its NAME@PLACE once it answers."""
+        target = self.ctx.at(index, f"{name}-{self.tag}")
+        meet(self.ctx.at(index, "ag_python"), {"NAME": [f"{name}-{self.tag}"], **folders},
+             code=code, mode="async", timeout=self.ctx.timeout * 4)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                request(target, {"STATS": [b""]} if code is _MIDDLE else {"PING": [b""]},
+                        timeout=10)
+                break
+            except UnknownAgent:
+                if time.monotonic() > deadline:
+                    raise BenchmarkFailed(f"resident {target} did not start") from None
+                time.sleep(0.02)
+        self.residents.append(target)
+        return target
+
+
+class CL(Benchmark):
+    name = "CL"
+    checked = "every created agent ran and ended (each sync meet returned)"
+
+    def setup(self) -> None:
+        meet(self.ctx.at(0, self.ctx.agent), code=MINIMAL[self.ctx.language],
+             timeout=self.ctx.timeout)  # warm: C compiles once, here
+
+    def run(self, n: int) -> Run:
+        bc = _drive(self.ctx, 0, _CL, n, AGENT=[self.ctx.agent],
+                    MINIMAL=[MINIMAL[self.ctx.language]])
+        return _elapsed(bc, n, "CL")
+
+
+class CR(CL):
+    name = "CR"
+    checked = "every created agent ran and ended at the remote place"
+
+    def setup(self) -> None:
+        meet(self.ctx.at(1, self.ctx.agent), code=MINIMAL[self.ctx.language],
+             timeout=self.ctx.timeout)
+
+    def run(self, n: int) -> Run:
+        target, code = self.ctx.at(1, self.ctx.agent), MINIMAL[self.ctx.language]
+        start = time.perf_counter()
+        for _ in range(n):
+            meet(target, code=code, timeout=self.ctx.timeout)
+        return Run(n, n, time.perf_counter() - start)
+
+
+class AD(Benchmark):
+    name = "AD"
+    checked = "every dispatched agent ran at the remote place (counted in a cabinet there)"
+
+    def setup(self) -> None:
+        meet(self.ctx.at(1, self.ctx.agent), {"TAG": [self.tag + "-warm"]},
+             code=ARRIVER[self.ctx.language], timeout=self.ctx.timeout)
+        _arrivals(self.ctx, 1, self.tag + "-warm", 1, "AD warm-up")
+
+    def run(self, n: int) -> Run:
+        tag = f"{self.tag}-{n}-{secrets.token_hex(2)}"
+        bc = _drive(self.ctx, 0, _AD, n, TARGET=[self.ctx.at(1, self.ctx.agent)], TAG=[tag],
+                    ARRIVER=[ARRIVER[self.ctx.language]])
+        measured = _elapsed(bc, n, "AD")
+        _arrivals(self.ctx, 1, tag, n, "AD")
+        return measured
+
+
+class _Messages(Benchmark):
+    driver = ""
+
+    def setup(self) -> None:
+        self.sink = self.resident(1, "sink", _SINK)
+
+    def run(self, n: int) -> Run:
+        before = int(request(self.sink, {"COUNT": [b""]}).text("COUNT")[0])
+        measured = _elapsed(_drive(self.ctx, 0, self.driver, n, SINK=[self.sink]), n,
+                            self.name)
+        if self.name != "SYNCH":
+            deadline = time.monotonic() + 60
+            while (got := int(request(self.sink, {"COUNT": [b""]}).text("COUNT")[0])
+                   - before) < n:
+                if time.monotonic() > deadline:
+                    raise BenchmarkFailed(f"{self.name}: {got} of {n} messages received")
+                time.sleep(0.02)
+        return measured
+
+
+class MSG_1W(_Messages):
+    name = "MSG-1W"
+    driver = _MSG_1W
+    checked = "the resident took every message"
+
+
+class MSG_2W(_Messages):
+    name = "MSG-2W"
+    driver = _MSG_2W
+    checked = "every message was acknowledged to the sender and taken by the resident"
+
+
+class SYNCH(_Messages):
+    name = "SYNCH"
+    driver = _SYNCH
+    checked = "every request was answered with its own number"
+
+
+class MSG_MA(Benchmark):
+    name = "MSG-MA"
+    checked = "every messenger came back from the remote place (3 visits counted)"
+
+    def setup(self) -> None:
+        self.run(1)
+
+    def run(self, n: int) -> Run:
+        bc = _drive(self.ctx, 0, _MSG_MA, n, AGENT=[self.ctx.agent],
+                    REMOTE=[self.ctx.places[1]], HOME_PLACE=[self.ctx.places[0]],
+                    ROAMER=[ROAMER[self.ctx.language]])
+        return _elapsed(bc, n, "MSG-MA")
+
+
+class ROAM(Benchmark):
+    name = "ROAM"
+    kernel = True
+    checked = "the roamer's briefcase came home with one mark per visit"
+
+    def setup(self) -> None:
+        self.run(4)
+
+    def run(self, n: int) -> Run:
+        hops = max(4, n - n % 4)  # whole rounds of B, C, D, A
+        stops = [self.ctx.places[i] for i in (1, 2, 3, 0)] * (hops // 4)
+        start = time.perf_counter()
+        back = meet(self.ctx.at(0, self.ctx.agent), {"ITINERARY": stops},
+                    code=ROAMER[self.ctx.language], timeout=self.ctx.timeout)
+        seconds = time.perf_counter() - start
+        visits = len(back.folder("HOPS"))
+        if visits != hops + 1:
+            raise BenchmarkFailed(f"ROAM: {visits - 1} of {hops} hops made")
+        return Run(hops, hops, seconds)
+
+
+class _Kernel(Benchmark):
+    kernel = True
+    peak_from = 2
+
+    def setup(self) -> None:
+        self.servers = [self.resident(2, f"server{i}", _SERVER) for i in range(3)]
+
+    def stats(self, middle: str) -> tuple[int, float]:
+        answer = request(middle, {"STATS": [b""]})
+        return int(answer.text("SERVED")[0]), float(answer.text("ELAPSED")[0])
+
+    def clients(self, n: int, code: str, **folders: list[str]) -> list[int]:
+        """Run the client agents at A at once, n requests among them; what each did."""
+        shares = [n // self.ctx.clients + (i < n % self.ctx.clients)
+                  for i in range(self.ctx.clients)]
+        done: list[int] = [0] * len(shares)
+        errors: list[BaseException] = []
+
+        def client(i: int) -> None:
+            try:
+                if shares[i]:
+                    bc = _drive(self.ctx, 0, code, shares[i],
+                                NAME=[f"client{i}-{self.tag}"], **folders)
+                    done[i] = int(bc.text("DONE")[0])
+            except BaseException as exc:  # noqa: BLE001 - reported below, in this thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(len(shares))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise BenchmarkFailed(f"{self.name}: a client failed: {errors[0]}")
+        return done
+
+
+class PROXY(_Kernel):
+    name = "PROXY"
+    checked = "every client request was answered by a server, through the proxy"
+
+    def setup(self) -> None:
+        super().setup()
+        self.proxy = self.resident(1, "proxy", _MIDDLE, SERVERS=self.servers)
+
+    def run(self, n: int) -> Run:
+        self.stats(self.proxy)
+        done = self.clients(n, _PROXY_CLIENT, PROXY=[self.proxy])
+        served, seconds = self.stats(self.proxy)
+        if sum(done) != n or served != n:
+            raise BenchmarkFailed(f"PROXY: {sum(done)} of {n} answered, {served} served")
+        return Run(n, n, seconds)
+
+
+class FORW_MSG(_Kernel):
+    name = "FORW-MSG"
+    checked = "every request was forwarded, and its answer reached its client directly"
+
+    def setup(self) -> None:
+        super().setup()
+        self.forwarder = self.resident(1, "forwarder", _MIDDLE, SERVERS=self.servers)
+
+    def run(self, n: int) -> Run:
+        self.stats(self.forwarder)
+        done = self.clients(n, _FORWARDED_CLIENT, FORWARDER=[self.forwarder])
+        served, seconds = self.stats(self.forwarder)
+        if sum(done) != n or served != n:
+            raise BenchmarkFailed(f"FORW-MSG: {sum(done)} of {n} answered, {served} "
+                                  "forwarded")
+        return Run(n, n, seconds)
+
+
+class FORW_MA(_Kernel):
+    name = "FORW-MA"
+    checked = "every agent was told where to go by the forwarding agent and arrived there"
+
+    def setup(self) -> None:
+        self.router = self.resident(1, "router", _MIDDLE, SERVERS=[""],
+                                    DESTINATION=[self.ctx.places[2]])
+
+    def run(self, n: int) -> Run:
+        tag = f"{self.tag}-{n}-{secrets.token_hex(2)}"
+        self.stats(self.router)
+        # The forwarded agents are Python agents whatever the language: they talk and move.
+        _drive(self.ctx, 0, _AD, n, TARGET=[self.ctx.at(1, "ag_python")], TAG=[tag],
+               ARRIVER=[_FORWARDED_AGENT], ROUTER=[self.router])
+        _arrivals(self.ctx, 2, tag, n, "FORW-MA")
+        served, seconds = self.stats(self.router)
+        if served != n:
+            raise BenchmarkFailed(f"FORW-MA: {served} of {n} agents routed")
+        return Run(n, n, seconds)
+
+
+BENCHMARKS: dict[str, type[Benchmark]] = {
+    cls.name: cls for cls in (CL, CR, AD, MSG_1W, MSG_2W, SYNCH, MSG_MA, ROAM, PROXY,
+                              FORW_MSG, FORW_MA)
+}
+
+
+def measure(ctx: Context, name: str, loop_sizes: list[int], sustain: float,
+            progress: Callable[[str], None] = lambda _: None) -> Measured:
+    """Run benchmark `name` at each loop size, then for at least `sustain` seconds."""
+    bench = BENCHMARKS[name](ctx)
+    bench.setup()
+    try:
+        runs = []
+        for n in loop_sizes:
+            progress(f"{name}: loop size {n}")
+            runs.append(bench.run(n))
+        # The sustained run: as many activities as the last loop size's average says fill
+        # `sustain` seconds (never fewer than that loop size), timed as one run.
+        last = runs[-1]
+        long = max(last.size, min(100_000, math.ceil(sustain / last.average)))
+        progress(f"{name}: sustained run of {long}")
+        sustained = bench.run(long)
+    finally:
+        bench.teardown()
+    return Measured(name, UNITS[name], runs, sustained, bench.checked,
+                    {"places": len(ctx.places), "language": ctx.language,
+                     "clients": ctx.clients if bench.kernel else None,
+                     "loop_sizes": loop_sizes, "sustain_s": sustain,
+                     "message_bytes": 1}, bench.peak_from)
+
+
+def dumps(results: list[Measured]) -> str:
+    return json.dumps({"benchmarks": [r.to_json() for r in results]}, indent=2)

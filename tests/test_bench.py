@@ -1,0 +1,69 @@
+"""`tacoma bench`: the suite runs, checks its work, and reports beside the paper's figures."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+from tacoma._bench import Plan, table
+from tacoma._bench._paper import TABLE_8
+from tacoma._bench._suite import Measured, Run
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tacoma", "bench", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_quick_run_of_some_benchmarks(tmp_path) -> None:
+    out_file = tmp_path / "bench.json"
+    done = _bench("SYNCH", "roam", "FORW-MSG", "--quick", "--json", str(out_file),
+                  "--details")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[:4] == ["benchmark", "unit", "tacoma", "peak"]
+    synch = next(line for line in lines if line.startswith("SYNCH "))
+    assert synch.split()[-6:] == ["16.03", "14.00", "96.15", "92.00", "526", "413"]
+    assert "about" in done.stderr and "[3/3] FORW-MSG" in done.stderr  # progress
+    measured = {b["name"]: b for b in json.loads(out_file.read_text())["benchmarks"]}
+    assert set(measured) == {"SYNCH", "ROAM", "FORW-MSG"}
+    for result in measured.values():
+        assert [r["loop_size"] for r in result["runs"]] in ([1, 10, 30], [4, 40])
+        assert all(r["ops"] == r["loop_size"] and r["total_s"] > 0 for r in result["runs"])
+        assert result["sustained"]["ops"] >= result["runs"][-1]["ops"]
+        assert 0 < result["sustained_rate"] <= result["peak_rate"] < math.inf
+        assert result["checked"]
+    assert measured["FORW-MSG"]["parameters"]["clients"] == 3
+    assert "ROAM (hops/s; checked:" in done.stdout  # --details
+
+
+def test_unknown_benchmarks_and_places_are_refused() -> None:
+    unknown = _bench("NOPE", "--quick")
+    assert unknown.returncode == 2 and "no benchmark NOPE" in unknown.stderr
+    few = _bench("--places", "127.0.0.1:1,127.0.0.1:2")
+    assert few.returncode == 2 and "four places" in few.stderr
+    down = _bench("SYNCH", "--quick", "--places", ",".join(["127.0.0.1:1"] * 4))
+    assert down.returncode == 1 and "the benchmark failed" in down.stderr
+
+
+def test_the_table_keeps_the_papers_figures_in_their_own_columns() -> None:
+    ours = Measured("PROXY", "requests/s", [Run(10, 10, 0.5)], Run(100, 100, 4.0), "x",
+                    peak_from=2)
+    roam = Measured("ROAM", "hops/s", [Run(4, 4, 1.0)], Run(40, 40, 2.0), "x")
+    text = table([ours, roam]).splitlines()
+    proxy = text[2].split()
+    assert proxy[:4] == ["PROXY", "requests/s", "25.00", "25.00"]
+    assert proxy[4:] == ["-"] * 6  # the paper has no PROXY rates
+    assert text[3].split()[2:] == ["20.00", "20.00", "23.92", "0.68", "44.64", "44.64",
+                                   "14.70", "14.70"]
+    assert TABLE_8["CL"]["Concordia"] == (3125, 3000)
+
+
+def test_the_full_plan_says_what_it_will_run() -> None:
+    full = Plan([], quick=False)
+    assert full.names[0] == "CL" and len(full.names) == 11
+    assert full.sizes("CL") == [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]
+    assert full.sizes("ROAM") == [4, 40, 400, 4000]
+    assert full.estimate("ROAM") > full.estimate("SYNCH")

@@ -579,6 +579,10 @@ class Place:
             elif meet.mode == "ack":
                 raise MessageError(f"the ack mode is for messages to resident agents, and "
                                    f"{agent} is not one here")
+            elif agent in BUILT_IN and meet.mode == "sync":
+                # The place's own services (cabinets, ...) run no agent: an admitted agent
+                # may use them even while the place is at --max-meets.
+                answer = await self._built_in(agent, meet.briefcase, worker.identity)
             else:
                 # An agent's meets count against --max-meets like anyone's, and can be killed.
                 self._admit()

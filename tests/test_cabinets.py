@@ -163,3 +163,13 @@ def test_cli_exit_status_for_a_refused_cabinet_meet(place: RunningPlace) -> None
     out = tacoma_cli("meet", place.target("ag_cabinet"), "-f", "OP=smash")
     assert out.returncode == 12
     assert "CabinetError: unknown cabinet operation" in out.stderr
+
+
+def test_an_agent_reaches_the_cabinets_while_its_place_is_full(start_place) -> None:
+    """The place's own services take no worker: an admitted agent is not refused them
+    when the place runs its --max-meets."""
+    p = start_place("--max-meets", "1")
+    result = tacoma.meet(p.target("ag_python"), timeout=30,
+                         code='cabinet_append("full", "F", b"1")\n'
+                              'bc["F"] = cabinet_read("full", "F")')
+    assert result["F"] == [b"1"]

@@ -21,9 +21,9 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
-from passive_echo import FrameBuffer, decode, encode, set_nodelay
+from tacoma._bench._passive import PassiveClient
 
 __all__ = [
     "PAYLOAD",
@@ -142,48 +142,6 @@ def start_passive(log_dir: Path) -> ServerProcess:
     argv = [sys.executable, str(HERE / "passive_echo.py"), "--listen", "127.0.0.1:0"]
     return _start("passive echo server", argv, "passive echo listening on ",
                   log_dir / "passive_echo.log")
-
-
-class PassiveClient(asyncio.Protocol):
-    """One connection to the passive server; one request in flight at a time."""
-
-    def __init__(self) -> None:
-        self.frames = FrameBuffer()
-        self.transport: asyncio.Transport | None = None
-        self.reply: asyncio.Future[Any] | None = None
-
-    @classmethod
-    async def connect(cls, address: str) -> PassiveClient:
-        host, _, port = address.rpartition(":")
-        loop = asyncio.get_running_loop()
-        _, client = await loop.create_connection(cls, host, int(port))
-        return client
-
-    async def request(self, obj: object) -> Any:
-        """Send `obj` and wait for the server's reply."""
-        if self.transport is None or self.transport.is_closing():
-            raise ConnectionError("passive server connection is closed")
-        self.reply = asyncio.get_running_loop().create_future()
-        self.transport.write(encode(obj))
-        return await self.reply
-
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
-
-    # -- asyncio.Protocol
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        set_nodelay(transport)
-
-    def data_received(self, data: bytes) -> None:
-        for body in self.frames.feed(data):
-            if self.reply is not None and not self.reply.done():
-                self.reply.set_result(decode(body))
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.reply is not None and not self.reply.done():
-            self.reply.set_exception(ConnectionError(f"passive server hung up: {exc}"))
 
 
 def close_meet_connections(loop: asyncio.AbstractEventLoop) -> None:

@@ -388,13 +388,22 @@ def bench(names: tuple[str, ...], quick: bool, json_path: Path | None, places: s
     peak and sustained rates, then Concordia's, Aglets' and Voyager's from the paper.
     Every rate is measured here, and only after a check that the work was done.
 
+    `tacoma bench overhead` measures PAN's ActiveOverhead instead: a plain msgpack
+    request/reply against meets of ag_echo and of a Python agent, per briefcase size and
+    isolation setting.
+
     \b
     Examples:
       tacoma bench --quick
       tacoma bench ROAM SYNCH --json bench.json
       tacoma bench --places 10.0.0.1:7707,10.0.0.2:7707,10.0.0.3:7707,10.0.0.4:7707
+      tacoma bench overhead --quick
     """
     from . import _bench
+
+    if [n.lower() for n in names] == ["overhead"]:
+        _bench_overhead(quick, json_path)
+        return
 
     try:
         the_plan = _bench.plan([n.upper() for n in names], quick)
@@ -419,6 +428,24 @@ def bench(names: tuple[str, ...], quick: bool, json_path: Path | None, places: s
     if json_path is not None:
         json_path.write_text(_bench.dumps(results))
         click.echo(f"measurements written to {json_path}", err=True)
+
+
+def _bench_overhead(quick: bool, json_path: Path | None) -> None:
+    import dataclasses
+
+    from ._bench._overhead import measure_overhead, overhead_table
+
+    click.echo(f"tacoma bench overhead: {'quick' if quick else 'full'} run, about "
+               f"{'20 s' if quick else '2 minutes'}", err=True)
+    try:
+        rows = measure_overhead(quick, lambda line: click.echo(f"  {line}", err=True))
+    except (TacomaError, RuntimeError, OSError) as exc:
+        raise click.ClickException(f"the benchmark failed: {exc}") from None
+    click.echo(overhead_table(rows))
+    if json_path is not None:
+        json_path.write_text(json.dumps({"overhead": [
+            {**dataclasses.asdict(r), "echo_overhead": r.echo_overhead,
+             "agent_overhead": r.agent_overhead} for r in rows]}, indent=2))
 
 
 def _limits_options(f: Any) -> Any:

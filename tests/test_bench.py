@@ -67,3 +67,18 @@ def test_the_full_plan_says_what_it_will_run() -> None:
     assert full.sizes("CL") == [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]
     assert full.sizes("ROAM") == [4, 40, 400, 4000]
     assert full.estimate("ROAM") > full.estimate("SYNCH")
+
+
+def test_overhead_per_size_and_isolation_setting(tmp_path) -> None:
+    out_file = tmp_path / "overhead.json"
+    done = _bench("overhead", "--quick", "--json", str(out_file))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0].split()[:2] == ["setting", "bytes"]
+    rows = json.loads(out_file.read_text())["overhead"]
+    settings = {row["setting"] for row in rows}
+    assert len(settings) >= 2 and any("no pool" in s for s in settings)
+    assert {row["size"] for row in rows} == {128, 1500}
+    for row in rows:
+        assert row["passive_us"] > 0 and row["echo_us"] > 0 and row["agent_us"] > 0
+        assert row["agent_overhead"] == (row["agent_us"] - row["passive_us"]) / \
+            row["passive_us"]

@@ -1,0 +1,147 @@
+"""`tacoma bench overhead`: PAN's active overhead, per briefcase size and isolation setting.
+
+Nygren, Garland and Kaashoek (PAN, seed 004) compare an active node with a passive one
+doing the same transport work: ActiveOverhead = (t_active - t_passive) / t_passive. Here
+t_passive is a plain msgpack request/reply of the same briefcase over the same transport
+(tacoma's framing, a uvloop protocol, TCP_NODELAY, loopback) to the passive echo server
+(`_passive`), and t_active is a meet carrying it: with `ag_echo` (the kernel's own path,
+no agent) and with `ag_python` running `pass` (an agent in a pooled, confined worker). Each
+is the median of its round trips; the agent meets are paced (the pool refills between
+them, untimed), as an unloaded place sees them.
+
+Isolation settings are the place's: as root, agents under uids of their own (the default)
+and `--same-uid`; and the pool (default) against `--pool-size 0`, where each meet forks
+and confines its worker inside the meet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from .._briefcase import Briefcase
+from .._client import ameet
+from .._local import local_places
+from .._runtime import run_blocking
+from ._passive import PassiveClient
+
+__all__ = ["OverheadRow", "measure_overhead", "overhead_table"]
+
+SIZES = [128, 256, 512, 1024, 1500, 4096, 16384]
+QUICK_SIZES = [128, 1500]
+
+
+@dataclass
+class OverheadRow:
+    setting: str
+    size: int
+    passive_us: float
+    echo_us: float
+    agent_us: float
+
+    @property
+    def echo_overhead(self) -> float:
+        return (self.echo_us - self.passive_us) / self.passive_us
+
+    @property
+    def agent_overhead(self) -> float:
+        return (self.agent_us - self.passive_us) / self.passive_us
+
+
+def settings() -> list[tuple[str, tuple[str, ...]]]:
+    """The isolation settings this place can run in, as `tacoma place` flags."""
+    import os
+
+    pooled: list[tuple[str, tuple[str, ...]]] = (
+        [("own uid per agent, pooled", ())] if os.geteuid() == 0
+        else [("place's user, pooled", ())])
+    if os.geteuid() == 0:
+        pooled.append(("same uid (--same-uid), pooled", ("--same-uid",)))
+    return [*pooled, ("own uid per agent, no pool (--pool-size 0)" if os.geteuid() == 0
+                      else "place's user, no pool (--pool-size 0)", ("--pool-size", "0"))]
+
+
+def _start_passive() -> tuple[subprocess.Popen[str], str]:
+    # This interpreter running tacoma's own passive server, with fixed arguments.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tacoma._bench._passive", "--listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    match = re.match(r"passive echo listening on (\S+)", proc.stdout.readline())
+    if match is None:
+        proc.kill()
+        raise RuntimeError("the passive echo server did not start")
+    return proc, match.group(1)
+
+
+async def _round_trips(passive: str, place: str, size: int, quick: bool) -> tuple[float, ...]:
+    payload = Briefcase(DATA=[b"x" * size])
+    wire = [2, 1, "ag_echo", payload.to_wire(), "sync", None]  # a Meet's shape
+    fast, paced = (200, 15) if quick else (1000, 40)
+    client = await PassiveClient.connect(passive)
+    try:
+        passive_times = []
+        for _ in range(fast):
+            start = time.perf_counter()
+            reply = await client.request(wire)
+            passive_times.append(time.perf_counter() - start)
+            if reply != wire:
+                raise RuntimeError("the passive server answered something else")
+    finally:
+        client.close()
+    echo_times = []
+    for _ in range(fast):
+        start = time.perf_counter()
+        result = await ameet(f"ag_echo@{place}", payload)
+        echo_times.append(time.perf_counter() - start)
+        if result != payload:
+            raise RuntimeError("ag_echo returned another briefcase")
+    agent_times = []
+    for _ in range(paced):
+        await asyncio.sleep(0.1)  # the pool refills, untimed
+        start = time.perf_counter()
+        result = await ameet(f"ag_python@{place}", payload, code="pass")
+        agent_times.append(time.perf_counter() - start)
+        if result["DATA"] != payload["DATA"]:
+            raise RuntimeError("the agent returned another briefcase")
+    return tuple(statistics.median(t) * 1e6 for t in (passive_times, echo_times, agent_times))
+
+
+def measure_overhead(quick: bool, progress: object = None) -> list[OverheadRow]:
+    say = progress if callable(progress) else (lambda _: None)
+    rows = []
+    proc, passive = _start_passive()
+    try:
+        for setting, flags in settings():
+            say(f"place: {setting}")
+            with local_places(1, *flags) as places:
+                for size in (QUICK_SIZES if quick else SIZES):
+                    say(f"  {size} bytes")
+                    p, e, a = run_blocking(_round_trips(passive, places.addresses[0], size,
+                                                        quick))
+                    rows.append(OverheadRow(setting, size, p, e, a))
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    return rows
+
+
+def overhead_table(rows: list[OverheadRow]) -> str:
+    header = ("setting", "bytes", "t_passive µs", "ag_echo µs", "overhead",
+              "ag_python µs", "overhead")
+    table = [header] + [(r.setting, str(r.size), f"{r.passive_us:,.1f}", f"{r.echo_us:,.1f}",
+                         f"{r.echo_overhead:.0%}", f"{r.agent_us:,.1f}",
+                         f"{r.agent_overhead:,.0%}") for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines = []
+    for n, row in enumerate(table):
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(row, widths, strict=True))))
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)

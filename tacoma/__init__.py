@@ -25,12 +25,15 @@ if TYPE_CHECKING:
     from ._briefcase import RESERVED_FOLDERS as RESERVED_FOLDERS
     from ._briefcase import Briefcase as Briefcase
     from ._client import PlaceClient as PlaceClient
+    from ._client import Traced as Traced
     from ._client import ameet as ameet
     from ._client import arequest as arequest
     from ._client import asend as asend
+    from ._client import atrace as atrace
     from ._client import meet as meet
     from ._client import request as request
     from ._client import send as send
+    from ._client import trace as trace
     from ._errors import AgentFailed as AgentFailed
     from ._errors import AgentKilled as AgentKilled
     from ._errors import CabinetError as CabinetError
@@ -68,6 +71,9 @@ _EXPORTS: dict[str, str] = {
     "meet": "_client",
     "request": "_client",
     "send": "_client",
+    "Traced": "_client",
+    "atrace": "_client",
+    "trace": "_client",
     "AgentFailed": "_errors",
     "AgentKilled": "_errors",
     "CabinetError": "_errors",

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import msgpack
 
 from . import _sandbox
-from ._briefcase import CABINET_REQUEST_FOLDERS, CODE, ENVELOPE, ITINERARY, Briefcase
+from ._briefcase import CABINET_REQUEST_FOLDERS, CODE, ENVELOPE, ITINERARY, TRACE, Briefcase
 from ._errors import (
     LimitExceeded,
     LocalProtocolError,
@@ -45,6 +45,7 @@ from ._protocol import (
     Result,
     Role,
 )
+from ._trace import record
 
 __all__ = ["AgentChannel", "AgentFailure", "artifact_key", "program_bytes", "program_text",
            "serve_one"]
@@ -86,6 +87,8 @@ class AgentChannel:
         self.plan: dict[str, Any] = {}  # the sandbox plan this worker was started with
         self.gone: str | None = None  # the place the agent went to, once it went
         self._unacked: set[int] = set()  # rids of acknowledged sends not yet waited for
+        self.read_at = 0  # perf_counter_ns() after the last read (for traced meets)
+        self.trace: list[tuple[str, int]] | None = None  # this meet's steps, if traced
         self._early: dict[int, Event] = {}  # their answers, come while waiting for another
 
     def hello(self) -> None:
@@ -111,6 +114,7 @@ class AgentChannel:
                 if left <= 0 or not select.select([self.fd], [], [], left)[0]:
                     return None
             data = os.read(self.fd, _READ)
+            self.read_at = time.perf_counter_ns()
             if not data:
                 raise SystemExit("place closed the worker channel")
             self.conn.receive_data(data)
@@ -421,8 +425,19 @@ def serve_one(run: Runner, plan: dict[str, Any],
         meet = channel.wait_meet()
     except ProtocolError as exc:
         raise SystemExit(f"tacoma worker: protocol error from place: {exc}") from None
+    if TRACE in meet.briefcase:  # a traced meet: the worker's steps go into its result
+        decoded = time.perf_counter_ns()
+        meet.briefcase.remove(TRACE)
+        channel.trace = [("receive and unmarshal", decoded - channel.read_at)]
     try:
+        started = time.perf_counter_ns()
         reply: Result | Failed = Result(meet.rid, run(meet, channel))
+        if channel.trace is not None and isinstance(reply, Result):
+            spent = time.perf_counter_ns() - started
+            start = sum(ns for step, ns in channel.trace if step == "start")
+            steps = [s for s in channel.trace if s[0] != "start"]
+            record(reply.briefcase, "worker",
+                   [*steps, ("start", start), ("run", spent - start)])
     except AgentFailure as exc:
         reply = Failed(meet.rid, exc.kind, exc.message or "agent failed", exc.detail)
     except Exception as exc:  # noqa: BLE001 - a runner bug: still answer the meet

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 
-__all__ = ["CODE", "ENVELOPE", "HOME", "ITINERARY", "RESERVED_FOLDERS", "Briefcase",
+__all__ = ["CODE", "ENVELOPE", "HOME", "ITINERARY", "RESERVED_FOLDERS", "TRACE", "Briefcase",
            "check_folder_name"]
 
 #: The folder that carries an agent's program (source text for the interpreter agents).
@@ -21,11 +21,13 @@ CODE = "CODE"
 #: Folder names with a meaning to the system. CODE is read by interpreter agents; the others
 #: belong to the mobility and messaging conventions: ITINERARY (the places still to visit,
 #: see _trips), HOME (a moving agent's trip, taken out by each place before the agent runs)
-#: and ENVELOPE (a received message's id, kind and sender, see _residents).
+#: ENVELOPE (a received message's id, kind and sender, see _residents), and TRACE.
 ITINERARY = "ITINERARY"
 HOME = "HOME"
 ENVELOPE = "ENVELOPE"
-RESERVED_FOLDERS = frozenset({CODE, ITINERARY, HOME, ENVELOPE})
+#: Present in a meet's briefcase, asks for the meet to be traced (see _trace).
+TRACE = "TRACE"
+RESERVED_FOLDERS = frozenset({CODE, ITINERARY, HOME, ENVELOPE, TRACE})
 
 #: The folders of a request to a place's ag_cabinet that say what to do, not what to store
 #: (see _cabinets); a cabinet cannot hold folders by these names.

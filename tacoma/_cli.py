@@ -173,8 +173,11 @@ def main() -> None:
               help="Bound on the whole meet; the agent is killed when it passes.")
 @click.option("--json", "as_json", is_flag=True,
               help='Print exactly one JSON object: {"folders": {NAME: [ELEMENT, ...]}}.')
+@click.option("--trace", "traced", is_flag=True,
+              help="Also print the time of each step of the meet, on the client, the place "
+                   "and the agent's worker (with --json: a \"trace\" list).")
 def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async: bool,
-         timeout: float | None, as_json: bool) -> None:
+         timeout: float | None, as_json: bool, traced: bool) -> None:
     """Meet TARGET (AGENT@HOST:PORT) with a briefcase and print the result.
 
     With no @HOST:PORT the meet runs at an embedded place started for this command,
@@ -185,12 +188,27 @@ def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async
       tacoma meet ag_python@127.0.0.1:7707 --code agent.py -f NAME=world
       tacoma meet ag_echo@127.0.0.1:7707 -f X=1 --json
       tacoma meet ag_python --code agent.py -f BLOB=@photo.jpg
+      tacoma meet ag_python@127.0.0.1:7707 --code agent.py --trace
     """
     from ._client import meet as do_meet
+    from ._client import trace as do_trace
 
     _checked_target(target)
+    if traced and is_async:
+        raise click.UsageError("--trace times a sync meet: it cannot be --async")
     bc = _briefcase_from(folders, code_path)
     try:
+        if traced:
+            timed = do_trace(target, bc, timeout=timeout)
+            if as_json:
+                click.echo(json.dumps({**briefcase_json(timed.briefcase), "trace": [
+                    {"side": side, "step": step, "seconds": seconds}
+                    for side, step, seconds in timed.steps], "total": timed.total}))
+            else:
+                print_briefcase(timed.briefcase)
+                click.echo()
+                click.echo(timed.table())
+            return
         if is_async:
             meet_id = do_meet(target, bc, mode="async", timeout=timeout)
             click.echo(json.dumps({"meet_id": meet_id}) if as_json else meet_id)
@@ -378,8 +396,11 @@ def kill(target: str, state_dir: Path | None, token_file: Path | None) -> None:
               help="Clients of PROXY and FORW-MSG (the paper: 3, 6, 12).")
 @click.option("--details", is_flag=True,
               help="Also print each loop size's total and average time.")
+@click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Also draw the paper's figures for this run, as PNG files in this "
+                   "directory (needs matplotlib: pip install 'tacoma[plot]').")
 def bench(names: tuple[str, ...], quick: bool, json_path: Path | None, places: str | None,
-          language: str, clients: int, details: bool) -> None:
+          language: str, clients: int, details: bool, plot_dir: Path | None) -> None:
     """Run the mobile-agent benchmark suite and print it beside the published systems.
 
     NAMES are benchmarks of the suite (all by default): the micro-benchmarks CL, CR, AD,
@@ -390,7 +411,8 @@ def bench(names: tuple[str, ...], quick: bool, json_path: Path | None, places: s
 
     `tacoma bench overhead` measures PAN's ActiveOverhead instead: a plain msgpack
     request/reply against meets of ag_echo and of a Python agent, per briefcase size and
-    isolation setting.
+    isolation setting. `tacoma bench breakdown` traces meets and prints the median of
+    each step of the meet's path beside TACOMA 1.3's Table 1.
 
     \b
     Examples:
@@ -398,11 +420,17 @@ def bench(names: tuple[str, ...], quick: bool, json_path: Path | None, places: s
       tacoma bench ROAM SYNCH --json bench.json
       tacoma bench --places 10.0.0.1:7707,10.0.0.2:7707,10.0.0.3:7707,10.0.0.4:7707
       tacoma bench overhead --quick
+      tacoma bench breakdown
     """
     from . import _bench
 
+    if plot_dir is not None:
+        _pyplot_or_fail()
     if [n.lower() for n in names] == ["overhead"]:
-        _bench_overhead(quick, json_path)
+        _bench_overhead(quick, json_path, plot_dir)
+        return
+    if [n.lower() for n in names] == ["breakdown"]:
+        _bench_breakdown(quick, json_path, places, plot_dir)
         return
 
     try:
@@ -428,9 +456,47 @@ def bench(names: tuple[str, ...], quick: bool, json_path: Path | None, places: s
     if json_path is not None:
         json_path.write_text(_bench.dumps(results))
         click.echo(f"measurements written to {json_path}", err=True)
+    if plot_dir is not None:
+        from ._bench._plot import plot_suite
+
+        for path in plot_suite([r for r in results if not r.failure], plot_dir):
+            click.echo(f"wrote {path}", err=True)
+    if any(r.failure for r in results):
+        sys.exit(1)
 
 
-def _bench_overhead(quick: bool, json_path: Path | None) -> None:
+def _pyplot_or_fail() -> None:
+    """Fail before a long run, not after it, if plots were asked for and cannot be drawn."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise click.UsageError("--plot needs matplotlib: pip install 'tacoma[plot]'") \
+            from None
+
+
+def _bench_breakdown(quick: bool, json_path: Path | None, places: str | None,
+                     plot_dir: Path | None) -> None:
+    from ._bench._breakdown import breakdown, breakdown_table
+
+    meets = 20 if quick else 200
+    click.echo(f"tacoma bench breakdown: {meets} traced meets of ag_python, 0.1 s apart, "
+               f"about {meets * 0.11 + 2:.0f} s", err=True)
+    try:
+        medians, total = breakdown(meets, place=places.split(",")[0] if places else None)
+    except (TacomaError, RuntimeError) as exc:
+        raise click.ClickException(f"the benchmark failed: {exc}") from None
+    click.echo(breakdown_table(medians, total))
+    if json_path is not None:
+        json_path.write_text(json.dumps({"breakdown": [
+            {"side": side, "step": step, "median_us": us}
+            for (side, step), us in medians.items()], "total_median_us": total}, indent=2))
+    if plot_dir is not None:
+        from ._bench._plot import plot_breakdown
+
+        click.echo(f"wrote {plot_breakdown(medians, plot_dir)}", err=True)
+
+
+def _bench_overhead(quick: bool, json_path: Path | None, plot_dir: Path | None) -> None:
     import dataclasses
 
     from ._bench._overhead import measure_overhead, overhead_table
@@ -446,6 +512,10 @@ def _bench_overhead(quick: bool, json_path: Path | None) -> None:
         json_path.write_text(json.dumps({"overhead": [
             {**dataclasses.asdict(r), "echo_overhead": r.echo_overhead,
              "agent_overhead": r.agent_overhead} for r in rows]}, indent=2))
+    if plot_dir is not None:
+        from ._bench._plot import plot_overhead
+
+        click.echo(f"wrote {plot_overhead(rows, plot_dir)}", err=True)
 
 
 def _limits_options(f: Any) -> Any:

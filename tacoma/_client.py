@@ -16,11 +16,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
+import time
 import weakref
 from collections.abc import Mapping
 from typing import Any, Literal, cast, overload
 
-from ._briefcase import CODE, Briefcase
+from ._briefcase import CODE, TRACE, Briefcase
 from ._errors import (
     ConnectionLost,
     TacomaError,
@@ -30,8 +32,8 @@ from ._protocol import DEFAULT_MAX_FRAME, Accepted, Cancel, Event, Failed, Meet,
 from ._transport import Channel, connect
 from ._version import __version__
 
-__all__ = ["PlaceClient", "ameet", "arequest", "asend", "meet", "request", "send",
-           "split_target"]
+__all__ = ["PlaceClient", "Traced", "ameet", "arequest", "asend", "atrace", "meet", "request",
+           "send", "split_target", "trace"]
 
 MeetMode = Literal["sync", "async"]
 #: Every mode on the wire: the user's two, and those of messages and moving agents.
@@ -70,15 +72,38 @@ class PlaceClient:
     async def meet(self, agent: str, briefcase: Briefcase, mode: WireMode = "sync",
                    timeout: float | None = None) -> Briefcase | str:
         """Send a meet and wait for its reply: the result briefcase, or the async meet id."""
+        channel = self._open()
+        rid = channel.conn.new_rid()
+        channel.send(Meet(rid, agent, briefcase, mode, timeout))
+        answer: Briefcase | str = await self._reply(channel, rid)
+        return answer
+
+    async def traced_meet(self, agent: str, briefcase: Briefcase,
+                          timeout: float | None) -> tuple[Briefcase, int, int, int]:
+        """A sync meet, timed: its result, and nanoseconds to marshal, to send, and from
+        sent to answered (see _trace)."""
+        channel = self._open()
+        rid = channel.conn.new_rid()
+        started = time.perf_counter_ns()
+        data = channel.conn.send(Meet(rid, agent, briefcase, "sync", timeout))
+        marshalled = time.perf_counter_ns()
+        channel.write(data)
+        sent = time.perf_counter_ns()
+        result = await self._reply(channel, rid)
+        return result, marshalled - started, sent - marshalled, time.perf_counter_ns() - sent
+
+    def _open(self) -> Channel:
         channel = self.channel
         if channel is None or channel.is_closing:
             raise ConnectionLost(f"connection to place {self.address} is closed")
-        rid = channel.conn.new_rid()
-        channel.send(Meet(rid, agent, briefcase, mode, timeout))
+        return channel
+
+    async def _reply(self, channel: Channel, rid: int) -> Any:
+        """Wait for the answer to meet `rid`; cancel the meet at the place if given up."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
         try:
-            return await future  # type: ignore[no-any-return]
+            return await future
         finally:
             self._pending.pop(rid, None)
             given_up = future.cancelled() or not future.done()
@@ -304,3 +329,78 @@ def request(target: str, briefcase: Briefcase | Mapping[str, Any] | None = None,
             timeout: float | None = None, connect_timeout: float | None = 10.0) -> Briefcase:
     """Blocking `arequest`: the resident's reply."""
     return meet(target, briefcase, timeout=timeout, connect_timeout=connect_timeout)
+
+
+# ---------------------------------------------------------------------------- traced meets
+@dataclasses.dataclass
+class Traced:
+    """A traced meet's result and where its time went: (side, step, seconds) in order of
+    the meet's path (see tacoma/_trace.py), and the whole meet's seconds."""
+
+    briefcase: Briefcase
+    steps: list[tuple[str, str, float]]
+    total: float
+
+    def table(self) -> str:
+        lines = [f"{'side':<7} {'step':<22} {'µs':>10}"]
+        for side, step, seconds in self.steps:
+            lines.append(f"{side:<7} {step:<22} {seconds * 1e6:>10,.1f}")
+        lines.append(f"{'':<7} {'total':<22} {self.total * 1e6:>10,.1f}")
+        return "\n".join(lines)
+
+
+#: The order of steps in a Traced (others, a language's own, come after their side's).
+_ORDER = ["client marshal", "client connect or reuse", "client send", "place examine",
+          "place find agent", "place take worker", "place hand to worker",
+          "worker receive and unmarshal", "worker start", "worker run", "worker return",
+          "client transfer"]
+
+
+async def atrace(target: str, briefcase: Briefcase | Mapping[str, Any] | None = None, *,
+                 code: str | bytes | None = None, timeout: float | None = None,
+                 connect_timeout: float | None = 10.0) -> Traced:
+    """A sync meet, traced: the result and the time of each step on the client, the place
+    and the agent's worker, after TACOMA's Table 1 (see tacoma/_trace.py)."""
+    from ._trace import read
+
+    agent, address = split_target(target)
+    bc = _make_briefcase(briefcase, code)
+    bc[TRACE] = []
+    if address is None:
+        from ._embedded import embedded_address
+
+        address = await embedded_address()
+    started = time.perf_counter_ns()
+    try:
+        async with asyncio.timeout(timeout):
+            client = await _cache().get(address, connect_timeout)
+            connected = time.perf_counter_ns()
+            result, marshal, send, waited = await client.traced_meet(agent, bc, timeout)
+    except TimeoutError as exc:
+        if isinstance(exc, TacomaError):
+            raise
+        from ._errors import MeetTimeout
+
+        raise MeetTimeout(f"meet {target} did not finish within {timeout} s") from None
+    total = time.perf_counter_ns() - started
+    steps = {f"{side} {step}": ns for side, step, ns in read(result)}
+    span = steps.pop("place span", 0)
+    steps.update({"client marshal": marshal, "client connect or reuse": connected - started,
+                  # The place may start before the write returns: the send overlaps it.
+                  "client send": send, "client transfer": max(0, send + waited - span)})
+    ordered = sorted(steps, key=lambda k: _ORDER.index(k) if k in _ORDER else len(_ORDER))
+    timed = []
+    for key in ordered:
+        side, step = key.split(" ", 1)
+        timed.append((side, step, steps[key] / 1e9))
+    return Traced(result, timed, total / 1e9)
+
+
+def trace(target: str, briefcase: Briefcase | Mapping[str, Any] | None = None, *,
+          code: str | bytes | None = None, timeout: float | None = None,
+          connect_timeout: float | None = 10.0) -> Traced:
+    """Blocking `atrace`."""
+    from ._runtime import run_blocking
+
+    return run_blocking(atrace(target, briefcase, code=code, timeout=timeout,
+                               connect_timeout=connect_timeout))

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ._agentside import program_bytes
-from ._briefcase import CODE, Briefcase
+from ._briefcase import CODE, TRACE, Briefcase
 from ._builds import Builds
 from ._cabinets import CABINET_AGENT, Cabinets
 from ._client import ClientCache, PlaceClient, split_target
@@ -58,6 +58,8 @@ from ._interpreter import Interpreter, discover_interpreters, module_file
 from ._protocol import Accepted, Cancel, Event, Failed, Meet, Result, Role
 from ._residents import MAILBOX_AGENT, Residents
 from ._settings import PlaceSettings
+from ._trace import read as _read_trace
+from ._trace import record
 from ._transport import Channel, parse_address
 from ._trips import HOME_AGENT, Trip, Trips, ending
 from ._version import __version__
@@ -303,6 +305,7 @@ class Place:
 
     def accept(self, channel: Channel, meet: Meet, tasks: dict[int, asyncio.Task[None]]) -> None:
         """Start serving a meet from a client connection."""
+        accepted = time.perf_counter_ns() if TRACE in meet.briefcase else 0
         if meet.mode != "go" and self.residents.get(meet.agent) is not None:
             self._accept_message(channel, meet, tasks)
             return
@@ -326,9 +329,12 @@ class Place:
             self._reply(channel, Accepted(meet.rid, meet_id))
             self._spawn_meet(meet_id, self._run_async(meet, meet_id))
         else:
+            trace = None
+            if TRACE in meet.briefcase:  # a traced meet (see _trace)
+                trace = [("_accepted", accepted)]
             task = self._spawn_meet(meet_id, self._serve(
                 channel, meet.rid, self.run_meet(meet.agent, meet.briefcase, meet.timeout,
-                                                 meet_id), meet_id))
+                                                 meet_id, trace=trace), meet_id))
             tasks[meet.rid] = task
             task.add_done_callback(lambda _: tasks.pop(meet.rid, None))
 
@@ -486,18 +492,30 @@ class Place:
                 log.error("cannot send %s: %s", type(event).__name__, exc)
 
     async def run_meet(self, agent: str, briefcase: Briefcase, timeout: float | None,
-                       meet_id: str, who: str | None = None,
-                       trip: Trip | None = None) -> Briefcase:
+                       meet_id: str, who: str | None = None, trip: Trip | None = None,
+                       trace: list[tuple[str, int]] | None = None) -> Briefcase:
         """Run one meet at this place and return the agent's briefcase.
 
         `who` is the identity of the agent at this place that made the meet (None for a
         client): it decides which cabinets the meet may reach. `trip` is the trip this meet
         is a hop of, for a moving agent that arrived here. If the agent moves on, a meet
         that began here returns the briefcase its trip ends with; a hop raises _Moved.
+        `trace`, for a traced meet, collects the place's steps (see _trace).
         """
+        clock = time.perf_counter_ns
+        if trace is not None:
+            mark = clock()
+            trace.append(("examine", mark - trace[0][1]))
         pool, installed_code = self.resolve(agent)
+        if trace is not None:
+            now = clock()
+            trace.append(("find agent", now - mark))
+            mark = now
         if pool is None:
-            return await self._built_in(agent, briefcase, who)
+            result = await self._built_in(agent, briefcase, who)
+            if trace is not None:
+                self._end_trace(result, trace)
+            return result
         limit = self.settings.limits.meet_seconds
         timeout = limit if timeout is None else min(timeout, limit)
         callers_code = briefcase.get(CODE)
@@ -513,6 +531,9 @@ class Place:
             if timeout <= 0:
                 raise MeetTimeout(f"compiling {agent}'s program took the meet's whole time")
         worker = await pool.take()
+        if trace is not None:
+            trace.append(("take worker", clock() - mark))
+            briefcase[TRACE] = []  # the worker's signal to time its own steps
         worker.installed_as = agent if installed_code is not None else None
         worker.program = program_bytes(briefcase)
         worker.trip = trip
@@ -521,7 +542,7 @@ class Place:
         try:
             try:
                 result = (await worker.run(Meet(1, agent, briefcase), timeout, meet_id,
-                                           self._nested_meet)).briefcase
+                                           self._nested_meet, trace)).briefcase
             except Exception:
                 if worker.went is None:
                     raise
@@ -542,7 +563,22 @@ class Place:
                 result.remove(CODE)
             else:
                 result[CODE] = callers_code
+        if trace is not None:
+            self._end_trace(result, trace)
         return result
+
+    @staticmethod
+    def _end_trace(result: Briefcase, trace: list[tuple[str, int]]) -> None:
+        """Put the place's steps of a traced meet into its result, with the worker's
+        return (its wait, less the steps the worker timed itself)."""
+        accepted = trace[0][1]
+        waited = sum(ns for step, ns in trace if step == "_waited")
+        if waited:
+            inside = sum(ns for side, _, ns in _read_trace(result, take=False)
+                         if side == "worker")
+            record(result, "worker", [("return", max(0, waited - inside))])
+        steps = [(step, ns) for step, ns in trace if not step.startswith("_")]
+        record(result, "place", [*steps, ("span", time.perf_counter_ns() - accepted)])
 
     async def _built_in(self, agent: str, briefcase: Briefcase, who: str | None) -> Briefcase:
         """Answer a meet of one of the agents the place is itself (BUILT_IN)."""

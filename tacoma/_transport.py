@@ -128,7 +128,10 @@ class Channel(asyncio.Protocol):
         A peer that does not read what it is sent would make us buffer without bound; past
         two of its largest frames unsent, it is disconnected instead.
         """
-        data = self.conn.send(event)
+        self.write(self.conn.send(event))
+
+    def write(self, data: bytes) -> None:
+        """Write an encoded event (`conn.send`'s bytes): `send` in two steps, for tracing."""
         if self.transport is None or self.transport.is_closing():
             raise ConnectionLost(self.close_reason or "connection is closed")
         self.transport.write(data)

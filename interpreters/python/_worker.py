@@ -32,6 +32,7 @@ Whatever `bc` holds when the program ends is the meet's result.
 from __future__ import annotations
 
 import builtins
+import time
 from collections.abc import Mapping
 
 from tacoma import _errors
@@ -65,12 +66,15 @@ def _format(exc: BaseException, source: str, skip_frames: int) -> str:
 
 
 def run(meet: Meet, channel: AgentChannel) -> Briefcase:
+    started = time.perf_counter_ns() if channel.trace is not None else 0
     source = program_text(meet, "Python")
     try:
         code = compile(source, FILENAME, "exec")
     except SyntaxError as exc:
         raise AgentFailure(f"SyntaxError: {exc.msg} (line {exc.lineno})",
                            _format(exc, source, skip_frames=1)) from None
+    if channel.trace is not None:  # a traced meet: compiling is this language's start
+        channel.trace.append(("start", time.perf_counter_ns() - started))
     def briefcase() -> Briefcase:
         return _result(namespace.get("bc"))
 

@@ -14,8 +14,9 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 
+from .._errors import TacomaError
 from ._paper import SYSTEMS, TABLE_8, UNITS
-from ._suite import BENCHMARKS, BenchmarkFailed, Context, Measured, dumps, measure
+from ._suite import BENCHMARKS, BenchmarkFailed, Context, Measured, Run, dumps, measure
 
 __all__ = ["BENCHMARKS", "BenchmarkFailed", "Context", "Measured", "Plan", "dumps", "plan",
            "run", "table"]
@@ -81,8 +82,13 @@ def run(the_plan: Plan, places: list[str] | None = None, language: str = "python
         spent_planned = 0.0
         for i, name in enumerate(the_plan.names, 1):
             progress(f"[{i}/{len(the_plan.names)}] {name}")
-            results.append(measure(ctx, name, the_plan.sizes(name), the_plan.sustain,
-                                   progress))
+            try:
+                results.append(measure(ctx, name, the_plan.sizes(name), the_plan.sustain,
+                                       progress))
+            except (BenchmarkFailed, TacomaError) as exc:  # reported, and the suite goes on
+                progress(f"{name} FAILED: {exc}")
+                results.append(Measured(name, UNITS[name], [], Run(0, 0, 0.0), "",
+                                        failure=f"{type(exc).__name__}: {exc}"))
             spent_planned += the_plan.estimate(name)
             elapsed = time.monotonic() - started
             left = (planned - spent_planned) * elapsed / spent_planned
@@ -92,6 +98,8 @@ def run(the_plan: Plan, places: list[str] | None = None, language: str = "python
 
 
 def _rate(value: float) -> str:
+    if math.isnan(value):
+        return "FAILED"
     if math.isinf(value):
         return "inf"
     return f"{value:,.2f}" if value < 100 else f"{value:,.0f}"
@@ -120,6 +128,7 @@ def table(results: list[Measured]) -> str:
         lines.append("  ".join(cells))
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
+    lines += [f"{r.name} failed: {r.failure}" for r in results if r.failure]
     return "\n".join(lines)
 
 
@@ -127,6 +136,9 @@ def details(results: list[Measured]) -> str:
     """Total and average time per loop size, per benchmark, and what was checked."""
     lines = []
     for result in results:
+        if result.failure:
+            lines.append(f"{result.name}: failed: {result.failure}")
+            continue
         lines.append(f"{result.name} ({result.unit}; checked: {result.checked})")
         for r in [*result.runs, result.sustained]:
             label = "sustained" if r is result.sustained else f"n={r.size}"

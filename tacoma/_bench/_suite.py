@@ -85,15 +85,18 @@ class Measured:
     checked: str
     parameters: dict[str, object] = field(default_factory=dict)
     peak_from: int = 1  # the smallest loop size whose rate counts for the peak
+    failure: str = ""  # why it failed: then no rate is reported
 
     @property
     def peak_rate(self) -> float:
+        if self.failure:
+            return math.nan
         return max(run.rate for run in [*self.runs, self.sustained]
                    if run.size >= self.peak_from)
 
     @property
     def sustained_rate(self) -> float:
-        return self.sustained.rate
+        return math.nan if self.failure else self.sustained.rate
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -103,7 +106,9 @@ class Measured:
                       "average_s": r.average, "rate": r.rate} for r in self.runs],
             "sustained": {"ops": self.sustained.ops, "total_s": self.sustained.seconds,
                           "rate": self.sustained.rate},
-            "peak_rate": self.peak_rate, "sustained_rate": self.sustained_rate,
+            "peak_rate": None if self.failure else self.peak_rate,
+            "sustained_rate": None if self.failure else self.sustained_rate,
+            "failure": self.failure or None,
         }
 
 
@@ -357,10 +362,15 @@ bc["DONE"] = [str(len(got))]
 #: An agent that arrives at the forwarding place, asks the resident there where to go,
 #: and goes there; where it ends, it notes its arrival in the TAG cabinet.
 _FORWARDED_AGENT = """
+import time
 if "GO" not in bc:
     answer = request(bc.text("ROUTER")[0], {"WHERE": [b"?"]})
     bc["GO"] = answer["GO"]
-    go(bc.text("GO")[0])
+    while True:  # a destination at its --max-meets is backpressure: wait, and go again
+        try:
+            go(bc.text("GO")[0])
+        except PlaceUnavailable:
+            time.sleep(0.005)
 cabinet_append(bc.text("TAG")[0], "ARRIVED", b".")
 """
 

@@ -394,13 +394,25 @@ def kill(target: str, state_dir: Path | None, token_file: Path | None) -> None:
               help="Language of the agents created, dispatched and moved.")
 @click.option("--clients", type=click.IntRange(1, 64), default=3, show_default=True,
               help="Clients of PROXY and FORW-MSG (the paper: 3, 6, 12).")
+@click.option("--servers", type=click.IntRange(1, 16), default=3, show_default=True,
+              help="Servers of PROXY and FORW-MSG.")
+@click.option("--agent-size", "agent_bytes", type=click.IntRange(0, 16 * 2**20), default=0,
+              show_default=True, help="Bytes of data every created, dispatched or moved "
+              "agent carries (beside its program).")
+@click.option("--message-size", "message_bytes", type=click.IntRange(1, 16 * 2**20),
+              default=1, show_default=True, help="Bytes every message carries.")
+@click.option("--isolation", type=click.Choice(["default", "same-uid", "no-pool"]),
+              default="default", show_default=True,
+              help="How the local places isolate agents: their default (a uid per agent "
+                   "as root, pre-started workers), --same-uid, or --pool-size 0.")
 @click.option("--details", is_flag=True,
               help="Also print each loop size's total and average time.")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Also draw the paper's figures for this run, as PNG files in this "
                    "directory (needs matplotlib: pip install 'tacoma[plot]').")
 def bench(names: tuple[str, ...], quick: bool, json_path: Path | None, places: str | None,
-          language: str, clients: int, details: bool, plot_dir: Path | None) -> None:
+          language: str, clients: int, servers: int, agent_bytes: int, message_bytes: int,
+          isolation: str, details: bool, plot_dir: Path | None) -> None:
     """Run the mobile-agent benchmark suite and print it beside the published systems.
 
     NAMES are benchmarks of the suite (all by default): the micro-benchmarks CL, CR, AD,
@@ -446,7 +458,9 @@ def bench(names: tuple[str, ...], quick: bool, json_path: Path | None, places: s
                "(an estimate for a 2-core machine)", err=True)
     try:
         results = _bench.run(the_plan, addresses, language, clients,
-                             lambda line: click.echo(f"  {line}", err=True))
+                             lambda line: click.echo(f"  {line}", err=True), servers=servers,
+                             agent_bytes=agent_bytes, message_bytes=message_bytes,
+                             isolation=isolation)
     except (TacomaError, _bench.BenchmarkFailed) as exc:
         raise click.ClickException(f"the benchmark failed: {exc}") from None
     click.echo(_bench.table(results))

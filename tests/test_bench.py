@@ -123,3 +123,17 @@ def test_breakdown_beside_tacomas_table_1(tmp_path) -> None:
     assert medians["total_median_us"] > 0
     assert {"worker", "place", "client"} == {row["side"] for row in medians["breakdown"]}
     assert (tmp_path / "breakdown.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_parameters_language_sizes_and_isolation(tmp_path) -> None:
+    out_file = tmp_path / "bench.json"
+    done = _bench("CL", "MSG-MA", "SYNCH", "--quick", "--language", "tcl", "--agent-size",
+                  "4096", "--message-size", "512", "--isolation", "same-uid", "--json",
+                  str(out_file))
+    assert done.returncode == 0, done.stdout + done.stderr
+    for result in json.loads(out_file.read_text())["benchmarks"]:
+        assert result["failure"] is None
+        assert result["parameters"]["language"] == "tcl"
+        assert result["parameters"]["agent_bytes"] == 4096
+        assert result["parameters"]["message_bytes"] == 512
+        assert result["parameters"]["isolation"] == "same-uid"

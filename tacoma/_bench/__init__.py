@@ -64,18 +64,29 @@ def plan(names: list[str], quick: bool) -> Plan:
     return Plan(names, quick)
 
 
+#: Isolation settings of the local places (`tacoma place` flags).
+ISOLATION = {"default": (), "same-uid": ("--same-uid",), "no-pool": ("--pool-size", "0")}
+
+
 def run(the_plan: Plan, places: list[str] | None = None, language: str = "python",
-        clients: int = 3, progress: Callable[[str], None] = lambda _: None) -> list[Measured]:
-    """Run the plan at `places` (four addresses), or at four local places started here."""
+        clients: int = 3, progress: Callable[[str], None] = lambda _: None, *,
+        servers: int = 3, agent_bytes: int = 0, message_bytes: int = 1,
+        isolation: str = "default") -> list[Measured]:
+    """Run the plan at `places` (four addresses), or at four local places started here
+    with the `isolation` setting."""
     from .._local import local_places
 
     with ExitStack() as stack:
+        local = not places
         if not places:
-            progress("starting 4 local places")
-            places = stack.enter_context(local_places(4, *PLACE_FLAGS)).addresses
+            progress(f"starting 4 local places ({isolation} isolation)")
+            flags = (*PLACE_FLAGS, *ISOLATION[isolation])
+            if isolation == "no-pool":  # the last --pool-size given wins
+                flags = (*flags[:2], *ISOLATION[isolation])
+            places = stack.enter_context(local_places(4, *flags)).addresses
         if len(places) < 4:
             raise ValueError("the suite needs four places (A, B, C, D)")
-        ctx = Context(list(places), language, clients)
+        ctx = Context(list(places), language, clients, servers, agent_bytes, message_bytes)
         results = []
         started = time.monotonic()
         planned = sum(the_plan.estimate(n) for n in the_plan.names)
@@ -85,6 +96,7 @@ def run(the_plan: Plan, places: list[str] | None = None, language: str = "python
             try:
                 results.append(measure(ctx, name, the_plan.sizes(name), the_plan.sustain,
                                        progress))
+                results[-1].parameters["isolation"] = isolation if local else "given places"
             except (BenchmarkFailed, TacomaError) as exc:  # reported, and the suite goes on
                 progress(f"{name} FAILED: {exc}")
                 results.append(Measured(name, UNITS[name], [], Run(0, 0, 0.0), "",

@@ -115,12 +115,24 @@ class Measured:
 @dataclass
 class Context:
     """Where and how the suite runs: four place addresses (A, B, C, D), the language of
-    the agents created, dispatched and moved, and the client count of the micro-kernels."""
+    the agents created, dispatched and moved, the clients and servers of the
+    micro-kernels, the agents' data and the messages' size."""
 
     places: list[str]
     language: str = "python"
     clients: int = 3
+    servers: int = 3
+    agent_bytes: int = 0  # data every created, dispatched or moved agent carries
+    message_bytes: int = 1  # the payload of every message
     timeout: float = 600.0
+
+    @property
+    def pad(self) -> list[bytes]:
+        return [b"x" * self.agent_bytes] if self.agent_bytes else []
+
+    @property
+    def message(self) -> list[bytes]:
+        return [b"x" * self.message_bytes]
 
     @property
     def agent(self) -> str:
@@ -173,6 +185,8 @@ int main(void) {
 _DRIVER = """
 import time
 N = int(bc.text("N")[0])
+PAD = bc.folder("PAD")  # what each agent created, dispatched or moved carries (agent size)
+MSG = bc.folder("MSG") or [b"."]  # what each message carries (message size)
 def retrying(op, *args, **kwargs):
     # A full mailbox or a busy place is backpressure: wait a moment and send again.
     while True:
@@ -186,7 +200,7 @@ _CL = _DRIVER + """
 agent, code = bc.text("AGENT")[0], bc["MINIMAL"]
 start = time.perf_counter()
 for i in range(N):
-    retrying(meet, agent, Briefcase(CODE=code))
+    retrying(meet, agent, Briefcase(CODE=code, PAD=PAD))
 bc["ELAPSED"] = [repr(time.perf_counter() - start)]
 bc["DONE"] = [str(N)]
 """
@@ -196,7 +210,8 @@ target, tag = bc.text("TARGET")[0], bc.text("TAG")[0]
 extra = {"ROUTER": bc["ROUTER"]} if "ROUTER" in bc else {}
 start = time.perf_counter()
 for i in range(N):
-    retrying(meet, target, Briefcase(CODE=bc["ARRIVER"], TAG=[tag], **extra), mode="async")
+    retrying(meet, target, Briefcase(CODE=bc["ARRIVER"], TAG=[tag], PAD=PAD, **extra),
+             mode="async")
 bc["ELAPSED"] = [repr(time.perf_counter() - start)]
 bc["DONE"] = [str(N)]
 """
@@ -205,7 +220,7 @@ _MSG_1W = _DRIVER + """
 sink = bc.text("SINK")[0]
 start = time.perf_counter()
 for i in range(N):
-    retrying(send, sink, Briefcase(M=[b"."]))
+    retrying(send, sink, Briefcase(M=MSG))
 bc["ELAPSED"] = [repr(time.perf_counter() - start)]
 bc["DONE"] = [str(N)]
 """
@@ -220,7 +235,7 @@ for i in range(N):
     if len(window) >= 512:  # at most 512 unacknowledged at once (the API allows 1,024)
         wait_ack(window.popleft(), 60)
         acked += 1
-    window.append(retrying(send_ack, sink, Briefcase(M=[b"."])))
+    window.append(retrying(send_ack, sink, Briefcase(M=MSG)))
 while window:
     wait_ack(window.popleft(), 60)
     acked += 1
@@ -232,7 +247,7 @@ _SYNCH = _DRIVER + """
 sink = bc.text("SINK")[0]
 start = time.perf_counter()
 for i in range(N):
-    answer = request(sink, Briefcase(PING=[str(i)]))
+    answer = request(sink, Briefcase(PING=[str(i)], M=MSG))
     assert answer.text("PONG") == [str(i)], answer
 bc["ELAPSED"] = [repr(time.perf_counter() - start)]
 bc["DONE"] = [str(N)]
@@ -243,7 +258,7 @@ agent, remote, home = bc.text("AGENT")[0], bc.text("REMOTE")[0], bc.text("HOME_P
 trips = 0
 start = time.perf_counter()
 for i in range(N):
-    back = meet(agent, Briefcase(CODE=bc["ROAMER"], ITINERARY=[remote, home]))
+    back = meet(agent, Briefcase(CODE=bc["ROAMER"], ITINERARY=[remote, home], PAD=PAD))
     trips += len(back.folder("HOPS")) == 3  # here, there, and back here
 bc["ELAPSED"] = [repr(time.perf_counter() - start)]
 bc["DONE"] = [str(trips)]
@@ -333,7 +348,7 @@ _PROXY_CLIENT = _DRIVER + """
 proxy = bc.text("PROXY")[0]
 answered = 0
 for i in range(N):
-    answer = request(proxy, {"Q": [str(i)]})
+    answer = request(proxy, {"Q": [str(i)], "M": MSG})
     answered += answer.text("ANSWER") == [str(i)]
 bc["DONE"] = [str(answered)]
 """
@@ -353,7 +368,7 @@ for i in range(N):
     # full of them would stop the servers, the forwarder and then this loop.
     while i - len(got) >= 256:
         take()
-    retrying(send, forwarder, {"Q": [str(i)], "REPLY_TO": [f"{name}@{place}"]})
+    retrying(send, forwarder, {"Q": [str(i)], "M": MSG, "REPLY_TO": [f"{name}@{place}"]})
 while len(got) < N:
     take()
 bc["DONE"] = [str(len(got))]
@@ -384,8 +399,9 @@ def _elapsed(bc: Briefcase, n: int, what: str) -> Run:
 
 
 def _drive(ctx: Context, index: int, code: str, n: int, **folders: list[str]) -> Briefcase:
-    """Run a driver agent (Python) at place `index` with N = n."""
-    return meet(ctx.at(index, "ag_python"), {"N": [str(n)], **folders}, code=code,
+    """Run a driver agent (Python) at place `index` with N = n (and the sizes)."""
+    sizes = {"PAD": ctx.pad, "MSG": ctx.message}
+    return meet(ctx.at(index, "ag_python"), {"N": [str(n)], **sizes, **folders}, code=code,
                 timeout=ctx.timeout)
 
 
@@ -476,7 +492,7 @@ class CR(CL):
         target, code = self.ctx.at(1, self.ctx.agent), MINIMAL[self.ctx.language]
         start = time.perf_counter()
         for _ in range(n):
-            meet(target, code=code, timeout=self.ctx.timeout)
+            meet(target, {"PAD": self.ctx.pad}, code=code, timeout=self.ctx.timeout)
         return Run(n, n, time.perf_counter() - start)
 
 
@@ -562,7 +578,7 @@ class ROAM(Benchmark):
         hops = max(4, n - n % 4)  # whole rounds of B, C, D, A
         stops = [self.ctx.places[i] for i in (1, 2, 3, 0)] * (hops // 4)
         start = time.perf_counter()
-        back = meet(self.ctx.at(0, self.ctx.agent), {"ITINERARY": stops},
+        back = meet(self.ctx.at(0, self.ctx.agent), {"ITINERARY": stops, "PAD": self.ctx.pad},
                     code=ROAMER[self.ctx.language], timeout=self.ctx.timeout)
         seconds = time.perf_counter() - start
         visits = len(back.folder("HOPS"))
@@ -576,7 +592,8 @@ class _Kernel(Benchmark):
     peak_from = 2
 
     def setup(self) -> None:
-        self.servers = [self.resident(2, f"server{i}", _SERVER) for i in range(3)]
+        self.servers = [self.resident(2, f"server{i}", _SERVER)
+                        for i in range(self.ctx.servers)]
 
     def stats(self, middle: str) -> tuple[int, float]:
         answer = request(middle, {"STATS": [b""]})
@@ -691,8 +708,10 @@ def measure(ctx: Context, name: str, loop_sizes: list[int], sustain: float,
     return Measured(name, UNITS[name], runs, sustained, bench.checked,
                     {"places": len(ctx.places), "language": ctx.language,
                      "clients": ctx.clients if bench.kernel else None,
+                     "servers": ctx.servers if bench.kernel else None,
                      "loop_sizes": loop_sizes, "sustain_s": sustain,
-                     "message_bytes": 1}, bench.peak_from)
+                     "agent_bytes": ctx.agent_bytes, "message_bytes": ctx.message_bytes},
+                    bench.peak_from)
 
 
 def dumps(results: list[Measured]) -> str:

@@ -436,6 +436,8 @@ def bench(names: tuple[str, ...], quick: bool, json_path: Path | None, places: s
     """
     from . import _bench
 
+    # SIGTERM ends the run as Ctrl-C does: the local places it started are stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if plot_dir is not None:
         _pyplot_or_fail()
     if [n.lower() for n in names] == ["overhead"]:

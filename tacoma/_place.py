@@ -295,11 +295,16 @@ class Place:
                            + "; resident agents: " + residents)
 
     # ------------------------------------------------------------------ meets
-    def _admit(self) -> None:
-        """Raise PlaceUnavailable unless one more meet may start now (from anyone)."""
+    def _admit(self, agent: str = "") -> None:
+        """Raise PlaceUnavailable unless one more meet may start now (from anyone).
+
+        The place's own agents (BUILT_IN) take no worker and are always served while the
+        place runs: a trip's end must reach its home (ag_home), and the administrator
+        must reach a busy place (ag_admin).
+        """
         if self._stopping:
             raise PlaceUnavailable(f"place {self.address} is shutting down")
-        if self._meets >= self.settings.max_meets:
+        if self._meets >= self.settings.max_meets and agent not in BUILT_IN:
             raise PlaceUnavailable(f"place {self.address} is running its maximum of "
                                    f"{self.settings.max_meets} meets; try again later")
 
@@ -310,7 +315,7 @@ class Place:
             self._accept_message(channel, meet, tasks)
             return
         try:
-            self._admit()
+            self._admit(meet.agent if meet.mode == "sync" else "")
             if meet.mode == "ack":
                 raise MessageError(f"the ack mode is for messages to resident agents, and "
                                    f"{meet.agent} is not one here")

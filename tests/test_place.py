@@ -501,3 +501,22 @@ def test_a_place_that_never_answers_is_a_connect_timeout() -> None:
         port = silent.getsockname()[1]
         with pytest.raises(tacoma.ConnectError, match="timed out"):
             tacoma.meet(f"ag_echo@127.0.0.1:{port}", {}, connect_timeout=1)
+
+
+def test_the_places_own_agents_are_served_at_max_meets(start_place) -> None:
+    """A busy place still answers ag_echo, ag_cabinet, ag_admin and ag_home (a trip's end
+    must reach its home), while agents that need a worker are refused."""
+    p = start_place("--max-meets", "1")
+    tacoma.meet(p.target("ag_python"), code="import time\ntime.sleep(5)", mode="async",
+                timeout=30)
+    token = (p.state_dir / "admin.token").read_text().strip()
+
+    def running() -> int:
+        return len(tacoma.meet(p.target("ag_admin"),
+                               {"OP": ["ps"], "TOKEN": [token]}).folder("AGENTS"))
+
+    wait_until(lambda: running() == 1, 20, "the agent to run")
+    with pytest.raises(tacoma.PlaceUnavailable, match="maximum of 1 meets"):
+        tacoma.meet(p.target("ag_python"), code="pass", timeout=10)
+    assert tacoma.meet(p.target("ag_echo"), {"X": [b"1"]}) == {"X": [b"1"]}
+    assert tacoma.meet(p.target("ag_cabinet"), {"OP": ["list"]}).folder("CABINETS") == []

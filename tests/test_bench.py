@@ -62,11 +62,12 @@ def test_the_table_keeps_the_papers_figures_in_their_own_columns() -> None:
     assert text[3].split()[2:] == ["20.00", "20.00", "23.92", "0.68", "44.64", "44.64",
                                    "14.70", "14.70"]
     assert TABLE_8["CL"]["Concordia"] == (3125, 3000)
+    assert TABLE_8["FORW-MSG-12"]["Voyager"] == (48.25, 48.25)  # Table 8's row: 12 clients
 
 
 def test_the_full_plan_says_what_it_will_run() -> None:
     full = Plan([], quick=False)
-    assert full.names[0] == "CL" and len(full.names) == 11
+    assert full.names[0] == "CL" and len(full.names) == 13
     assert full.sizes("CL") == [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]
     assert full.sizes("ROAM") == [4, 40, 400, 4000]
     assert full.estimate("ROAM") > full.estimate("SYNCH")

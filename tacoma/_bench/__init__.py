@@ -32,7 +32,7 @@ ROAM_SIZES = {"full": [4, 40, 400, 4000], "quick": [4, 40]}
 #: Rough seconds per activity on a 2-core machine, for the full run's estimate only.
 _COST = {"CL": 0.004, "CR": 0.004, "AD": 0.004, "MSG-1W": 0.0005, "MSG-2W": 0.0007,
          "SYNCH": 0.001, "MSG-MA": 0.05, "ROAM": 0.02, "PROXY": 0.003, "FORW-MSG": 0.002,
-         "FORW-MA": 0.01}
+         "FORW-MSG-6": 0.002, "FORW-MSG-12": 0.002, "FORW-MA": 0.01}
 #: Places' settings for the suite: room for the agents that AD and FORW-MA pile up.
 PLACE_FLAGS = ("--max-meets", "128", "--pool-size", "4")
 

@@ -28,7 +28,7 @@ more stops of a roamer). Agents are minimal, messages carry one byte: as in the 
             passes each to one of 3 resident servers at C and the reply back
     FORW-MSG  `clients` resident agents at A send n one-way requests to a forwarding agent
             at B, which redirects each to one of 3 servers at C; the servers answer the
-            clients directly
+            clients directly (FORW-MSG-6 and FORW-MSG-12: the paper's 6 and 12 clients)
     FORW-MA  agents dispatched from A to B ask a resident forwarding agent there where to
             go, and it sends them on to C; n agents, checked to arrive at C
 """
@@ -590,6 +590,11 @@ class ROAM(Benchmark):
 class _Kernel(Benchmark):
     kernel = True
     peak_from = 2
+    fixed_clients = 0  # a configuration of the paper's, whatever --clients says
+
+    @property
+    def client_count(self) -> int:
+        return self.fixed_clients or self.ctx.clients
 
     def setup(self) -> None:
         self.servers = [self.resident(2, f"server{i}", _SERVER)
@@ -601,8 +606,8 @@ class _Kernel(Benchmark):
 
     def clients(self, n: int, code: str, **folders: list[str]) -> list[int]:
         """Run the client agents at A at once, n requests among them; what each did."""
-        shares = [n // self.ctx.clients + (i < n % self.ctx.clients)
-                  for i in range(self.ctx.clients)]
+        count = self.client_count
+        shares = [n // count + (i < n % count) for i in range(count)]
         done: list[int] = [0] * len(shares)
         errors: list[BaseException] = []
 
@@ -660,6 +665,16 @@ class FORW_MSG(_Kernel):
         return Run(n, n, seconds)
 
 
+class FORW_MSG_6(FORW_MSG):
+    name = "FORW-MSG-6"
+    fixed_clients = 6
+
+
+class FORW_MSG_12(FORW_MSG):
+    name = "FORW-MSG-12"
+    fixed_clients = 12
+
+
 class FORW_MA(_Kernel):
     name = "FORW-MA"
     checked = "every agent was told where to go by the forwarding agent and arrived there"
@@ -683,7 +698,7 @@ class FORW_MA(_Kernel):
 
 BENCHMARKS: dict[str, type[Benchmark]] = {
     cls.name: cls for cls in (CL, CR, AD, MSG_1W, MSG_2W, SYNCH, MSG_MA, ROAM, PROXY,
-                              FORW_MSG, FORW_MA)
+                              FORW_MSG, FORW_MSG_6, FORW_MSG_12, FORW_MA)
 }
 
 
@@ -707,7 +722,8 @@ def measure(ctx: Context, name: str, loop_sizes: list[int], sustain: float,
         bench.teardown()
     return Measured(name, UNITS[name], runs, sustained, bench.checked,
                     {"places": len(ctx.places), "language": ctx.language,
-                     "clients": ctx.clients if bench.kernel else None,
+                     "clients": (bench.client_count if isinstance(bench, _Kernel)
+                                 else None),
                      "servers": ctx.servers if bench.kernel else None,
                      "loop_sizes": loop_sizes, "sustain_s": sustain,
                      "agent_bytes": ctx.agent_bytes, "message_bytes": ctx.message_bytes},

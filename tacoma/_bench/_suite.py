@@ -630,39 +630,36 @@ class _Kernel(Benchmark):
         return done
 
 
-class PROXY(_Kernel):
+class _Served(_Kernel):
+    """A resident between clients at A and servers at C, timing its own service."""
+
+    role = ""  # the resident's name, and the clients' folder naming it
+    client = ""  # the clients' program
+
+    def setup(self) -> None:
+        super().setup()
+        self.middle = self.resident(1, self.role, _MIDDLE, SERVERS=self.servers)
+
+    def run(self, n: int) -> Run:
+        self.stats(self.middle)
+        done = self.clients(n, self.client, **{self.role.upper(): [self.middle]})
+        served, seconds = self.stats(self.middle)
+        if sum(done) != n or served != n:
+            raise BenchmarkFailed(f"{self.name}: {sum(done)} of {n} answered, {served} "
+                                  f"handled by the {self.role}")
+        return Run(n, n, seconds)
+
+
+class PROXY(_Served):
     name = "PROXY"
     checked = "every client request was answered by a server, through the proxy"
-
-    def setup(self) -> None:
-        super().setup()
-        self.proxy = self.resident(1, "proxy", _MIDDLE, SERVERS=self.servers)
-
-    def run(self, n: int) -> Run:
-        self.stats(self.proxy)
-        done = self.clients(n, _PROXY_CLIENT, PROXY=[self.proxy])
-        served, seconds = self.stats(self.proxy)
-        if sum(done) != n or served != n:
-            raise BenchmarkFailed(f"PROXY: {sum(done)} of {n} answered, {served} served")
-        return Run(n, n, seconds)
+    role, client = "proxy", _PROXY_CLIENT
 
 
-class FORW_MSG(_Kernel):
+class FORW_MSG(_Served):
     name = "FORW-MSG"
     checked = "every request was forwarded, and its answer reached its client directly"
-
-    def setup(self) -> None:
-        super().setup()
-        self.forwarder = self.resident(1, "forwarder", _MIDDLE, SERVERS=self.servers)
-
-    def run(self, n: int) -> Run:
-        self.stats(self.forwarder)
-        done = self.clients(n, _FORWARDED_CLIENT, FORWARDER=[self.forwarder])
-        served, seconds = self.stats(self.forwarder)
-        if sum(done) != n or served != n:
-            raise BenchmarkFailed(f"FORW-MSG: {sum(done)} of {n} answered, {served} "
-                                  "forwarded")
-        return Run(n, n, seconds)
+    role, client = "forwarder", _FORWARDED_CLIENT
 
 
 class FORW_MSG_6(FORW_MSG):

@@ -430,7 +430,7 @@ def serve_one(run: Runner, plan: dict[str, Any],
         meet.briefcase.remove(TRACE)
         channel.trace = [("receive and unmarshal", decoded - channel.read_at)]
     try:
-        started = time.perf_counter_ns()
+        started = time.perf_counter_ns() if channel.trace is not None else 0
         reply: Result | Failed = Result(meet.rid, run(meet, channel))
         if channel.trace is not None and isinstance(reply, Result):
             spent = time.perf_counter_ns() - started

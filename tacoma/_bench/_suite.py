@@ -187,6 +187,10 @@ import time
 N = int(bc.text("N")[0])
 PAD = bc.folder("PAD")  # what each agent created, dispatched or moved carries (agent size)
 MSG = bc.folder("MSG") or [b"."]  # what each message carries (message size)
+def finish(start, done):
+    # The driver's answer: how many activities, in how many seconds since `start`.
+    bc["ELAPSED"] = [repr(time.perf_counter() - start)]
+    bc["DONE"] = [str(done)]
 def retrying(op, *args, **kwargs):
     # A full mailbox or a busy place is backpressure: wait a moment and send again.
     while True:
@@ -201,8 +205,7 @@ agent, code = bc.text("AGENT")[0], bc["MINIMAL"]
 start = time.perf_counter()
 for i in range(N):
     retrying(meet, agent, Briefcase(CODE=code, PAD=PAD))
-bc["ELAPSED"] = [repr(time.perf_counter() - start)]
-bc["DONE"] = [str(N)]
+finish(start, N)
 """
 
 _AD = _DRIVER + """
@@ -212,8 +215,7 @@ start = time.perf_counter()
 for i in range(N):
     retrying(meet, target, Briefcase(CODE=bc["ARRIVER"], TAG=[tag], PAD=PAD, **extra),
              mode="async")
-bc["ELAPSED"] = [repr(time.perf_counter() - start)]
-bc["DONE"] = [str(N)]
+finish(start, N)
 """
 
 _MSG_1W = _DRIVER + """
@@ -221,8 +223,7 @@ sink = bc.text("SINK")[0]
 start = time.perf_counter()
 for i in range(N):
     retrying(send, sink, Briefcase(M=MSG))
-bc["ELAPSED"] = [repr(time.perf_counter() - start)]
-bc["DONE"] = [str(N)]
+finish(start, N)
 """
 
 _MSG_2W = _DRIVER + """
@@ -239,8 +240,7 @@ for i in range(N):
 while window:
     wait_ack(window.popleft(), 60)
     acked += 1
-bc["ELAPSED"] = [repr(time.perf_counter() - start)]
-bc["DONE"] = [str(acked)]
+finish(start, acked)
 """
 
 _SYNCH = _DRIVER + """
@@ -249,8 +249,7 @@ start = time.perf_counter()
 for i in range(N):
     answer = request(sink, Briefcase(PING=[str(i)], M=MSG))
     assert answer.text("PONG") == [str(i)], answer
-bc["ELAPSED"] = [repr(time.perf_counter() - start)]
-bc["DONE"] = [str(N)]
+finish(start, N)
 """
 
 _MSG_MA = _DRIVER + """
@@ -260,8 +259,7 @@ start = time.perf_counter()
 for i in range(N):
     back = meet(agent, Briefcase(CODE=bc["ROAMER"], ITINERARY=[remote, home], PAD=PAD))
     trips += len(back.folder("HOPS")) == 3  # here, there, and back here
-bc["ELAPSED"] = [repr(time.perf_counter() - start)]
-bc["DONE"] = [str(trips)]
+finish(start, trips)
 """
 
 #: A resident sink: counts what it takes; answers PING requests with PONG, COUNT with the

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from tacoma._bench._passive import PassiveClient
+from tacoma.bench._passive import PassiveClient
 
 __all__ = [
     "PAYLOAD",
@@ -150,7 +150,7 @@ def close_meet_connections(loop: asyncio.AbstractEventLoop) -> None:
     tacoma has no public call for this (its cache lives as long as the loop); reaching into
     the private cache is best effort, so a rename there only leaves a ResourceWarning.
     """
-    from tacoma import _client
+    from tacoma.client import _client
 
     caches = getattr(_client, "_caches", None)
     cache = caches.get(loop) if caches is not None else None

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from tacoma._runtime import new_event_loop
+from tacoma.client._runtime import new_event_loop
 
 from _harness import (
     PassiveClient,

@@ -1,9 +1,9 @@
-"""The passive baseline server (PAN's t_passive): tacoma._bench._passive, run as a script.
+"""The passive baseline server (PAN's t_passive): tacoma.bench._passive, run as a script.
 
     python benchmarks/passive_echo.py [--listen HOST:PORT]
 """
 
-from tacoma._bench._passive import FrameBuffer, decode, encode, main, set_nodelay
+from tacoma.bench._passive import FrameBuffer, decode, encode, main, set_nodelay
 
 __all__ = ["FrameBuffer", "decode", "encode", "set_nodelay"]
 

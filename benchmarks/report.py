@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import tacoma
-from tacoma._runtime import new_event_loop
+from tacoma.client._runtime import new_event_loop
 
 from _harness import (
     PAYLOAD,

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 import tacoma
-from tacoma._interpreter import discover_interpreters
+from tacoma.agent._interpreter import discover_interpreters
 
 from _harness import ServerProcess
 

@@ -1,6 +1,6 @@
 """The mobile-agent benchmark suite (`tacoma bench`) under pytest-benchmark.
 
-Each benchmark of the suite (tacoma/_bench/_suite.py: the micro-benchmarks CL, CR, AD,
+Each benchmark of the suite (tacoma/bench/_suite.py: the micro-benchmarks CL, CR, AD,
 MSG-1W, MSG-2W, SYNCH, MSG-MA and the micro-kernels ROAM, PROXY, FORW-MSG, FORW-MA of
 Dikaiakos, Kyriakou and Samaras) is timed here at one loop size, over a few rounds, at four
 real places on loopback started for the module. One round is one run of the loop: the
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 from tacoma import local_places
-from tacoma._bench import BENCHMARKS, PLACE_FLAGS, Context
+from tacoma.bench import BENCHMARKS, PLACE_FLAGS, Context
 
 #: The loop size each benchmark is timed at (ROAM: hops, whole rounds of its 4 places).
 LOOP = {name: 40 if name == "ROAM" else 20 for name in BENCHMARKS}

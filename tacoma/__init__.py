@@ -21,84 +21,84 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from ._briefcase import CODE as CODE
-    from ._briefcase import RESERVED_FOLDERS as RESERVED_FOLDERS
-    from ._briefcase import Briefcase as Briefcase
-    from ._client import PlaceClient as PlaceClient
-    from ._client import Traced as Traced
-    from ._client import ameet as ameet
-    from ._client import arequest as arequest
-    from ._client import asend as asend
-    from ._client import atrace as atrace
-    from ._client import meet as meet
-    from ._client import request as request
-    from ._client import send as send
-    from ._client import trace as trace
-    from ._errors import AgentFailed as AgentFailed
-    from ._errors import AgentKilled as AgentKilled
-    from ._errors import CabinetError as CabinetError
-    from ._errors import ConnectError as ConnectError
-    from ._errors import ConnectionLost as ConnectionLost
-    from ._errors import LimitExceeded as LimitExceeded
-    from ._errors import LocalProtocolError as LocalProtocolError
-    from ._errors import MailboxFull as MailboxFull
-    from ._errors import MeetError as MeetError
-    from ._errors import MeetTimeout as MeetTimeout
-    from ._errors import MessageError as MessageError
-    from ._errors import NotAllowed as NotAllowed
-    from ._errors import PlaceUnavailable as PlaceUnavailable
-    from ._errors import ProtocolError as ProtocolError
-    from ._errors import RemoteProtocolError as RemoteProtocolError
-    from ._errors import TacomaError as TacomaError
-    from ._errors import TransportError as TransportError
-    from ._errors import UnknownAgent as UnknownAgent
-    from ._interpreter import Build as Build
-    from ._interpreter import Interpreter as Interpreter
-    from ._local import LocalPlaces as LocalPlaces
-    from ._local import local_places as local_places
-    from ._place import Place as Place
-    from ._settings import Limits as Limits
-    from ._settings import PlaceSettings as PlaceSettings
+    from .agent._interpreter import Build as Build
+    from .agent._interpreter import Interpreter as Interpreter
+    from .client._client import PlaceClient as PlaceClient
+    from .client._client import Traced as Traced
+    from .client._client import ameet as ameet
+    from .client._client import arequest as arequest
+    from .client._client import asend as asend
+    from .client._client import atrace as atrace
+    from .client._client import meet as meet
+    from .client._client import request as request
+    from .client._client import send as send
+    from .client._client import trace as trace
+    from .client._local import LocalPlaces as LocalPlaces
+    from .client._local import local_places as local_places
+    from .place._place import Place as Place
+    from .place._settings import Limits as Limits
+    from .place._settings import PlaceSettings as PlaceSettings
+    from .wire._briefcase import CODE as CODE
+    from .wire._briefcase import RESERVED_FOLDERS as RESERVED_FOLDERS
+    from .wire._briefcase import Briefcase as Briefcase
+    from .wire._errors import AgentFailed as AgentFailed
+    from .wire._errors import AgentKilled as AgentKilled
+    from .wire._errors import CabinetError as CabinetError
+    from .wire._errors import ConnectError as ConnectError
+    from .wire._errors import ConnectionLost as ConnectionLost
+    from .wire._errors import LimitExceeded as LimitExceeded
+    from .wire._errors import LocalProtocolError as LocalProtocolError
+    from .wire._errors import MailboxFull as MailboxFull
+    from .wire._errors import MeetError as MeetError
+    from .wire._errors import MeetTimeout as MeetTimeout
+    from .wire._errors import MessageError as MessageError
+    from .wire._errors import NotAllowed as NotAllowed
+    from .wire._errors import PlaceUnavailable as PlaceUnavailable
+    from .wire._errors import ProtocolError as ProtocolError
+    from .wire._errors import RemoteProtocolError as RemoteProtocolError
+    from .wire._errors import TacomaError as TacomaError
+    from .wire._errors import TransportError as TransportError
+    from .wire._errors import UnknownAgent as UnknownAgent
 
 _EXPORTS: dict[str, str] = {
-    "CODE": "_briefcase",
-    "RESERVED_FOLDERS": "_briefcase",
-    "Briefcase": "_briefcase",
-    "PlaceClient": "_client",
-    "ameet": "_client",
-    "arequest": "_client",
-    "asend": "_client",
-    "meet": "_client",
-    "request": "_client",
-    "send": "_client",
-    "Traced": "_client",
-    "atrace": "_client",
-    "trace": "_client",
-    "AgentFailed": "_errors",
-    "AgentKilled": "_errors",
-    "CabinetError": "_errors",
-    "ConnectError": "_errors",
-    "ConnectionLost": "_errors",
-    "LimitExceeded": "_errors",
-    "LocalProtocolError": "_errors",
-    "MailboxFull": "_errors",
-    "MeetError": "_errors",
-    "MeetTimeout": "_errors",
-    "MessageError": "_errors",
-    "NotAllowed": "_errors",
-    "PlaceUnavailable": "_errors",
-    "ProtocolError": "_errors",
-    "RemoteProtocolError": "_errors",
-    "TacomaError": "_errors",
-    "TransportError": "_errors",
-    "UnknownAgent": "_errors",
-    "Build": "_interpreter",
-    "LocalPlaces": "_local",
-    "local_places": "_local",
-    "Interpreter": "_interpreter",
-    "Place": "_place",
-    "Limits": "_settings",
-    "PlaceSettings": "_settings",
+    "CODE": "wire",
+    "RESERVED_FOLDERS": "wire",
+    "Briefcase": "wire",
+    "PlaceClient": "client",
+    "ameet": "client",
+    "arequest": "client",
+    "asend": "client",
+    "meet": "client",
+    "request": "client",
+    "send": "client",
+    "Traced": "client",
+    "atrace": "client",
+    "trace": "client",
+    "AgentFailed": "wire",
+    "AgentKilled": "wire",
+    "CabinetError": "wire",
+    "ConnectError": "wire",
+    "ConnectionLost": "wire",
+    "LimitExceeded": "wire",
+    "LocalProtocolError": "wire",
+    "MailboxFull": "wire",
+    "MeetError": "wire",
+    "MeetTimeout": "wire",
+    "MessageError": "wire",
+    "NotAllowed": "wire",
+    "PlaceUnavailable": "wire",
+    "ProtocolError": "wire",
+    "RemoteProtocolError": "wire",
+    "TacomaError": "wire",
+    "TransportError": "wire",
+    "UnknownAgent": "wire",
+    "Build": "agent",
+    "LocalPlaces": "client",
+    "local_places": "client",
+    "Interpreter": "agent",
+    "Place": "place",
+    "Limits": "place",
+    "PlaceSettings": "place",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -1,5 +1,5 @@
 """`python -m tacoma` is the `tacoma` command."""
 
-from ._cli import main
+from .cli._main import main
 
 main()

@@ -7,9 +7,9 @@ import math
 import subprocess
 import sys
 
-from tacoma._bench import Plan, table
-from tacoma._bench._paper import TABLE_8
-from tacoma._bench._suite import Measured, Run
+from tacoma.bench import Plan, table
+from tacoma.bench._paper import TABLE_8
+from tacoma.bench._suite import Measured, Run
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:

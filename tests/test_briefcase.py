@@ -11,7 +11,7 @@ import tacoma
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tacoma import Briefcase
-from tacoma._briefcase import MAX_FOLDER_NAME, check_folder_name
+from tacoma.wire._briefcase import MAX_FOLDER_NAME, check_folder_name
 
 folder_names = st.text(min_size=1, max_size=MAX_FOLDER_NAME)
 briefcases = st.dictionaries(

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import tacoma
 from tacoma import Briefcase
-from tacoma._interpreter import discover_interpreters
+from tacoma.agent._interpreter import discover_interpreters
 
 from conftest import RunningPlace, launch_place
 

@@ -2,7 +2,7 @@
 
 `__all__` is the list the README documents; these tests keep the two honest (trio's
 _tests/test_exports.py). The exception tree is checked against the drawing in the header of
-tacoma/_errors.py, so the picture a reader trusts cannot drift from the classes.
+tacoma/wire/_errors.py, so the picture a reader trusts cannot drift from the classes.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 
 import pytest
 import tacoma
-from tacoma import _errors
+from tacoma.wire import _errors
 
 EXCEPTIONS = [name for name in tacoma.__all__
               if isinstance(getattr(tacoma, name), type)
@@ -45,8 +45,8 @@ def test_star_import_gives_exactly_all() -> None:
 
 
 def test_exports_are_the_objects_of_the_private_modules() -> None:
-    from tacoma._briefcase import Briefcase
-    from tacoma._errors import TacomaError
+    from tacoma.wire._briefcase import Briefcase
+    from tacoma.wire._errors import TacomaError
 
     assert tacoma.Briefcase is Briefcase
     assert tacoma.TacomaError is TacomaError
@@ -68,8 +68,8 @@ def test_unknown_attribute_raises_attribute_error() -> None:
 def test_importing_tacoma_is_lazy() -> None:
     """Agent processes import tacoma; the package itself must not pull in the place."""
     code = ("import sys, tacoma\n"
-            "print(','.join(sorted(m for m in ('asyncio', 'click', 'tacoma._place', "
-            "'tacoma._client') if m in sys.modules)) or 'none')\n")
+            "print(','.join(sorted(m for m in ('asyncio', 'click', 'tacoma.place._place', "
+            "'tacoma.client._client') if m in sys.modules)) or 'none')\n")
     out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
                          check=True, timeout=60)
     assert out.stdout.strip() == "none", out.stderr

@@ -191,8 +191,8 @@ def test_go_to_the_same_place_and_in_an_async_meet(three: list[RunningPlace]) ->
 
 def test_hops_from_clients_need_a_trip(three: list[RunningPlace]) -> None:
     """The go mode is for places handing agents on: a bare one is refused, typed."""
-    from tacoma._client import PlaceClient
-    from tacoma._runtime import run_blocking
+    from tacoma.client._client import PlaceClient
+    from tacoma.client._runtime import run_blocking
 
     async def bare_hop() -> object:
         client = await PlaceClient.connect(three[0].address)

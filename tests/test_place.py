@@ -17,7 +17,7 @@ import msgpack
 import pytest
 import tacoma
 from tacoma import Briefcase
-from tacoma._protocol import PROTOCOL_VERSION
+from tacoma.wire._protocol import PROTOCOL_VERSION
 
 from conftest import RunningPlace, pid_alive, wait_until
 

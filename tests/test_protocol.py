@@ -22,8 +22,8 @@ import pytest
 import tacoma
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tacoma._briefcase import Briefcase
-from tacoma._protocol import (
+from tacoma.wire._briefcase import Briefcase
+from tacoma.wire._protocol import (
     COUNTERPART,
     DEFAULT_MAX_FRAME,
     MAX_HELLO_FRAME,
@@ -858,7 +858,8 @@ def test_any_msgpack_frame_is_an_event_or_a_remote_protocol_error(
 def test_protocol_modules_do_not_import_asyncio_click_or_uvloop() -> None:
     code = (
         "import sys\n"
-        "import tacoma._protocol, tacoma._briefcase, tacoma._agentside, tacoma._sandbox\n"
+        "import tacoma.wire._protocol, tacoma.wire._briefcase, tacoma.agent._channel, "
+        "tacoma.agent._sandbox\n"
         "print(','.join(sorted(m for m in ('asyncio', 'click', 'uvloop') if m in sys.modules)"
         " or ['none']))\n"
     )

@@ -2,7 +2,7 @@
 
 The CODE folder holds one C source file that includes <tacoma.h> (include/tacoma.h, put on
 the compiler's include path here). The place compiles it once, confined like an agent, into
-its cache (tacoma/_builds.py); each meet then runs the cached binary as a child of a
+its cache (tacoma/place/_builds.py); each meet then runs the cached binary as a child of a
 pre-started worker, which holds the briefcases and answers the binary's agent API calls
 (see _worker.py).
 """
@@ -15,7 +15,7 @@ import os
 import shutil
 import subprocess
 
-from tacoma._interpreter import Build, Interpreter
+from tacoma.agent._interpreter import Build, Interpreter
 
 INCLUDE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
 #: -g and frame pointers: a crash's backtrace names the agent's functions and lines.

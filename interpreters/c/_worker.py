@@ -1,6 +1,6 @@
 """The ag_c worker: runs one compiled C agent as its child and serves its agent API calls.
 
-Run by the place as this language's zygote (tacoma/_zygote.py). A forked worker is confined
+Run by the place as this language's zygote (tacoma/agent/_zygote.py). A forked worker is confined
 before the meet arrives, like every worker; on the meet it finds the program the place
 compiled (the cache key is the same hash of the CODE folder the place used), starts it with
 posix_spawn, and answers its calls until it exits. The binary inherits the worker's
@@ -38,12 +38,12 @@ import signal
 import socket
 import subprocess
 
-from tacoma import _zygote as zygote
-from tacoma._agentside import AgentChannel, AgentFailure, artifact_key, program_bytes
-from tacoma._briefcase import CODE, Briefcase
-from tacoma._errors import MeetError
-from tacoma._protocol import Meet
-from tacoma._sandbox import describe_exit
+from tacoma.agent import _zygote as zygote
+from tacoma.agent._channel import AgentChannel, AgentFailure, artifact_key, program_bytes
+from tacoma.agent._sandbox import describe_exit
+from tacoma.wire._briefcase import CODE, Briefcase
+from tacoma.wire._errors import MeetError
+from tacoma.wire._protocol import Meet
 
 #: What tacoma.h writes before a crash's backtrace.
 CRASH_MARKER = "--- tacoma: the C agent crashed; backtrace:"

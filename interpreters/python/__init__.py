@@ -7,7 +7,7 @@ is the meet's result. See _worker.py for the rest of the agent API.
 
 import platform
 
-from tacoma._interpreter import Interpreter
+from tacoma.agent._interpreter import Interpreter
 
 interpreter = Interpreter(
     language="python",

@@ -1,6 +1,6 @@
 """The ag_python worker process: runs one Python agent and exits.
 
-Run by the place as this language's zygote (tacoma/_zygote.py), which forks one worker per
+Run by the place as this language's zygote (tacoma/agent/_zygote.py), which forks one worker per
 meet ahead of time: by the time a meet arrives the interpreter is up, msgpack imported, the
 code paths warmed and the sandbox entered, so the meet costs only compiling and running
 the agent's program.
@@ -15,14 +15,14 @@ The program sees these globals (the Python face of the one agent API):
     cabinet_read(cabinet, folder), cabinet_append(cabinet, folder, *elements, private=False),
     cabinet_replace(cabinet, folder, elements, private=False),
     cabinet_remove(cabinet, folder=None), cabinet_folders(cabinet), cabinets()
-                the place's cabinets (see tacoma/_cabinets.py)
+                the place's cabinets (see tacoma/place/_cabinets.py)
     MeetError, UnknownAgent, PlaceUnavailable, MailboxFull, ...
                 the errors these raise (tacoma's classes), to catch
     go(place)   move to `place` with `bc`: the program ends here and starts again there
     go_next()   take the first place off bc["ITINERARY"] and go there; False if it is empty
-                (see tacoma/_trips.py: a failed go raises the place's error, agent stays)
+                (see tacoma/place/_trips.py: a failed go raises the place's error, agent stays)
     reside(name), receive(timeout=None), reply(message, briefcase=None)
-                stay here as a resident agent and take messages (tacoma/_residents.py)
+                stay here as a resident agent and take messages (tacoma/place/_residents.py)
     send(target, briefcase=None) -> message id, send_ack(target, briefcase=None) -> handle,
     wait_ack(handle, timeout=None), request(target, briefcase=None, timeout=None)
                 messages to resident agents NAME@PLACE: one-way, acknowledged, request
@@ -35,11 +35,11 @@ import builtins
 import time
 from collections.abc import Mapping
 
-from tacoma import _errors
-from tacoma import _zygote as zygote
-from tacoma._agentside import AgentChannel, AgentFailure, program_text
-from tacoma._briefcase import Briefcase
-from tacoma._protocol import Meet
+from tacoma.agent import _zygote as zygote
+from tacoma.agent._channel import AgentChannel, AgentFailure, program_text
+from tacoma.wire import _errors
+from tacoma.wire._briefcase import Briefcase
+from tacoma.wire._protocol import Meet
 
 # typing costs a worker ~9 ms to import; annotations are strings (PEP 563) anyway.
 TYPE_CHECKING = False

@@ -5,7 +5,7 @@ before the meet arrived (cffi bindings to libguile, see _guile.py), with the age
 Scheme procedures (see _worker.py). Folder elements are bytevectors.
 """
 
-from tacoma._interpreter import Interpreter
+from tacoma.agent._interpreter import Interpreter
 
 INSTALL_HINT = ("install GNU Guile 3.0 (Debian: apt-get install guile-3.0); ag_scheme loads "
                 "libguile-3.0.so.1 through cffi")

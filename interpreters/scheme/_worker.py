@@ -1,6 +1,6 @@
 """The ag_scheme worker: runs one Scheme agent in GNU Guile, embedded through libguile.
 
-Run by the place as this language's zygote (tacoma/_zygote.py). Guile is started in each
+Run by the place as this language's zygote (tacoma/agent/_zygote.py). Guile is started in each
 forked worker by `prepare`, before the worker says it is ready (never in the zygote: Guile
 starts collector threads, which a fork would not carry), so a meet costs only evaluating
 the agent's code.
@@ -21,10 +21,10 @@ The agent API, as Scheme procedures (the Scheme column of the README's agent API
     (fail MESSAGE)                      end the meet as failed
     (cabinet-read C F), (cabinet-append C F ELEMENT #:private #t),
     (cabinet-replace C F LIST #:private #t), (cabinet-remove C [F]),
-    (cabinet-folders C), (cabinets)     the place's cabinets (see tacoma/_cabinets.py)
+    (cabinet-folders C), (cabinets)     the place's cabinets (see tacoma/place/_cabinets.py)
     (place)                             the address of this place
     (go PLACE)                          move to PLACE with the briefcase: the program ends
-                                        here and starts again there (tacoma/_trips.py)
+                                        here and starts again there (tacoma/place/_trips.py)
     (go-next)                           go to the first place of ITINERARY, taken off it;
                                         #f if the itinerary is empty
     (reside NAME)                       stay here as resident agent NAME (_residents.py)
@@ -45,11 +45,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tacoma import _zygote as zygote
-from tacoma._agentside import AgentChannel, AgentFailure, program_text
-from tacoma._briefcase import Briefcase
-from tacoma._errors import MeetError
-from tacoma._protocol import Meet
+from tacoma.agent import _zygote as zygote
+from tacoma.agent._channel import AgentChannel, AgentFailure, program_text
+from tacoma.wire._briefcase import Briefcase
+from tacoma.wire._errors import MeetError
+from tacoma.wire._protocol import Meet
 
 from ._guile import Guile, ffi, load
 

@@ -5,7 +5,7 @@ created before the meet arrived, with the agent API as Tcl commands (see _worker
 Folder elements are Tcl byte arrays, never re-encoded text.
 """
 
-from tacoma._interpreter import Interpreter
+from tacoma.agent._interpreter import Interpreter
 
 
 def _check() -> str | None:

@@ -1,6 +1,6 @@
 """The ag_tcl worker: runs one Tcl agent in the Tcl interpreter that ships with tkinter.
 
-Run by the place as this language's zygote (tacoma/_zygote.py). Each forked worker creates
+Run by the place as this language's zygote (tacoma/agent/_zygote.py). Each forked worker creates
 its Tcl interpreter in `prepare`, before it says it is ready, so a meet costs only
 evaluating the agent's script.
 
@@ -24,13 +24,13 @@ The agent API, as Tcl commands (the Tcl column of the README's agent API table):
     cabinet_append CABINET FOLDER BYTES ?-private?
     cabinet_replace CABINET FOLDER LIST ?-private?
     cabinet_remove CABINET ?FOLDER?
-    cabinet_folders CABINET         the place's cabinets (see tacoma/_cabinets.py)
+    cabinet_folders CABINET         the place's cabinets (see tacoma/place/_cabinets.py)
     cabinets
     go PLACE                        move to PLACE with the briefcase: the script ends here
-                                    and starts again there (tacoma/_trips.py)
+                                    and starts again there (tacoma/place/_trips.py)
     go_next                         go to the first place of ITINERARY, taken off it;
                                     returns 0 if the itinerary is empty
-    reside NAME                     stay here as resident agent NAME (tacoma/_residents.py)
+    reside NAME                     stay here as resident agent NAME (tacoma/place/_residents.py)
     receive ?SECONDS?               the next message, a briefcase dict with ENVELOPE
                                     {id kind sender}; an empty dict if none came in time
     reply MESSAGE ?BRIEFCASE?       answer a request
@@ -51,11 +51,11 @@ from __future__ import annotations
 
 import tkinter
 
-from tacoma import _zygote as zygote
-from tacoma._agentside import AgentChannel, AgentFailure, program_text
-from tacoma._briefcase import Briefcase
-from tacoma._errors import MeetError
-from tacoma._protocol import Meet
+from tacoma.agent import _zygote as zygote
+from tacoma.agent._channel import AgentChannel, AgentFailure, program_text
+from tacoma.wire._briefcase import Briefcase
+from tacoma.wire._errors import MeetError
+from tacoma.wire._protocol import Meet
 
 PRELUDE = r"""
 proc _tacoma_call {args} {

@@ -106,7 +106,7 @@ TC__API int tc_cabinet_remove(const char *cabinet, const char *folder);
 TC__API int tc_cabinet_folders(const char *cabinet, tc_list *names);
 TC__API int tc_cabinets(tc_list *names);
 
-/* Moving (see tacoma/_trips.py). tc_go hands the agent, with TC_SELF, to the place
+/* Moving (see tacoma/place/_trips.py). tc_go hands the agent, with TC_SELF, to the place
  * HOST:PORT, where main() starts again with that briefcase, and exits here: it returns
  * only if that place cannot take the agent (-1, with the place's error; the agent is still
  * here). tc_go_next goes to the first place of the ITINERARY folder, taken off it; it
@@ -114,7 +114,7 @@ TC__API int tc_cabinets(tc_list *names);
 TC__API int tc_go(const char *place);
 TC__API int tc_go_next(void);
 
-/* Messages between agents (see tacoma/_residents.py). tc_reside makes this agent the
+/* Messages between agents (see tacoma/place/_residents.py). tc_reside makes this agent the
  * resident NAME at its place. tc_receive returns the next message (a new handle, with an
  * ENVELOPE folder: id, kind, sender), 0 if none came within timeout seconds (negative:
  * wait as long as the meet lasts), or TC_ERROR; tc_reply answers a request with a

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 
-from .._errors import TacomaError
+from ..wire._errors import TacomaError
 from ._paper import SYSTEMS, TABLE_8, UNITS
 from ._suite import BENCHMARKS, BenchmarkFailed, Context, Measured, Run, dumps, measure
 
@@ -74,7 +74,7 @@ def run(the_plan: Plan, places: list[str] | None = None, language: str = "python
         isolation: str = "default") -> list[Measured]:
     """Run the plan at `places` (four addresses), or at four local places started here
     with the `isolation` setting."""
-    from .._local import local_places
+    from ..client._local import local_places
 
     with ExitStack() as stack:
         local = not places

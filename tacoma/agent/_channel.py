@@ -22,9 +22,8 @@ from collections.abc import Callable
 
 import msgpack
 
-from . import _sandbox
-from ._briefcase import CABINET_REQUEST_FOLDERS, CODE, ENVELOPE, ITINERARY, TRACE, Briefcase
-from ._errors import (
+from ..wire._briefcase import CABINET_REQUEST_FOLDERS, CODE, ENVELOPE, ITINERARY, TRACE, Briefcase
+from ..wire._errors import (
     LimitExceeded,
     LocalProtocolError,
     MeetError,
@@ -32,7 +31,7 @@ from ._errors import (
     ProtocolError,
     error_from_wire,
 )
-from ._protocol import (
+from ..wire._protocol import (
     NEED_DATA,
     OPEN,
     Accepted,
@@ -45,7 +44,8 @@ from ._protocol import (
     Result,
     Role,
 )
-from ._trace import record
+from ..wire._trace import record
+from . import _sandbox
 
 __all__ = ["AgentChannel", "AgentFailure", "artifact_key", "program_bytes", "program_text",
            "serve_one"]
@@ -179,7 +179,7 @@ class AgentChannel:
                 raise error_from_wire(event.kind, event.message, event.detail)
             return event.briefcase if isinstance(event, Result) else event.meet_id
 
-    # -- moving (see tacoma/_trips.py)
+    # -- moving (see tacoma/place/_trips.py)
     def go(self, place: str, briefcase: Briefcase, leave: bool = True) -> None:
         """Move to `place` with `briefcase`: once the next place has the agent (and runs
         its program from the top), this process ends: `go` never returns (with `leave`
@@ -212,7 +212,7 @@ class AgentChannel:
         self.go(stops[0].decode("utf-8"), briefcase, leave)
         return True  # (only without `leave`: else the process has ended)
 
-    # -- messages (see tacoma/_residents.py)
+    # -- messages (see tacoma/place/_residents.py)
     def _mailbox(self, op: str, **folders: list[bytes | str]) -> Briefcase:
         answer = self.meet(MAILBOX_AGENT, Briefcase(OP=[op], **folders))
         assert isinstance(answer, Briefcase)

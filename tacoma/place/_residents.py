@@ -41,8 +41,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ._briefcase import ENVELOPE, Briefcase
-from ._errors import MailboxFull, MessageError, PlaceUnavailable, UnknownAgent
+from ..wire._briefcase import ENVELOPE, Briefcase
+from ..wire._errors import MailboxFull, MessageError, PlaceUnavailable, UnknownAgent
 
 if TYPE_CHECKING:
     from ._workers import Worker

@@ -48,9 +48,13 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import msgpack
 
-from . import _sandbox
-from ._briefcase import Briefcase
-from ._errors import (
+from ..agent import _sandbox
+from ..agent._interpreter import Interpreter, worker_sys_path
+from ..agent._sandbox import describe_exit
+from ..agent._zygote import MAX_CONTROL
+from ..client._transport import Channel
+from ..wire._briefcase import Briefcase
+from ..wire._errors import (
     AgentFailed,
     AgentKilled,
     ConnectionLost,
@@ -59,12 +63,8 @@ from ._errors import (
     ProtocolError,
     error_from_wire,
 )
-from ._interpreter import Interpreter, worker_sys_path
-from ._protocol import Event, Failed, Log, Meet, Result, Role
-from ._sandbox import describe_exit
+from ..wire._protocol import Event, Failed, Log, Meet, Result, Role
 from ._settings import PlaceSettings
-from ._transport import Channel
-from ._zygote import MAX_CONTROL
 
 if TYPE_CHECKING:
     from ._builds import Builds
@@ -777,7 +777,7 @@ class WorkerPool:
             plan = {**self.sandbox_plan(workdir, uid, cgroup), "argv": argv,
                     "parent": os.getpid()}
             boot = (f"import sys; sys.path[:0] = {worker_sys_path()!r}; "
-                    "from tacoma._sandbox import exec_plan; exec_plan()")
+                    "from tacoma.agent._sandbox import exec_plan; exec_plan()")
             with _private_output(output) as out:
                 proc = await asyncio.create_subprocess_exec(
                     sys.executable, "-I", "-S", "-B", "-c", boot, json.dumps(plan),

@@ -3,7 +3,7 @@
 For a language with a `Build` (C), a meet's program is compiled before the meet reaches a
 worker. The output is kept under `STATE/cache/LANGUAGE/KEY`, where KEY hashes the program
 together with the build's id (compiler version, flags, headers; see
-`_agentside.artifact_key`), so the second meet with the same source runs the cached binary,
+`wire._program.artifact_key`), so the second meet with the same source runs the cached binary,
 and a new compiler or header makes new keys rather than stale hits.
 
 Why the place and not the worker compiles: a cache entry is trusted by everyone who sends
@@ -29,10 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._agentside import artifact_key
-from ._errors import AgentFailed, AgentKilled, MeetTimeout, PlaceUnavailable
-from ._interpreter import Interpreter
-from ._sandbox import describe_exit
+from ..agent._channel import artifact_key
+from ..agent._interpreter import Interpreter
+from ..agent._sandbox import describe_exit
+from ..wire._errors import AgentFailed, AgentKilled, MeetTimeout, PlaceUnavailable
 from ._settings import PlaceSettings
 from ._workers import WorkerPool
 

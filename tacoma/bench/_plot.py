@@ -57,7 +57,7 @@ def plot_suite(results: list[Measured], directory: Path) -> list[Path]:
 
 def plot_breakdown(medians: dict[tuple[str, str], float], directory: Path) -> Path:
     """The median of each step, as bars, beside TACOMA 1.3's Table 1."""
-    from .._trace import TACOMA_STEPS
+    from ..wire._trace import TACOMA_STEPS
 
     plt = _pyplot()
     directory.mkdir(parents=True, exist_ok=True)

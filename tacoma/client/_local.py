@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._errors import PlaceUnavailable
+from ..wire._errors import PlaceUnavailable
 
 __all__ = ["LocalPlaces", "local_places"]
 

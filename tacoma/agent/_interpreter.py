@@ -5,9 +5,9 @@ An adapter (a folder under interpreters/, or a third-party package) exposes one
 languages only through these values: it starts `worker_argv()` processes for the pool, hands
 each one meet over the worker channel, and matches installed agents by file suffix.
 
-A worker process must: call `tacoma._sandbox.enter` with the plan passed as its last
+A worker process must: call `tacoma.agent._sandbox.enter` with the plan passed as its last
 argument, speak the worker side of the protocol on the file descriptor named in the plan
-(`tacoma._agentside.serve_one` does both for Python-hosted workers), run one meet, answer it
+(`tacoma.agent._channel.serve_one` does both for Python-hosted workers), run one meet, answer it
 with a Result or Failed, and exit.
 
 A compiled language also gives a `Build`: the place then compiles each new program before
@@ -34,7 +34,7 @@ log = logging.getLogger("tacoma.place")
 class Build:
     """How a compiled language turns an agent's program into what its worker runs.
 
-    source_name: the file the program (the CODE folder, see `_agentside.program_bytes`) is
+    source_name: the file the program (the CODE folder, see `wire._program.program_bytes`) is
     written to in the build's private directory ("agent.c"); output_name: the file the
     command makes there ("agent"); command: the argv that compiles one into the other,
     run in that directory, confined like an agent; build_id: everything besides the program

@@ -38,8 +38,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from ._briefcase import CABINET_REQUEST_FOLDERS, Briefcase
-from ._errors import CabinetError
+from ..wire._briefcase import CABINET_REQUEST_FOLDERS, Briefcase
+from ..wire._errors import CabinetError
 
 __all__ = ["CABINET_AGENT", "Cabinets", "Store"]
 

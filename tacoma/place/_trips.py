@@ -28,8 +28,8 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from ._briefcase import HOME, Briefcase
-from ._errors import MeetError, MeetTimeout, error_from_wire
+from ..wire._briefcase import HOME, Briefcase
+from ..wire._errors import MeetError, MeetTimeout, error_from_wire
 
 __all__ = ["HOME_AGENT", "Trip", "Trips", "ending"]
 

@@ -24,10 +24,10 @@ import sys
 import time
 from dataclasses import dataclass
 
-from .._briefcase import Briefcase
-from .._client import ameet
-from .._local import local_places
-from .._runtime import run_blocking
+from ..client._client import ameet
+from ..client._local import local_places
+from ..client._runtime import run_blocking
+from ..wire._briefcase import Briefcase
 from ._passive import PassiveClient
 
 __all__ = ["OverheadRow", "measure_overhead", "overhead_table"]
@@ -69,7 +69,7 @@ def settings() -> list[tuple[str, tuple[str, ...]]]:
 def _start_passive() -> tuple[subprocess.Popen[str], str]:
     # This interpreter running tacoma's own passive server, with fixed arguments.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tacoma._bench._passive", "--listen", "127.0.0.1:0"],
+        [sys.executable, "-m", "tacoma.bench._passive", "--listen", "127.0.0.1:0"],
         stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     match = re.match(r"passive echo listening on (\S+)", proc.stdout.readline())

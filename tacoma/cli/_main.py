@@ -21,8 +21,10 @@ from typing import Any
 
 import click
 
-from ._briefcase import CODE, Briefcase, check_folder_name
-from ._errors import (
+from .._version import __version__
+from ..place._settings import DEFAULT_LISTEN, Limits, PlaceSettings, default_state_dir
+from ..wire._briefcase import CODE, Briefcase, check_folder_name
+from ..wire._errors import (
     AgentFailed,
     AgentKilled,
     CabinetError,
@@ -39,8 +41,6 @@ from ._errors import (
     TransportError,
     UnknownAgent,
 )
-from ._settings import DEFAULT_LISTEN, Limits, PlaceSettings, default_state_dir
-from ._version import __version__
 
 __all__ = ["main"]
 
@@ -190,8 +190,8 @@ def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async
       tacoma meet ag_python --code agent.py -f BLOB=@photo.jpg
       tacoma meet ag_python@127.0.0.1:7707 --code agent.py --trace
     """
-    from ._client import meet as do_meet
-    from ._client import trace as do_trace
+    from ..client._client import meet as do_meet
+    from ..client._client import trace as do_trace
 
     _checked_target(target)
     if traced and is_async:
@@ -234,7 +234,7 @@ def _briefcase_from(folders: tuple[str, ...], code_path: Path | None = None) -> 
 
 
 def _checked_target(target: str) -> str:
-    from ._client import split_target
+    from ..client._client import split_target
 
     try:
         split_target(target)
@@ -267,8 +267,8 @@ def send(target: str, folders: tuple[str, ...], kind: str | None, timeout: float
       tacoma send echo@127.0.0.1:7707 -f TEXT=hello --ack
       tacoma send echo@127.0.0.1:7707 -f TEXT=hello --request --json
     """
-    from ._client import request as do_request
-    from ._client import send as do_send
+    from ..client._client import request as do_request
+    from ..client._client import send as do_send
 
     if _checked_target(target).startswith("ag_"):
         raise click.BadParameter("messages go to resident agents (NAME@PLACE); ag_ names "
@@ -311,7 +311,7 @@ def _admin_options(f: Any) -> Any:
 def _admin(place: str, state_dir: Path | None, token_file: Path | None,
            **folders: list[bytes | str]) -> Briefcase:
     """A request to the place's ag_admin with its admin token."""
-    from ._client import meet as do_meet
+    from ..client._client import meet as do_meet
 
     path = token_file or PlaceSettings(state_dir=state_dir or default_state_dir()) \
         .admin_token_file
@@ -434,7 +434,7 @@ def bench(names: tuple[str, ...], quick: bool, json_path: Path | None, places: s
       tacoma bench overhead --quick
       tacoma bench breakdown
     """
-    from . import _bench
+    from .. import bench as _bench
 
     # SIGTERM ends the run as Ctrl-C does: the local places it started are stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -473,7 +473,7 @@ def bench(names: tuple[str, ...], quick: bool, json_path: Path | None, places: s
         json_path.write_text(_bench.dumps(results))
         click.echo(f"measurements written to {json_path}", err=True)
     if plot_dir is not None:
-        from ._bench._plot import plot_suite
+        from ..bench._plot import plot_suite
 
         for path in plot_suite([r for r in results if not r.failure], plot_dir):
             click.echo(f"wrote {path}", err=True)
@@ -492,7 +492,7 @@ def _pyplot_or_fail() -> None:
 
 def _bench_breakdown(quick: bool, json_path: Path | None, places: str | None,
                      plot_dir: Path | None) -> None:
-    from ._bench._breakdown import breakdown, breakdown_table
+    from ..bench._breakdown import breakdown, breakdown_table
 
     meets = 20 if quick else 200
     click.echo(f"tacoma bench breakdown: {meets} traced meets of ag_python, 0.1 s apart, "
@@ -507,7 +507,7 @@ def _bench_breakdown(quick: bool, json_path: Path | None, places: str | None,
             {"side": side, "step": step, "median_us": us}
             for (side, step), us in medians.items()], "total_median_us": total}, indent=2))
     if plot_dir is not None:
-        from ._bench._plot import plot_breakdown
+        from ..bench._plot import plot_breakdown
 
         click.echo(f"wrote {plot_breakdown(medians, plot_dir)}", err=True)
 
@@ -515,7 +515,7 @@ def _bench_breakdown(quick: bool, json_path: Path | None, places: str | None,
 def _bench_overhead(quick: bool, json_path: Path | None, plot_dir: Path | None) -> None:
     import dataclasses
 
-    from ._bench._overhead import measure_overhead, overhead_table
+    from ..bench._overhead import measure_overhead, overhead_table
 
     click.echo(f"tacoma bench overhead: {'quick' if quick else 'full'} run, about "
                f"{'20 s' if quick else '2 minutes'}", err=True)
@@ -529,7 +529,7 @@ def _bench_overhead(quick: bool, json_path: Path | None, plot_dir: Path | None) 
             {**dataclasses.asdict(r), "echo_overhead": r.echo_overhead,
              "agent_overhead": r.agent_overhead} for r in rows]}, indent=2))
     if plot_dir is not None:
-        from ._bench._plot import plot_overhead
+        from ..bench._plot import plot_overhead
 
         click.echo(f"wrote {plot_overhead(rows, plot_dir)}", err=True)
 
@@ -599,9 +599,9 @@ def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
 
     Prints one line on stdout once it accepts meets, then logs to stderr.
     """
-    from ._place import Place
-    from ._runtime import new_event_loop
-    from ._transport import parse_address
+    from ..client._runtime import new_event_loop
+    from ..client._transport import parse_address
+    from ..place._place import Place
 
     try:
         parse_address(listen, listen=True)
@@ -645,7 +645,7 @@ def doctor(as_json: bool) -> None:
 
     Exits 0 if every installed interpreter can run, 1 otherwise.
     """
-    from ._interpreter import discover_interpreters
+    from ..agent._interpreter import discover_interpreters
 
     report = []
     for agent, interpreter in sorted(discover_interpreters().items()):
@@ -681,7 +681,7 @@ def install(program: Path, name: str | None, state_dir: Path | None) -> None:
     The language is told by the file's suffix (.py for Python). A running place sees the
     agent at its next meet.
     """
-    from ._interpreter import discover_interpreters
+    from ..agent._interpreter import discover_interpreters
 
     suffixes = {s: i for i in discover_interpreters().values() for s in i.suffixes}
     if program.suffix not in suffixes:
@@ -690,8 +690,8 @@ def install(program: Path, name: str | None, state_dir: Path | None) -> None:
     name = name or program.stem
     if not name.isidentifier():
         raise click.UsageError(f"agent name {name!r} must be letters, digits and underscores")
-    from ._place import BUILT_IN
-    from ._residents import MAILBOX_AGENT
+    from ..place._place import BUILT_IN
+    from ..place._residents import MAILBOX_AGENT
 
     builtin = {*BUILT_IN, MAILBOX_AGENT, *discover_interpreters()}
     if name in builtin:
@@ -722,7 +722,7 @@ def cabinet() -> None:
 
 
 def _open_store(state_dir: Path | None) -> Any:
-    from ._cabinets import Store
+    from ..place._cabinets import Store
 
     path = (state_dir or default_state_dir()) / "cabinets.sqlite3"
     if not path.exists():
@@ -734,7 +734,7 @@ def _open_store(state_dir: Path | None) -> Any:
 
 
 def _checked(name: str, what: str = "cabinet") -> str:
-    from ._cabinets import check_name
+    from ..place._cabinets import check_name
 
     try:
         return check_name(name, what)

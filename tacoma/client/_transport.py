@@ -16,7 +16,7 @@ import asyncio
 import socket
 from typing import Protocol, cast
 
-from ._errors import (
+from ..wire._errors import (
     ConnectError,
     ConnectionLost,
     ProtocolError,
@@ -24,7 +24,7 @@ from ._errors import (
     TacomaError,
     map_transport_errors,
 )
-from ._protocol import NEED_DATA, Bye, Connection, Event, Role
+from ..wire._protocol import NEED_DATA, Bye, Connection, Event, Role
 
 __all__ = ["Channel", "EventHandler", "connect", "parse_address"]
 

@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from . import _runtime
+from ..client import _runtime
 from ._place import Place
 from ._settings import PlaceSettings
 

@@ -1,7 +1,7 @@
 """`tacoma bench breakdown`: the median of each step of a meet's critical path, beside
 TACOMA v1.3's Table 1 (seed 000: 13 steps, 21,675 µs in all).
 
-N traced meets (tacoma.trace, see tacoma/_trace.py) of a minimal Python agent at a local
+N traced meets (tacoma.trace, see tacoma/wire/_trace.py) of a minimal Python agent at a local
 place, from a pooled worker, 0.1 s apart (untimed) so that the pool is refilled and the
 place unloaded, as a single meet in TACOMA's measurements.
 """
@@ -12,9 +12,9 @@ import statistics
 import time
 from collections import defaultdict
 
-from .._client import trace
-from .._local import local_places
-from .._trace import TACOMA_STEPS, TACOMA_UNMATCHED
+from ..client._client import trace
+from ..client._local import local_places
+from ..wire._trace import TACOMA_STEPS, TACOMA_UNMATCHED
 from ._paper import TACOMA_MEET_US
 
 __all__ = ["breakdown", "breakdown_table"]

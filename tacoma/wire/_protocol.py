@@ -3,7 +3,7 @@
 Nothing here does I/O or imports asyncio (a test checks): bytes go in through
 `Connection.receive_data`, events come out of `Connection.next_event`, and `Connection.send`
 turns an event into the bytes to write. The asyncio drivers (`_transport`) and the blocking
-agent-side channel (`_agentside`) are thin loops around it, so the protocol is tested whole
+agent-side channel (`agent._channel`) are thin loops around it, so the protocol is tested whole
 with an in-memory pair.
 
 Framing: a 4-byte big-endian length, then one msgpack array `[tag, field, ...]`. Length

@@ -9,7 +9,7 @@ loopback TCP), and answers each request with its decoded-and-re-encoded body. It
 Hello, no event checking, no briefcase validation and no meet bookkeeping: exactly what the
 "active" path adds.
 
-Run as a separate process: `python -m tacoma._bench._passive [--listen HOST:PORT]` (or
+Run as a separate process: `python -m tacoma.bench._passive [--listen HOST:PORT]` (or
 `benchmarks/passive_echo.py`). It prints one line, `passive echo listening on HOST:PORT`,
 once it accepts connections, and exits with status 0 on SIGTERM or SIGINT. Standard
 library, msgpack and uvloop only. `PassiveClient` is its client, for `tacoma bench overhead`

@@ -22,15 +22,15 @@ import weakref
 from collections.abc import Mapping
 from typing import Any, Literal, cast, overload
 
-from ._briefcase import CODE, TRACE, Briefcase
-from ._errors import (
+from .._version import __version__
+from ..wire._briefcase import CODE, TRACE, Briefcase
+from ..wire._errors import (
     ConnectionLost,
     TacomaError,
     error_from_wire,
 )
-from ._protocol import DEFAULT_MAX_FRAME, Accepted, Cancel, Event, Failed, Meet, Result, Role
+from ..wire._protocol import DEFAULT_MAX_FRAME, Accepted, Cancel, Event, Failed, Meet, Result, Role
 from ._transport import Channel, connect
-from ._version import __version__
 
 __all__ = ["PlaceClient", "Traced", "ameet", "arequest", "asend", "atrace", "meet", "request",
            "send", "split_target", "trace"]
@@ -216,7 +216,7 @@ async def ameet(target: str, briefcase: Briefcase | Mapping[str, Any] | None = N
     if mode not in ("sync", "async"):
         raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
     if address is None:
-        from ._embedded import embedded_address
+        from ..place._embedded import embedded_address
 
         address = await embedded_address()
     try:
@@ -226,7 +226,7 @@ async def ameet(target: str, briefcase: Briefcase | Mapping[str, Any] | None = N
     except TimeoutError as exc:
         if isinstance(exc, TacomaError):
             raise
-        from ._errors import MeetTimeout
+        from ..wire._errors import MeetTimeout
 
         raise MeetTimeout(f"meet {target} did not finish within {timeout} s") from None
 
@@ -271,7 +271,7 @@ async def asend(target: str, briefcase: Briefcase | Mapping[str, Any] | None = N
                          "resident agents (meet starts agents)")
     bc = _make_briefcase(briefcase, None)
     if address is None:
-        from ._embedded import embedded_address
+        from ..place._embedded import embedded_address
 
         address = await embedded_address()
     client = await _cache().get(address, connect_timeout)
@@ -302,7 +302,7 @@ async def _within(work: Any, timeout: float | None, target: str) -> Any:
     except TimeoutError as exc:
         if isinstance(exc, TacomaError):
             raise
-        from ._errors import MeetTimeout
+        from ..wire._errors import MeetTimeout
 
         raise MeetTimeout(f"message to {target} not answered within {timeout} s") from None
 
@@ -335,7 +335,7 @@ def request(target: str, briefcase: Briefcase | Mapping[str, Any] | None = None,
 @dataclasses.dataclass
 class Traced:
     """A traced meet's result and where its time went: (side, step, seconds) in order of
-    the meet's path (see tacoma/_trace.py), and the whole meet's seconds."""
+    the meet's path (see tacoma/wire/_trace.py), and the whole meet's seconds."""
 
     briefcase: Briefcase
     steps: list[tuple[str, str, float]]
@@ -360,14 +360,14 @@ async def atrace(target: str, briefcase: Briefcase | Mapping[str, Any] | None = 
                  code: str | bytes | None = None, timeout: float | None = None,
                  connect_timeout: float | None = 10.0) -> Traced:
     """A sync meet, traced: the result and the time of each step on the client, the place
-    and the agent's worker, after TACOMA's Table 1 (see tacoma/_trace.py)."""
-    from ._trace import read
+    and the agent's worker, after TACOMA's Table 1 (see tacoma/wire/_trace.py)."""
+    from ..wire._trace import read
 
     agent, address = split_target(target)
     bc = _make_briefcase(briefcase, code)
     bc[TRACE] = []
     if address is None:
-        from ._embedded import embedded_address
+        from ..place._embedded import embedded_address
 
         address = await embedded_address()
     started = time.perf_counter_ns()
@@ -379,7 +379,7 @@ async def atrace(target: str, briefcase: Briefcase | Mapping[str, Any] | None = 
     except TimeoutError as exc:
         if isinstance(exc, TacomaError):
             raise
-        from ._errors import MeetTimeout
+        from ..wire._errors import MeetTimeout
 
         raise MeetTimeout(f"meet {target} did not finish within {timeout} s") from None
     total = time.perf_counter_ns() - started

@@ -35,12 +35,13 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from ._agentside import program_bytes
-from ._briefcase import CODE, TRACE, Briefcase
-from ._builds import Builds
-from ._cabinets import CABINET_AGENT, Cabinets
-from ._client import ClientCache, PlaceClient, split_target
-from ._errors import (
+from .._version import __version__
+from ..agent._channel import program_bytes
+from ..agent._interpreter import Interpreter, discover_interpreters, module_file
+from ..client._client import ClientCache, PlaceClient, split_target
+from ..client._transport import Channel, parse_address
+from ..wire._briefcase import CODE, TRACE, Briefcase
+from ..wire._errors import (
     AgentKilled,
     LimitExceeded,
     MeetError,
@@ -54,15 +55,14 @@ from ._errors import (
     error_from_wire,
     kind_of,
 )
-from ._interpreter import Interpreter, discover_interpreters, module_file
-from ._protocol import Accepted, Cancel, Event, Failed, Meet, Result, Role
+from ..wire._protocol import Accepted, Cancel, Event, Failed, Meet, Result, Role
+from ..wire._trace import read as _read_trace
+from ..wire._trace import record
+from ._builds import Builds
+from ._cabinets import CABINET_AGENT, Cabinets
 from ._residents import MAILBOX_AGENT, Residents
 from ._settings import PlaceSettings
-from ._trace import read as _read_trace
-from ._trace import record
-from ._transport import Channel, parse_address
 from ._trips import HOME_AGENT, Trip, Trips, ending
-from ._version import __version__
 from ._workers import AgentUids, PidsCgroups, Worker, WorkerPool
 
 __all__ = ["ADMIN_AGENT", "ECHO_AGENT", "Place"]

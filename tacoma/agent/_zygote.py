@@ -6,7 +6,7 @@ each language's pool starts one zygote (its worker module run as `main`), which 
 code paths up with a dummy meet and then waits for spawn requests from the place on a
 SOCK_SEQPACKET control socket. For each request it forks a child that makes itself a
 worker: a new session, the output file on stdout and stderr, the private working directory,
-a minimal environment, then `_agentside.serve_one`, which confines it and serves one meet.
+a minimal environment, then `_channel.serve_one`, which confines it and serves one meet.
 
 The zygote never runs an agent and never sees a briefcase (those reach the child after the
 fork, over the channel it was handed), so every worker starts from the same clean image:
@@ -38,8 +38,8 @@ from collections.abc import Callable
 
 import msgpack
 
-from . import _agentside, _sandbox
-from ._protocol import Meet
+from ..wire._protocol import Meet
+from . import _channel, _sandbox
 
 __all__ = ["main"]
 
@@ -76,7 +76,7 @@ def _kill_everything(live: dict[int, str | None]) -> None:
             _sandbox.kill_cgroup(cgroup)
 
 
-def _become_worker(run: _agentside.Runner, plan: dict[str, object], fds: list[int],
+def _become_worker(run: _channel.Runner, plan: dict[str, object], fds: list[int],
                    zygote: int, prepare: Callable[[], None] | None) -> None:
     """In the forked child: shed the zygote's state and serve one meet."""
     channel_fd, output_fd = fds
@@ -88,15 +88,15 @@ def _become_worker(run: _agentside.Runner, plan: dict[str, object], fds: list[in
     os.environ.clear()
     os.environ.update({str(k): str(v) for k, v in dict(plan["env"]).items()})  # type: ignore[call-overload]
     sys.argv = ["tacoma-agent"]
-    _agentside.serve_one(run, {**plan, "fd": channel_fd, "parent": zygote}, prepare)
+    _channel.serve_one(run, {**plan, "fd": channel_fd, "parent": zygote}, prepare)
 
 
-def main(run: _agentside.Runner, warm_up: Meet | None = None,
+def main(run: _channel.Runner, warm_up: Meet | None = None,
          prepare: Callable[[], None] | None = None) -> None:
     """Run as a zygote until the place closes the control socket. Never returns.
 
     `warm_up` is a harmless meet run once here; `prepare` runs in each worker, confined,
-    before it says it is ready (see _agentside.serve_one).
+    before it says it is ready (see _channel.serve_one).
     """
     plan = _sandbox.plan_from_argv()
     _sandbox.close_inherited(keep=(int(plan["control_fd"]),))
@@ -106,7 +106,7 @@ def main(run: _agentside.Runner, warm_up: Meet | None = None,
     control = socket.socket(fileno=int(plan["control_fd"]))
     os.set_inheritable(control.fileno(), False)
     if warm_up is not None:
-        _agentside.warm_up(run, warm_up)
+        _channel.warm_up(run, warm_up)
     # SIGCHLD wakes the select below through a pipe (Python's own wakeup-fd mechanism).
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)

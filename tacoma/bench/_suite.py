@@ -44,9 +44,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .._briefcase import Briefcase
-from .._client import meet, request
-from .._errors import MeetError, UnknownAgent
+from ..client._client import meet, request
+from ..wire._briefcase import Briefcase
+from ..wire._errors import MeetError, UnknownAgent
 from ._paper import UNITS
 
 __all__ = ["BENCHMARKS", "BenchmarkFailed", "Context", "Measured", "Run", "measure"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import platformdirs
 
-from ._protocol import DEFAULT_MAX_FRAME
+from ..wire._protocol import DEFAULT_MAX_FRAME
 
 __all__ = ["DEFAULT_LISTEN", "Limits", "PlaceSettings", "default_state_dir"]
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import tacoma
 from tacoma import Briefcase
-from tacoma.agent._channel import artifact_key
 from tacoma.agent._interpreter import discover_interpreters
+from tacoma.wire._program import artifact_key
 
 from conftest import RunningPlace, launch_place, needs_root, pid_alive, wait_until
 

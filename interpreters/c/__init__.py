@@ -68,4 +68,23 @@ interpreter = Interpreter(
     version=_version,
     build=Build(source_name="agent.c", output_name="agent", command=_command,
                 build_id=_build_id),
+    programs={
+        "minimal": "int main(void) { return 0; }",
+        "arriver": """#include <tacoma.h>
+int main(void) {
+    tc_list tag;
+    if (tc_folder(TC_SELF, "TAG", &tag) != 0 || tag.count != 1) tc_fail("no TAG");
+    if (tc_cabinet_append((const char *)tag.items[0].data, "ARRIVED", ".", 1, 0) != 0)
+        tc_fail("%s", tc_error());
+    return 0;
+}
+""",
+        "roamer": """#include <tacoma.h>
+int main(void) {
+    tc_append(TC_SELF, "HOPS", ".", 1);
+    if (tc_go_next() != 0) tc_fail("go_next: %s", tc_error());
+    return 0;
+}
+""",
+    },
 )

@@ -39,10 +39,11 @@ import socket
 import subprocess
 
 from tacoma.agent import _zygote as zygote
-from tacoma.agent._channel import AgentChannel, AgentFailure, artifact_key, program_bytes
+from tacoma.agent._channel import AgentChannel, AgentFailure
 from tacoma.agent._sandbox import describe_exit
 from tacoma.wire._briefcase import CODE, Briefcase
 from tacoma.wire._errors import MeetError
+from tacoma.wire._program import artifact_key, program_bytes
 from tacoma.wire._protocol import Meet
 
 #: What tacoma.h writes before a crash's backtrace.

@@ -15,4 +15,9 @@ interpreter = Interpreter(
     suffixes=(".py",),
     worker_module="tacoma.interpreters.python._worker",
     version=lambda: f"{platform.python_implementation()} {platform.python_version()}",
+    programs={
+        "minimal": "pass",
+        "arriver": 'cabinet_append(bc.text("TAG")[0], "ARRIVED", b".")',
+        "roamer": 'bc.append("HOPS", b".")\ngo_next()',
+    },
 )

@@ -41,4 +41,9 @@ interpreter = Interpreter(
     worker_module="tacoma.interpreters.scheme._worker",
     check=_check,
     version=_version,
+    programs={
+        "minimal": "#t",
+        "arriver": '(cabinet-append (car (bc-text "TAG")) "ARRIVED" ".")',
+        "roamer": '(bc-append "HOPS" ".")\n(go-next)',
+    },
 )

@@ -32,4 +32,9 @@ interpreter = Interpreter(
     worker_module="tacoma.interpreters.tcl._worker",
     check=_check,
     version=_version,
+    programs={
+        "minimal": "set x 1",
+        "arriver": "cabinet_append [lindex [bc_text TAG] 0] ARRIVED .",
+        "roamer": "bc_append HOPS .\ngo_next",
+    },
 )

@@ -31,6 +31,8 @@ from ..wire._errors import (
     ProtocolError,
     error_from_wire,
 )
+from ..wire._names import CABINET_AGENT, MAILBOX_AGENT
+from ..wire._program import program_bytes
 from ..wire._protocol import (
     NEED_DATA,
     OPEN,
@@ -47,11 +49,8 @@ from ..wire._protocol import (
 from ..wire._trace import record
 from . import _sandbox
 
-__all__ = ["AgentChannel", "AgentFailure", "artifact_key", "program_bytes", "program_text",
-           "serve_one"]
+__all__ = ["AgentChannel", "AgentFailure", "program_text", "serve_one"]
 
-#: The place's agent for a resident's mailbox (as _residents, which needs asyncio, says).
-MAILBOX_AGENT = "ag_mailbox"
 #: Acknowledged sends an agent may have outstanding at once.
 MAX_UNACKED = 1024
 
@@ -293,7 +292,7 @@ class AgentChannel:
             request["CABINET"] = [cabinet]
         for name, elements in (folders or {}).items():
             request.replace(name, elements)
-        answer = self.meet("ag_cabinet", request)
+        answer = self.meet(CABINET_AGENT, request)
         assert isinstance(answer, Briefcase)
         return answer
 
@@ -345,26 +344,6 @@ Runner = Callable[[Meet, AgentChannel], Briefcase]
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, NoReturn
-
-
-def program_bytes(briefcase: Briefcase) -> bytes:
-    """The agent's program as bytes: the CODE folder's elements joined by newlines.
-
-    The place (to compile and cache it) and the worker (to find it in the cache) both take
-    a program from a briefcase with this one function, so both name it alike.
-    """
-    return b"\n".join(briefcase.folder(CODE))
-
-
-def artifact_key(build_id: str, program: bytes) -> str:
-    """The name of a compiled program in its language's cache: a hash of everything that
-    decides what the compiler makes of it (PAN names code by a cryptographic hash too)."""
-    import hashlib
-
-    digest = hashlib.sha256(build_id.encode("utf-8"))
-    digest.update(b"\0")
-    digest.update(program)
-    return digest.hexdigest()
 
 
 def program_text(meet: Meet, language: str) -> str:

@@ -22,10 +22,10 @@ import importlib.util
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["Build", "Interpreter", "discover_interpreters"]
+__all__ = ["PROGRAMS", "Build", "Interpreter", "discover_interpreters"]
 
 log = logging.getLogger("tacoma.place")
 
@@ -48,6 +48,16 @@ class Build:
     build_id: Callable[[], str]
 
 
+#: What each of an interpreter's `programs` does, by name (tacoma bench runs them):
+PROGRAMS: dict[str, str] = {
+    "minimal": "starts and ends",
+    "arriver": "appends one element, '.', to folder ARRIVED of the cabinet (public) that "
+               "its TAG folder names",
+    "roamer": "appends one element, '.', to its HOPS folder, then goes to the next place of "
+              "its ITINERARY (go_next)",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Interpreter:
     """A language adapter.
@@ -56,7 +66,9 @@ class Interpreter:
     suffixes: file suffixes of installed agents it runs (".py"); worker_module: the module
     run by the place as the language's zygote; check: returns why the language cannot run
     here, or None when it can; version: the language implementation's version, for
-    `tacoma doctor`; build: for a compiled language, how its programs are compiled.
+    `tacoma doctor`; build: for a compiled language, how its programs are compiled;
+    programs: small programs in this language that tools run, by what they do (PROGRAMS),
+    so that no tool of the kernel holds source text in any language.
     """
 
     language: str
@@ -66,6 +78,7 @@ class Interpreter:
     check: Callable[[], str | None] = field(default=lambda: None)
     version: Callable[[], str] = field(default=lambda: "")
     build: Build | None = None
+    programs: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def worker_argv(self) -> list[str]:
         """The command that starts one worker (the sandbox plan is appended to it).

@@ -36,6 +36,7 @@ more stops of a roamer). Agents are minimal, messages carry one byte: as in the 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import secrets
@@ -44,6 +45,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..agent._interpreter import PROGRAMS, Interpreter, discover_interpreters
 from ..client._client import meet, request
 from ..wire._briefcase import Briefcase
 from ..wire._errors import MeetError, UnknownAgent
@@ -134,52 +136,30 @@ class Context:
     def message(self) -> list[bytes]:
         return [b"x" * self.message_bytes]
 
+    @functools.cached_property
+    def interpreter(self) -> Interpreter:
+        """The installed interpreter of `language` (the agents' programs are its own)."""
+        for interpreter in discover_interpreters().values():
+            if interpreter.language == self.language:
+                return interpreter
+        raise ValueError(f"no interpreter for language {self.language!r} is installed "
+                         "(tacoma doctor lists them)")
+
     @property
     def agent(self) -> str:
-        return f"ag_{self.language}"
+        return self.interpreter.agent
+
+    def program(self, kind: str) -> str:
+        """The interpreter's program of this kind (see agent._interpreter.PROGRAMS)."""
+        try:
+            return self.interpreter.programs[kind]
+        except KeyError:
+            raise ValueError(f"the {self.language} interpreter has no {kind!r} program, which "
+                             f"tacoma bench needs: one that {PROGRAMS[kind]}") from None
 
     def at(self, index: int, agent: str) -> str:
         return f"{agent}@{self.places[index]}"
 
-
-# ----------------------------------------------------------------------- agents' programs
-#: The smallest agent in each language: it starts and ends.
-MINIMAL = {
-    "python": "pass",
-    "tcl": "set x 1",
-    "scheme": "#t",
-    "c": "int main(void) { return 0; }",
-}
-
-#: An agent that notes its arrival in the cabinet named by its TAG folder, at its place.
-ARRIVER = {
-    "python": 'cabinet_append(bc.text("TAG")[0], "ARRIVED", b".")',
-    "tcl": 'cabinet_append [lindex [bc_text TAG] 0] ARRIVED .',
-    "scheme": '(cabinet-append (car (bc-text "TAG")) "ARRIVED" ".")',
-    "c": """#include <tacoma.h>
-int main(void) {
-    tc_list tag;
-    if (tc_folder(TC_SELF, "TAG", &tag) != 0 || tag.count != 1) tc_fail("no TAG");
-    if (tc_cabinet_append((const char *)tag.items[0].data, "ARRIVED", ".", 1, 0) != 0)
-        tc_fail("%s", tc_error());
-    return 0;
-}
-""",
-}
-
-#: A roamer: counts its visit in HOPS, then goes on along its ITINERARY.
-ROAMER = {
-    "python": 'bc.append("HOPS", b".")\ngo_next()',
-    "tcl": "bc_append HOPS .\ngo_next",
-    "scheme": '(bc-append "HOPS" ".")\n(go-next)',
-    "c": """#include <tacoma.h>
-int main(void) {
-    tc_append(TC_SELF, "HOPS", ".", 1);
-    if (tc_go_next() != 0) tc_fail("go_next: %s", tc_error());
-    return 0;
-}
-""",
-}
 
 #: What every driver (a Python agent that loops and times itself) starts with.
 _DRIVER = """
@@ -469,12 +449,12 @@ class CL(Benchmark):
     checked = "every created agent ran and ended (each sync meet returned)"
 
     def setup(self) -> None:
-        meet(self.ctx.at(0, self.ctx.agent), code=MINIMAL[self.ctx.language],
+        meet(self.ctx.at(0, self.ctx.agent), code=self.ctx.program("minimal"),
              timeout=self.ctx.timeout)  # warm: C compiles once, here
 
     def run(self, n: int) -> Run:
         bc = _drive(self.ctx, 0, _CL, n, AGENT=[self.ctx.agent],
-                    MINIMAL=[MINIMAL[self.ctx.language]])
+                    MINIMAL=[self.ctx.program("minimal")])
         return _elapsed(bc, n, "CL")
 
 
@@ -483,11 +463,11 @@ class CR(CL):
     checked = "every created agent ran and ended at the remote place"
 
     def setup(self) -> None:
-        meet(self.ctx.at(1, self.ctx.agent), code=MINIMAL[self.ctx.language],
+        meet(self.ctx.at(1, self.ctx.agent), code=self.ctx.program("minimal"),
              timeout=self.ctx.timeout)
 
     def run(self, n: int) -> Run:
-        target, code = self.ctx.at(1, self.ctx.agent), MINIMAL[self.ctx.language]
+        target, code = self.ctx.at(1, self.ctx.agent), self.ctx.program("minimal")
         start = time.perf_counter()
         for _ in range(n):
             meet(target, {"PAD": self.ctx.pad}, code=code, timeout=self.ctx.timeout)
@@ -500,13 +480,13 @@ class AD(Benchmark):
 
     def setup(self) -> None:
         meet(self.ctx.at(1, self.ctx.agent), {"TAG": [self.tag + "-warm"]},
-             code=ARRIVER[self.ctx.language], timeout=self.ctx.timeout)
+             code=self.ctx.program("arriver"), timeout=self.ctx.timeout)
         _arrivals(self.ctx, 1, self.tag + "-warm", 1, "AD warm-up")
 
     def run(self, n: int) -> Run:
         tag = f"{self.tag}-{n}-{secrets.token_hex(2)}"
         bc = _drive(self.ctx, 0, _AD, n, TARGET=[self.ctx.at(1, self.ctx.agent)], TAG=[tag],
-                    ARRIVER=[ARRIVER[self.ctx.language]])
+                    ARRIVER=[self.ctx.program("arriver")])
         measured = _elapsed(bc, n, "AD")
         _arrivals(self.ctx, 1, tag, n, "AD")
         return measured
@@ -560,7 +540,7 @@ class MSG_MA(Benchmark):
     def run(self, n: int) -> Run:
         bc = _drive(self.ctx, 0, _MSG_MA, n, AGENT=[self.ctx.agent],
                     REMOTE=[self.ctx.places[1]], HOME_PLACE=[self.ctx.places[0]],
-                    ROAMER=[ROAMER[self.ctx.language]])
+                    ROAMER=[self.ctx.program("roamer")])
         return _elapsed(bc, n, "MSG-MA")
 
 
@@ -577,7 +557,7 @@ class ROAM(Benchmark):
         stops = [self.ctx.places[i] for i in (1, 2, 3, 0)] * (hops // 4)
         start = time.perf_counter()
         back = meet(self.ctx.at(0, self.ctx.agent), {"ITINERARY": stops, "PAD": self.ctx.pad},
-                    code=ROAMER[self.ctx.language], timeout=self.ctx.timeout)
+                    code=self.ctx.program("roamer"), timeout=self.ctx.timeout)
         seconds = time.perf_counter() - start
         visits = len(back.folder("HOPS"))
         if visits != hops + 1:

@@ -234,7 +234,7 @@ def _briefcase_from(folders: tuple[str, ...], code_path: Path | None = None) -> 
 
 
 def _checked_target(target: str) -> str:
-    from ..client._client import split_target
+    from ..wire._address import split_target
 
     try:
         split_target(target)
@@ -600,8 +600,8 @@ def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
     Prints one line on stdout once it accepts meets, then logs to stderr.
     """
     from ..client._runtime import new_event_loop
-    from ..client._transport import parse_address
     from ..place._place import Place
+    from ..wire._address import parse_address
 
     try:
         parse_address(listen, listen=True)
@@ -690,10 +690,9 @@ def install(program: Path, name: str | None, state_dir: Path | None) -> None:
     name = name or program.stem
     if not name.isidentifier():
         raise click.UsageError(f"agent name {name!r} must be letters, digits and underscores")
-    from ..place._place import BUILT_IN
-    from ..place._residents import MAILBOX_AGENT
+    from ..wire._names import RESERVED_AGENTS
 
-    builtin = {*BUILT_IN, MAILBOX_AGENT, *discover_interpreters()}
+    builtin = {*RESERVED_AGENTS, *discover_interpreters()}
     if name in builtin:
         raise click.UsageError(f"{name} is a built-in agent; install under another name "
                                "(--name)")

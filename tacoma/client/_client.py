@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any, Literal, cast, overload
 
 from .._version import __version__
+from ..wire._address import split_target
 from ..wire._briefcase import CODE, TRACE, Briefcase
 from ..wire._errors import (
     ConnectionLost,
@@ -33,20 +34,12 @@ from ..wire._protocol import DEFAULT_MAX_FRAME, Accepted, Cancel, Event, Failed,
 from ._transport import Channel, connect
 
 __all__ = ["PlaceClient", "Traced", "ameet", "arequest", "asend", "atrace", "meet", "request",
-           "send", "split_target", "trace"]
+           "send", "trace"]
 
 MeetMode = Literal["sync", "async"]
 #: Every mode on the wire: the user's two, and those of messages and moving agents.
 WireMode = Literal["sync", "async", "ack", "go"]
 _SOFTWARE = f"tacoma/{__version__}"
-
-
-def split_target(target: str) -> tuple[str, str | None]:
-    """`agent@place` -> (agent, place); a bare `agent` -> (agent, None)."""
-    agent, sep, place = target.partition("@")
-    if not agent or (sep and not place):
-        raise ValueError(f"bad meet target {target!r}: expected AGENT@HOST:PORT or AGENT")
-    return agent, (place or None)
 
 
 class PlaceClient:

@@ -16,6 +16,7 @@ import asyncio
 import socket
 from typing import Protocol, cast
 
+from ..wire._address import parse_address
 from ..wire._errors import (
     ConnectError,
     ConnectionLost,
@@ -26,7 +27,7 @@ from ..wire._errors import (
 )
 from ..wire._protocol import NEED_DATA, Bye, Connection, Event, Role
 
-__all__ = ["Channel", "EventHandler", "connect", "parse_address"]
+__all__ = ["Channel", "EventHandler", "connect"]
 
 #: Seconds a place waits for a new connection's Hello (a client sends it at once).
 HELLO_TIMEOUT = 10.0
@@ -155,21 +156,6 @@ class Channel(asyncio.Protocol):
     def _fail(self, exc: BaseException) -> None:
         if self.transport is not None:
             self.transport.close()
-
-
-def parse_address(address: str, listen: bool = False) -> tuple[str, int]:
-    """`host:port` or `[v6]:port` to (host, port); ValueError says what is expected.
-
-    Port 0 (any free port) is allowed only for an address to listen on.
-    """
-    host, sep, port = address.rpartition(":")
-    lowest = 0 if listen else 1
-    if not sep or not host or not port.isdigit() or not lowest <= int(port) < 65536:
-        raise ValueError(f"bad place address {address!r}: expected HOST:PORT, "
-                         "e.g. 127.0.0.1:7707")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port)
 
 
 async def connect(address: str, role: Role, handler: EventHandler, max_frame: int,

@@ -29,10 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..agent._channel import artifact_key
 from ..agent._interpreter import Interpreter
 from ..agent._sandbox import describe_exit
 from ..wire._errors import AgentFailed, AgentKilled, MeetTimeout, PlaceUnavailable
+from ..wire._program import artifact_key
 from ._settings import PlaceSettings
 from ._workers import WorkerPool
 

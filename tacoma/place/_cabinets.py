@@ -41,9 +41,8 @@ from typing import TypeVar
 from ..wire._briefcase import CABINET_REQUEST_FOLDERS, Briefcase
 from ..wire._errors import CabinetError
 
-__all__ = ["CABINET_AGENT", "Cabinets", "Store"]
+__all__ = ["Cabinets", "Store"]
 
-CABINET_AGENT = "ag_cabinet"
 OPS = ("list", "folders", "read", "append", "replace", "remove")
 _NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
 

@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
-from ..agent._channel import program_bytes
 from ..agent._interpreter import Interpreter, discover_interpreters, module_file
-from ..client._client import ClientCache, PlaceClient, split_target
-from ..client._transport import Channel, parse_address
+from ..client._client import ClientCache, PlaceClient
+from ..client._transport import Channel
+from ..wire._address import parse_address, split_target
 from ..wire._briefcase import CODE, TRACE, Briefcase
 from ..wire._errors import (
     AgentKilled,
@@ -55,26 +55,28 @@ from ..wire._errors import (
     error_from_wire,
     kind_of,
 )
+from ..wire._names import (
+    ADMIN_AGENT,
+    BUILT_IN,
+    CABINET_AGENT,
+    HOME_AGENT,
+    MAILBOX_AGENT,
+)
+from ..wire._program import program_bytes
 from ..wire._protocol import Accepted, Cancel, Event, Failed, Meet, Result, Role
 from ..wire._trace import read as _read_trace
 from ..wire._trace import record
 from ._builds import Builds
-from ._cabinets import CABINET_AGENT, Cabinets
-from ._residents import MAILBOX_AGENT, Residents
+from ._cabinets import Cabinets
+from ._residents import Residents
 from ._settings import PlaceSettings
-from ._trips import HOME_AGENT, Trip, Trips, ending
+from ._trips import Trip, Trips, ending
 from ._workers import AgentUids, PidsCgroups, Worker, WorkerPool
 
-__all__ = ["ADMIN_AGENT", "ECHO_AGENT", "Place"]
+__all__ = ["Place"]
 
 log = logging.getLogger("tacoma.place")
 
-#: The null agent: returns the briefcase it got. For benchmarks and health checks.
-ECHO_AGENT = "ag_echo"
-#: Lists and stops the agents at the place, for whoever holds its admin token.
-ADMIN_AGENT = "ag_admin"
-#: Agents the place answers itself, with no worker.
-BUILT_IN = (ECHO_AGENT, CABINET_AGENT, HOME_AGENT, ADMIN_AGENT)
 _SOFTWARE = f"tacoma-place/{__version__}"
 
 

@@ -47,10 +47,8 @@ from ..wire._errors import MailboxFull, MessageError, PlaceUnavailable, UnknownA
 if TYPE_CHECKING:
     from ._workers import Worker
 
-__all__ = ["MAILBOX_AGENT", "Residents"]
+__all__ = ["Residents"]
 
-#: The built-in agent a resident meets to reside, receive and reply.
-MAILBOX_AGENT = "ag_mailbox"
 #: Resident names: short, plain, and never an `ag_` name (those are the place's agents).
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 #: Message kind by the mode of the meet that carried it.

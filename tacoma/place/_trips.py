@@ -31,13 +31,11 @@ from dataclasses import dataclass
 from ..wire._briefcase import HOME, Briefcase
 from ..wire._errors import MeetError, MeetTimeout, error_from_wire
 
-__all__ = ["HOME_AGENT", "Trip", "Trips", "ending"]
+__all__ = ["Trip", "Trips", "ending"]
 
 # HOME (_briefcase): the folder a hop carries its trip in, [home address, trip id]; the place
 # takes it out. ITINERARY: the places an agent still means to visit, in order (`go_next`
 # takes the first one off and goes there).
-#: The built-in agent at a trip's home that receives its end.
-HOME_AGENT = "ag_home"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,28 @@
+"""Place addresses and meet targets, parsed the same way by the client, the place and the CLI."""
+
+from __future__ import annotations
+
+__all__ = ["parse_address", "split_target"]
+
+
+def parse_address(address: str, listen: bool = False) -> tuple[str, int]:
+    """`host:port` or `[v6]:port` to (host, port); ValueError says what is expected.
+
+    Port 0 (any free port) is allowed only for an address to listen on.
+    """
+    host, sep, port = address.rpartition(":")
+    lowest = 0 if listen else 1
+    if not sep or not host or not port.isdigit() or not lowest <= int(port) < 65536:
+        raise ValueError(f"bad place address {address!r}: expected HOST:PORT, "
+                         "e.g. 127.0.0.1:7707")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
+def split_target(target: str) -> tuple[str, str | None]:
+    """`agent@place` -> (agent, place); a bare `agent` -> (agent, None)."""
+    agent, sep, place = target.partition("@")
+    if not agent or (sep and not place):
+        raise ValueError(f"bad meet target {target!r}: expected AGENT@HOST:PORT or AGENT")
+    return agent, (place or None)

@@ -5,9 +5,24 @@ An agent and its briefcase travel to a place, run there, and report back:
     >>> import tacoma
     >>> bc = tacoma.meet("ag_python@127.0.0.1:7707", code="bc['X'] = [b'hi']")
 
+Layout: one package per process image, each with its own import rules (tests/test_layout.py
+checks them):
+
+    wire/     what every process imports: briefcase, events, the sans-IO protocol, errors,
+              reserved names, trace records; standard library and msgpack, no I/O
+    agent/    the agent's worker image: zygote, sandbox, the channel to its place, the one
+              agent API table; imports wire only, never asyncio
+    client/   meets over asyncio and the blocking face; imports wire, never place
+    place/    the place daemon on asyncio; imports wire, agent and client
+    cli/      the `tacoma` command, a thin face over this package's API
+    bench/    the benchmark suite of the papers (`tacoma bench`)
+    testing   the in-memory protocol pair, for tests and adapter authors
+
 The public API is re-exported here. Imports are lazy (PEP 562): agent worker processes
-import tacoma's protocol modules, and must not pay for asyncio, uvloop and click at start-up.
-`__all__` and the test of exports keep the list honest.
+import tacoma's packages, and must not pay for asyncio, uvloop and click at start-up.
+`__all__` and the test of exports keep the list honest. A bare agent name meets at the
+embedded place: the client does not know the place, so this package connects the two
+(`_default_to_embedded_place`); nothing starts before the first such meet.
 """
 
 from __future__ import annotations
@@ -21,44 +36,44 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from .agent._interpreter import Build as Build
-    from .agent._interpreter import Interpreter as Interpreter
-    from .client._client import PlaceClient as PlaceClient
-    from .client._client import Traced as Traced
-    from .client._client import ameet as ameet
-    from .client._client import arequest as arequest
-    from .client._client import asend as asend
-    from .client._client import atrace as atrace
-    from .client._client import meet as meet
-    from .client._client import request as request
-    from .client._client import send as send
-    from .client._client import trace as trace
-    from .client._local import LocalPlaces as LocalPlaces
-    from .client._local import local_places as local_places
-    from .place._place import Place as Place
-    from .place._settings import Limits as Limits
-    from .place._settings import PlaceSettings as PlaceSettings
-    from .wire._briefcase import CODE as CODE
-    from .wire._briefcase import RESERVED_FOLDERS as RESERVED_FOLDERS
-    from .wire._briefcase import Briefcase as Briefcase
-    from .wire._errors import AgentFailed as AgentFailed
-    from .wire._errors import AgentKilled as AgentKilled
-    from .wire._errors import CabinetError as CabinetError
-    from .wire._errors import ConnectError as ConnectError
-    from .wire._errors import ConnectionLost as ConnectionLost
-    from .wire._errors import LimitExceeded as LimitExceeded
-    from .wire._errors import LocalProtocolError as LocalProtocolError
-    from .wire._errors import MailboxFull as MailboxFull
-    from .wire._errors import MeetError as MeetError
-    from .wire._errors import MeetTimeout as MeetTimeout
-    from .wire._errors import MessageError as MessageError
-    from .wire._errors import NotAllowed as NotAllowed
-    from .wire._errors import PlaceUnavailable as PlaceUnavailable
-    from .wire._errors import ProtocolError as ProtocolError
-    from .wire._errors import RemoteProtocolError as RemoteProtocolError
-    from .wire._errors import TacomaError as TacomaError
-    from .wire._errors import TransportError as TransportError
-    from .wire._errors import UnknownAgent as UnknownAgent
+    from .agent import Build as Build
+    from .agent import Interpreter as Interpreter
+    from .client import LocalPlaces as LocalPlaces
+    from .client import PlaceClient as PlaceClient
+    from .client import Traced as Traced
+    from .client import ameet as ameet
+    from .client import arequest as arequest
+    from .client import asend as asend
+    from .client import atrace as atrace
+    from .client import local_places as local_places
+    from .client import meet as meet
+    from .client import request as request
+    from .client import send as send
+    from .client import trace as trace
+    from .place import Limits as Limits
+    from .place import Place as Place
+    from .place import PlaceSettings as PlaceSettings
+    from .wire import CODE as CODE
+    from .wire import RESERVED_FOLDERS as RESERVED_FOLDERS
+    from .wire import AgentFailed as AgentFailed
+    from .wire import AgentKilled as AgentKilled
+    from .wire import Briefcase as Briefcase
+    from .wire import CabinetError as CabinetError
+    from .wire import ConnectError as ConnectError
+    from .wire import ConnectionLost as ConnectionLost
+    from .wire import LimitExceeded as LimitExceeded
+    from .wire import LocalProtocolError as LocalProtocolError
+    from .wire import MailboxFull as MailboxFull
+    from .wire import MeetError as MeetError
+    from .wire import MeetTimeout as MeetTimeout
+    from .wire import MessageError as MessageError
+    from .wire import NotAllowed as NotAllowed
+    from .wire import PlaceUnavailable as PlaceUnavailable
+    from .wire import ProtocolError as ProtocolError
+    from .wire import RemoteProtocolError as RemoteProtocolError
+    from .wire import TacomaError as TacomaError
+    from .wire import TransportError as TransportError
+    from .wire import UnknownAgent as UnknownAgent
 
 _EXPORTS: dict[str, str] = {
     "CODE": "wire",
@@ -109,8 +124,24 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'tacoma' has no attribute {name!r}")
     value = getattr(importlib.import_module(f"tacoma.{module}"), name)
+    if module == "client":
+        _default_to_embedded_place()
     globals()[name] = value
     return value
+
+
+def _default_to_embedded_place() -> None:
+    """Make bare agent names meet at the embedded place (place._embedded)."""
+    from .client import _client
+
+    if _client._default_place is None:
+        _client.set_default_place(_embedded_address)
+
+
+async def _embedded_address() -> str:
+    from .place._embedded import embedded_address
+
+    return await embedded_address()
 
 
 def __dir__() -> list[str]:

@@ -244,7 +244,7 @@ def test_a_killed_zygote_is_replaced(tight: RunningPlace) -> None:
 
 
 def test_cover_plan_reveals_what_lies_below_a_closed_directory(tmp_path: Path) -> None:
-    from tacoma.place._workers import AgentUids
+    from tacoma.place._containment import AgentUids
 
     closed = tmp_path / "checkout"
     needed = closed / "interpreters" / "c"

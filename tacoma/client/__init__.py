@@ -6,18 +6,19 @@ loop that serves blocking calls from scripts and notebook cells, and local place
 bare agent name meets at a default place that the public `tacoma` package provides.
 """
 
+from ._api import ameet as ameet
+from ._api import arequest as arequest
+from ._api import asend as asend
+from ._api import meet as meet
+from ._api import request as request
+from ._api import send as send
 from ._client import PlaceClient as PlaceClient
-from ._client import Traced as Traced
-from ._client import ameet as ameet
-from ._client import arequest as arequest
-from ._client import asend as asend
-from ._client import atrace as atrace
-from ._client import meet as meet
-from ._client import request as request
-from ._client import send as send
-from ._client import trace as trace
+from ._client import set_default_place as set_default_place
 from ._local import LocalPlaces as LocalPlaces
 from ._local import local_places as local_places
+from ._traced import Traced as Traced
+from ._traced import atrace as atrace
+from ._traced import trace as trace
 
 __all__ = ["LocalPlaces", "PlaceClient", "Traced", "ameet", "arequest", "asend", "atrace",
-           "local_places", "meet", "request", "send", "trace"]
+           "local_places", "meet", "request", "send", "set_default_place", "trace"]

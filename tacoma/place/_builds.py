@@ -9,7 +9,7 @@ and a new compiler or header makes new keys rather than stale hits.
 Why the place and not the worker compiles: a cache entry is trusted by everyone who sends
 the same source. If agents could write the cache, one agent could replace the binary that
 another agent's identical program will run. So the compiler runs confined like an agent (a
-uid of its own, a pids cgroup, the agent limits, a private directory: `WorkerPool.confined`),
+uid of its own, a pids cgroup, the agent limits, a private directory: `Containment.confined`),
 and after it has exited and its cgroup is empty the place, alone, copies the output into
 the cache (owned by the place, 0755 files in 0711 directories: agents may run what they can
 name, not list or change it), within a count and a byte budget. Meets that want the same
@@ -33,8 +33,7 @@ from ..agent._interpreter import Interpreter
 from ..agent._sandbox import describe_exit
 from ..wire._errors import AgentFailed, AgentKilled, MeetTimeout, PlaceUnavailable
 from ..wire._program import artifact_key
-from ._settings import PlaceSettings
-from ._workers import WorkerPool
+from ._containment import Containment
 
 __all__ = ["Builds"]
 
@@ -56,8 +55,9 @@ TOUCH_AFTER = 3600.0
 class Builds:
     """The compiled-program cache of one place."""
 
-    def __init__(self, settings: PlaceSettings, mode: int) -> None:
-        self.settings = settings
+    def __init__(self, containment: Containment, mode: int) -> None:
+        self.containment = containment
+        self.settings = containment.settings
         self.mode = mode  # of the cache directories: 0711 with separate uids, else 0700
         self._ids: dict[str, str] = {}
         self._dirs: dict[str, Path] = {}
@@ -103,9 +103,8 @@ class Builds:
                 with contextlib.suppress(OSError):
                     os.unlink(path)
 
-    async def ensure(self, pool: WorkerPool, program: bytes, timeout: float) -> Path:
+    async def ensure(self, interpreter: Interpreter, program: bytes, timeout: float) -> Path:
         """The cached build of `program`, compiled now if it is not cached yet."""
-        interpreter = pool.interpreter
         path = self.directory(interpreter) / artifact_key(self.build_id(interpreter), program)
         try:
             mtime = path.stat().st_mtime
@@ -121,7 +120,7 @@ class Builds:
             # Bounded by the place's own meet limit, not by the timeout of whichever meet
             # came first: other meets may be waiting for the same compile.
             task = asyncio.ensure_future(self._compile(
-                pool, program, path, self.settings.limits.meet_seconds))
+                interpreter, program, path, self.settings.limits.meet_seconds))
             self._compiling[path] = task
             task.add_done_callback(lambda t: self._done(path, t))
         # asyncio.wait, not wait_for: a caller that gives up does not cancel the compile
@@ -138,14 +137,15 @@ class Builds:
         if not task.cancelled():
             task.exception()  # retrieved: the waiters got it, if any were left
 
-    async def _compile(self, pool: WorkerPool, program: bytes, path: Path,
+    async def _compile(self, interpreter: Interpreter, program: bytes, path: Path,
                        timeout: float) -> None:
-        build = pool.interpreter.build
+        build = interpreter.build
         assert build is not None
-        language = pool.interpreter.language
+        language = interpreter.language
         started = time.monotonic()
-        async with pool.confined(build.command(), {build.source_name: program},
-                                 timeout) as (returncode, workdir, output):
+        async with self.containment.confined(f"{language}-build", build.command(),
+                                             {build.source_name: program},
+                                             timeout) as (returncode, workdir, output):
             messages = _head(output)
             if returncode != 0:
                 if returncode < 0:
@@ -158,7 +158,7 @@ class Builds:
             except OSError as exc:
                 raise PlaceUnavailable(f"the {language} compiler made no program: {exc}",
                                        messages) from None
-        await asyncio.to_thread(self.prune, pool.interpreter)
+        await asyncio.to_thread(self.prune, interpreter)
         log.info("compiled a %s program (%d bytes of source) in %.0f ms: %s", language,
                  len(program), (time.monotonic() - started) * 1000, path.name[:16])
 

@@ -45,7 +45,7 @@ from ..wire._briefcase import ENVELOPE, Briefcase
 from ..wire._errors import MailboxFull, MessageError, PlaceUnavailable, UnknownAgent
 
 if TYPE_CHECKING:
-    from ._workers import Worker
+    from ._meet import RunningMeet
 
 __all__ = ["Residents"]
 
@@ -71,8 +71,7 @@ class Message:
 @dataclass(eq=False)
 class Resident:
     name: str
-    worker: Worker
-    meet_id: str
+    meet: RunningMeet  # the meet whose agent is resident
     started: float = field(default_factory=time.time)
     queue: deque[Message] = field(default_factory=deque)
     bytes: int = 0
@@ -103,9 +102,9 @@ class Residents:
     def get(self, name: str) -> Resident | None:
         return self.by_name.get(name)
 
-    def of(self, worker: Worker) -> Resident | None:
-        resident = self.by_name.get(worker.resident or "")
-        return resident if resident is not None and resident.worker is worker else None
+    def of(self, meet: RunningMeet) -> Resident | None:
+        resident = self.by_name.get(meet.resident or "")
+        return resident if resident is not None and resident.meet is meet else None
 
     # ------------------------------------------------------------------ senders
     def deliver(self, name: str, mode: str, briefcase: Briefcase, sender: str) -> Message:
@@ -136,12 +135,12 @@ class Residents:
         return message
 
     # ------------------------------------------------------------------ the resident's side
-    async def serve(self, worker: Worker, request: Briefcase) -> Briefcase:
-        """Answer a worker's meet of ag_mailbox: OP reside, receive, reply or leave."""
+    async def serve(self, meet: RunningMeet, request: Briefcase) -> Briefcase:
+        """Answer the ag_mailbox meet of `meet`'s agent: OP reside, receive, reply or leave."""
         op = request.text("OP")[0] if request.folder("OP") else ""
         if op == "reside":
-            return self._reside(worker, request)
-        resident = self.of(worker)
+            return self._reside(meet, request)
+        resident = self.of(meet)
         if resident is None:
             raise MessageError(f"{op or 'a mailbox request'} needs a resident agent: "
                                "call reside(NAME) first")
@@ -150,25 +149,25 @@ class Residents:
         if op == "reply":
             return self._reply(resident, request)
         if op == "leave":
-            self.leave(worker)
+            self.leave(meet)
             return Briefcase()
         raise MessageError(f"unknown mailbox operation {op!r}: reside, receive, reply or leave")
 
-    def _reside(self, worker: Worker, request: Briefcase) -> Briefcase:
+    def _reside(self, meet: RunningMeet, request: Briefcase) -> Briefcase:
         names = request.text("NAME") if request.folder("NAME") else []
         name = names[0] if names else ""
         if not NAME.fullmatch(name) or name.startswith("ag_"):
             raise MessageError(f"bad resident name {name!r}: a letter, then up to 63 letters, "
                                "digits, '_', '.' or '-', and not starting with ag_")
-        if worker.resident is not None:
-            raise MessageError(f"this agent is already resident as {worker.resident}")
+        if meet.resident is not None:
+            raise MessageError(f"this agent is already resident as {meet.resident}")
         if name in self.by_name:
             raise MessageError(f"a resident agent named {name} is already here")
         if self.is_agent(name):
             raise MessageError(f"this place has an agent named {name}: a resident cannot "
                                "take its name")
-        self.by_name[name] = Resident(name, worker, worker.meet_id)
-        worker.resident = name
+        self.by_name[name] = Resident(name, meet)
+        meet.resident = name
         return Briefcase()
 
     async def _receive(self, resident: Resident, request: Briefcase) -> Briefcase:
@@ -222,13 +221,13 @@ class Residents:
             message.answer.set_result(reply)
         return Briefcase()
 
-    def leave(self, worker: Worker) -> None:
-        """The resident run by `worker` ends: free its name, tell everyone still waiting."""
-        resident = self.of(worker)
+    def leave(self, meet: RunningMeet) -> None:
+        """The resident of `meet` ends: free its name, tell everyone still waiting."""
+        resident = self.of(meet)
         if resident is None:
             return
         del self.by_name[resident.name]
-        worker.resident = None
+        meet.resident = None
         self.total_bytes -= resident.bytes
         ended: Exception = MessageError(f"resident agent {resident.name} ended before "
                                         "answering")

@@ -1,0 +1,146 @@
+"""Meeting agents and sending messages: the client API, async and blocking.
+
+`ameet` is the one implementation of a meet; `meet` runs it on a background event loop
+(`_runtime`) so it can be called from plain scripts and from notebook cells, where a loop
+already runs in the caller's thread. Messages are meets too (see place._residents): `asend`
+is an async (one-way) or ack meet with a resident, `arequest` a sync one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Mapping
+from typing import Any, Literal, cast, overload
+
+from ..wire._address import split_target
+from ..wire._briefcase import CODE, Briefcase
+from ._client import connected, meet_deadline
+
+__all__ = ["ameet", "arequest", "asend", "make_briefcase", "meet", "request", "send"]
+
+MeetMode = Literal["sync", "async"]
+Folders = Briefcase | Mapping[str, Any] | None
+
+
+def make_briefcase(briefcase: Folders, code: str | bytes | None) -> Briefcase:
+    """The briefcase of a meet: a copy of `briefcase`, with `code` in CODE if given."""
+    bc = Briefcase(briefcase) if briefcase is not None else Briefcase()
+    if code is not None:
+        bc[CODE] = [code]
+    return bc
+
+
+@overload
+async def ameet(target: str, briefcase: Folders = ..., *, code: str | bytes | None = ...,
+                mode: Literal["sync"] = ..., timeout: float | None = ...,
+                connect_timeout: float | None = ...) -> Briefcase: ...
+
+
+@overload
+async def ameet(target: str, briefcase: Folders = ..., *, code: str | bytes | None = ...,
+                mode: Literal["async"], timeout: float | None = ...,
+                connect_timeout: float | None = ...) -> str: ...
+
+
+async def ameet(target: str, briefcase: Folders = None, *, code: str | bytes | None = None,
+                mode: MeetMode = "sync", timeout: float | None = None,
+                connect_timeout: float | None = 10.0) -> Briefcase | str:
+    """Meet `agent@place` with a briefcase.
+
+    Sync (the default) waits for the agent to end and returns its briefcase; async returns
+    the place's meet id as soon as the place accepted the meet. `code` is put into the CODE
+    folder. `timeout` bounds the whole meet, connection included; the place kills the agent
+    when it passes. A bare agent name meets at the default place (tacoma.meet's: the
+    embedded place).
+    """
+    bc = make_briefcase(briefcase, code)
+    if mode not in ("sync", "async"):
+        raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
+    async with meet_deadline(timeout, f"meet {target} did not finish"):
+        agent, client = await connected(target, connect_timeout)
+        return await client.meet(agent, bc, mode, timeout)
+
+
+@overload
+def meet(target: str, briefcase: Folders = ..., *, code: str | bytes | None = ...,
+         mode: Literal["sync"] = ..., timeout: float | None = ...,
+         connect_timeout: float | None = ...) -> Briefcase: ...
+
+
+@overload
+def meet(target: str, briefcase: Folders = ..., *, code: str | bytes | None = ...,
+         mode: Literal["async"], timeout: float | None = ...,
+         connect_timeout: float | None = ...) -> str: ...
+
+
+def meet(target: str, briefcase: Folders = None, *, code: str | bytes | None = None,
+         mode: MeetMode = "sync", timeout: float | None = None,
+         connect_timeout: float | None = 10.0) -> Briefcase | str:
+    """Blocking `ameet`: usable from scripts and from notebook cells alike."""
+    from ._runtime import run_blocking
+
+    result = run_blocking(ameet(target, briefcase, code=code, mode=mode,
+                                timeout=timeout, connect_timeout=connect_timeout))
+    return cast(Briefcase | str, result)
+
+
+# ---------------------------------------------------------------------------- messages
+async def asend(target: str, briefcase: Folders = None, *, ack: bool = False,
+                timeout: float | None = None,
+                connect_timeout: float | None = 10.0) -> str | asyncio.Future[None]:
+    """Send a message to the resident agent `name@place` (see place._residents).
+
+    One-way (the default): returns the message id once the message is in the resident's
+    mailbox; the resident never answers. With `ack=True`: returns, once the message is sent,
+    a future that completes when the resident has taken it (or fails: MailboxFull,
+    UnknownAgent, MessageError if the resident ends first, MeetTimeout after `timeout`).
+    """
+    if split_target(target)[0].startswith("ag_"):
+        raise ValueError(f"{split_target(target)[0]} is an agent's name, not a resident's: "
+                         "messages go to resident agents (meet starts agents)")
+    bc = make_briefcase(briefcase, None)
+    agent, client = await connected(target, connect_timeout)
+    what = f"message to {target} not answered"
+    if not ack:
+        async with meet_deadline(timeout, what):
+            return str(await client.meet(agent, bc, "async", timeout))
+
+    async def acknowledged() -> None:
+        async with meet_deadline(timeout, what):
+            await client.meet(agent, bc, "ack", timeout)
+
+    task = asyncio.ensure_future(acknowledged())
+    await asyncio.sleep(0)  # the task runs up to its first wait: the message is sent
+    return task
+
+
+async def arequest(target: str, briefcase: Folders = None, *, timeout: float | None = None,
+                   connect_timeout: float | None = 10.0) -> Briefcase:
+    """Send a request to the resident agent `name@place` and wait for its reply (a sync
+    meet with a resident is exactly that)."""
+    return await ameet(target, briefcase, timeout=timeout, connect_timeout=connect_timeout)
+
+
+def send(target: str, briefcase: Folders = None, *, ack: bool = False,
+         timeout: float | None = None,
+         connect_timeout: float | None = 10.0) -> str | concurrent.futures.Future[None]:
+    """Blocking `asend`: the message id, or (ack=True) a concurrent.futures.Future of the
+    acknowledgement."""
+    from ._runtime import background_loop, run_blocking
+
+    sent = run_blocking(asend(target, briefcase, ack=ack, timeout=timeout,
+                              connect_timeout=connect_timeout))
+    if isinstance(sent, str):
+        return sent
+
+    async def wait() -> None:
+        await sent
+
+    return asyncio.run_coroutine_threadsafe(wait(), background_loop())
+
+
+def request(target: str, briefcase: Folders = None, *, timeout: float | None = None,
+            connect_timeout: float | None = 10.0) -> Briefcase:
+    """Blocking `arequest`: the resident's reply."""
+    return meet(target, briefcase, timeout=timeout, connect_timeout=connect_timeout)

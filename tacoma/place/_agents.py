@@ -1,0 +1,79 @@
+"""The agents a place can meet, and how a name finds one (TACOMA's step 6, locate agent).
+
+A name is one of the place's own agents (BUILT_IN: answered by the place, no worker), an
+interpreter's agent (ag_python: the program comes in the CODE folder), or an agent
+installed in STATE/agents (`tacoma install`: its program is the file, its interpreter told
+by the file's suffix). Languages come from the discovered interpreters; the place names none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from ..agent._interpreter import Interpreter
+from ..wire._errors import MeetError, PlaceUnavailable, UnknownAgent
+from ..wire._names import BUILT_IN
+from ._pool import WorkerPool
+
+__all__ = ["Agents"]
+
+
+class Agents:
+    """The agents of one place: its interpreters, their worker pools, installed agents."""
+
+    def __init__(self, agents_dir: Path, interpreters: dict[str, Interpreter],
+                 resident_names: Callable[[], list[str]]) -> None:
+        self.agents_dir = agents_dir
+        self.interpreters = interpreters  # by agent name, as discovered
+        self.pools: dict[str, WorkerPool] = {}  # by agent name, for languages that run here
+        self.resident_names = resident_names
+        self.address = ""
+
+    def names(self) -> list[str]:
+        """Every agent this place can meet now: built-in, interpreters, installed."""
+        installed = sorted(p.stem for p in self._installed_files())
+        return [*BUILT_IN, *sorted(self.pools), *installed]
+
+    def _installed_files(self) -> list[Path]:
+        suffixes = {s for i in self.interpreters.values() for s in i.suffixes}
+        try:
+            return [p for p in self.agents_dir.iterdir()
+                    if p.suffix in suffixes and p.is_file()]
+        except OSError:
+            return []
+
+    def has(self, name: str) -> bool:
+        """Whether the place has an agent called `name` (built in, a language, installed)."""
+        try:
+            self.resolve(name)
+        except UnknownAgent:
+            return False
+        except MeetError:  # a language that cannot run here: the name is still taken
+            return True
+        return True
+
+    def resolve(self, agent: str) -> tuple[WorkerPool | None, bytes | None]:
+        """The pool that runs `agent` (None for a built-in one) and, for an installed
+        agent, its program. UnknownAgent lists what the place has."""
+        if agent in BUILT_IN:
+            return None, None
+        pool = self.pools.get(agent)
+        if pool is not None:
+            return pool, None
+        if "/" not in agent and not agent.startswith("."):
+            for interpreter in self.interpreters.values():
+                for suffix in interpreter.suffixes:
+                    path = self.agents_dir / f"{agent}{suffix}"
+                    try:
+                        if path.is_file() and interpreter.agent in self.pools:
+                            return self.pools[interpreter.agent], path.read_bytes()
+                    except OSError:  # a name too long for a file, say: not installed
+                        continue
+        if agent in self.interpreters:
+            reason = self.interpreters[agent].check() or "its worker pool is not running"
+            raise PlaceUnavailable(f"agent {agent} cannot run at this place: {reason}")
+        residents = ", ".join(sorted(self.resident_names())) or "none"
+        raise UnknownAgent(f"no agent {agent!r} at place {self.address}",
+                           "agents here: " + ", ".join(self.names())
+                           + "; resident agents: " + residents)

@@ -1,0 +1,375 @@
+"""Worker processes: one OS process per meet, pre-started in a pool.
+
+TACOMA spent about half of its 21.7 ms meet creating a process (fork, exec, loading the
+interpreter: steps 3, 8 and 10a of its Table 1) and proposed taking that off the critical
+path. So each interpreter has a `WorkerPool` of processes that are already started, already
+confined (agent._sandbox.enter) and already connected to the place over a socketpair; a
+meet takes one, hands it the briefcase, and the pool starts a replacement in the background.
+A worker serves exactly one meet and is then destroyed: a fresh address space per meet.
+
+Replacements are forked by the language's zygote (see _zygotes): a fork and the sandbox
+set-up cost a few milliseconds where an exec and an interpreter start cost tens. Each
+worker gets its uid, cgroup and plan from the place's `Containment`, leads its own session
+and process group, and `destroy` kills the group and everything in its cgroup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..agent._interpreter import Interpreter
+from ..agent._sandbox import describe_exit
+from ..client._transport import Channel
+from ..wire._briefcase import Briefcase
+from ..wire._errors import (
+    AgentFailed,
+    AgentKilled,
+    ConnectionLost,
+    MeetTimeout,
+    PlaceUnavailable,
+    ProtocolError,
+    error_from_wire,
+)
+from ..wire._protocol import Event, Failed, Log, Meet, Result, Role
+from ._containment import Containment, private_output, tail
+from ._zygotes import START_TIMEOUT, ZygoteHandle
+
+if TYPE_CHECKING:
+    from ._meet import RunningMeet
+
+__all__ = ["Worker", "WorkerPool"]
+
+log = logging.getLogger("tacoma.place")
+
+#: The failure kinds a worker may report about its own agent (a worker that runs the agent
+#: as a child process, as ag_c's does, reports its death); anything else is an AgentFailed.
+WORKER_KINDS = frozenset({AgentFailed.kind, AgentKilled.kind, "limit-exceeded"})
+#: Longest line an agent may write to the place's log, and how many lines and characters
+#: one meet may write in all (the log is the place's, not a channel for an agent to fill);
+#: past that its lines are counted, not written.
+LOG_LINE = 4096
+LOG_LINES_PER_MEET = 1000
+LOG_CHARS_PER_MEET = 1 << 20
+
+NestedHandler = Callable[["Worker", Meet], Awaitable[None]]
+
+
+class Worker:
+    """One forked, confined agent process waiting for its meet, and the place's end of it."""
+
+    def __init__(self, pool: WorkerPool, workdir: Path, output: Path) -> None:
+        self.pool = pool
+        self.workdir = workdir
+        self.output = output
+        self.cgroup: Path | None = None
+        self.uid: int | None = None
+        self.pid = 0
+        self.exited: asyncio.Future[int] | None = None
+        self.channel: Channel | None = None
+        self.meet: RunningMeet | None = None  # the meet it serves, once handed one
+        self._reply: asyncio.Future[Result | Failed] | None = None
+        self._nested: NestedHandler | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.destroyed = False
+        self._logged_lines = self._logged_chars = self._dropped_lines = 0
+
+    @property
+    def alive(self) -> bool:
+        return (self.exited is not None and not self.exited.done()
+                and self.channel is not None and not self.channel.is_closing)
+
+    async def run(self, meet: RunningMeet, timeout: float, nested: NestedHandler) -> Result:
+        """Hand this worker its meet and wait for the answer, the process's end or timeout.
+
+        A traced meet gets the steps "hand to worker" (writing the Meet) and "_waited" (from
+        the Meet written to the answer taken; see wire._trace)."""
+        assert self.exited is not None
+        assert self.channel is not None
+        loop = asyncio.get_running_loop()
+        self.meet = meet
+        self._nested = nested
+        reply: asyncio.Future[Result | Failed] = loop.create_future()
+        self._reply = reply
+        exited = self.exited
+        meet.mark()
+        self.channel.send(Meet(1, meet.agent, meet.briefcase, "sync", timeout))
+        meet.step("hand to worker")
+        waits: set[asyncio.Future[Any]] = {reply, exited}
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        meet.step("_waited")
+        if not reply.done() and exited.done():
+            # The process ended; its last frames may still be on the way to us.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.channel.closed), 1.0)
+        if reply.done() and reply.exception() is None:
+            answer = reply.result()
+            if isinstance(answer, Failed):
+                if answer.kind not in WORKER_KINDS:  # a worker cannot speak for the place
+                    raise AgentFailed(f"agent failed: {answer.message}", answer.detail)
+                raise error_from_wire(answer.kind, answer.message, answer.detail)
+            return answer
+        if exited.done() or reply.done():
+            if not exited.done():
+                # The channel closed first; the process's exit status follows shortly.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(exited), 2.0)
+            if not exited.done():  # the channel failed but the process lives on
+                raise AgentKilled(f"agent broke the worker protocol: {reply.exception()}")
+            zygote = self.pool.zygote
+            cpu_used = zygote.cpu_used.pop(self.pid, 0.0) if zygote is not None else 0.0
+            raise AgentKilled(describe_exit(exited.result(),
+                                            self.pool.settings.limits.cpu_seconds, cpu_used),
+                              self.output_tail())
+        raise MeetTimeout(f"agent did not finish within {timeout:g} s; "
+                          "its processes were killed")
+
+    def moved_on(self) -> None:
+        """Its agent went on to another place: its meet here is over now (its process ends
+        by itself, and is destroyed with the worker)."""
+        if self._reply is not None and not self._reply.done():
+            self._reply.set_result(Result(1, Briefcase()))
+
+    def output_tail(self) -> str:
+        """The end of what the agent wrote to stdout and stderr."""
+        return tail(self.output)
+
+    def usage(self) -> tuple[int, float, int]:
+        """(processes, CPU seconds, resident bytes) of the agent: every process in its
+        cgroup, or its worker process alone where there is none."""
+        pids = [self.pid]
+        if self.cgroup is not None:
+            with contextlib.suppress(OSError, ValueError):
+                pids = [int(p) for p in (self.cgroup / "cgroup.procs").read_text().split()]
+        ticks, page = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
+        cpu, rss, alive = 0.0, 0, 0
+        for pid in pids:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                statm = Path(f"/proc/{pid}/statm").read_text()
+            except OSError:  # ended meanwhile
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+            cpu += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+            rss += int(statm.split()[1]) * page
+            alive += 1
+        return alive, cpu, rss
+
+    # -- EventHandler for the worker channel
+    def event_received(self, channel: Channel, event: Event) -> None:
+        if isinstance(event, Result | Failed):
+            if self._reply is not None and not self._reply.done():
+                self._reply.set_result(event)
+        elif isinstance(event, Log):
+            self._log(event)
+        elif isinstance(event, Meet) and self._nested is not None:
+            task = asyncio.ensure_future(self._nested(self, event))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _log(self, event: Log) -> None:
+        """Write an agent's line to the place's log, within the meet's budget."""
+        if (self._logged_lines >= LOG_LINES_PER_MEET
+                or self._logged_chars >= LOG_CHARS_PER_MEET):
+            self._dropped_lines += 1
+            return
+        # Control characters are escaped, so an agent cannot forge lines of the log.
+        text = event.message[:LOG_LINE].encode("unicode_escape").decode("ascii")
+        if len(event.message) > LOG_LINE:
+            text = f"{text}... ({len(event.message) - LOG_LINE:,} more)"
+        self._logged_lines += 1
+        self._logged_chars += len(text)
+        log.log(logging.getLevelName(event.level.upper()), "[%s] %s", self._meet_id, text)
+
+    @property
+    def _meet_id(self) -> str:
+        return self.meet.id if self.meet is not None else ""
+
+    def channel_closed(self, channel: Channel, exc: BaseException | None) -> None:
+        if self._reply is not None and not self._reply.done():
+            reason = channel.close_reason or "channel closed"
+            self._reply.set_exception(ConnectionLost(reason))
+            self._reply.exception()
+
+    def answer(self, event: Result | Failed | Event) -> None:
+        """Send the reply to a nested meet, if the worker is still there to get it."""
+        if self.channel is not None and not self.channel.is_closing:
+            try:
+                self.channel.send(event)
+            except (ProtocolError, ValueError) as exc:
+                if isinstance(event, Result | Failed):
+                    self.channel.send(Failed(event.rid, "limit-exceeded", str(exc)))
+
+    async def destroy(self) -> None:
+        """Kill everything this worker started and remove its files."""
+        if self.destroyed:
+            return
+        self.destroyed = True
+        if self._dropped_lines:
+            log.warning("[%s] %d more log lines from the agent were dropped (at most %d "
+                        "lines, %d characters a meet)", self._meet_id, self._dropped_lines,
+                        LOG_LINES_PER_MEET, LOG_CHARS_PER_MEET)
+        for task in list(self._tasks):
+            task.cancel()
+        if self.channel is not None:
+            self.channel.close()
+        if self.pid and self.exited is not None and not self.exited.done():
+            # Only while the zygote has not reported it reaped: after that the pid may be
+            # reused. What the agent left behind is then killed through its cgroup.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+        await self.pool.containment.destroy_cgroup(self.cgroup)
+        if self.exited is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.exited), 10)
+        try:
+            await asyncio.to_thread(shutil.rmtree, self.workdir, True)
+        except RuntimeError:  # at interpreter exit no new threads can start: do it here
+            shutil.rmtree(self.workdir, True)
+        with contextlib.suppress(OSError):
+            self.output.unlink()
+        self.pool.containment.release_uid(self.uid)  # its processes are gone: it is free
+
+
+class WorkerPool:
+    """Ready workers for one interpreter; each is used once, replacements start off-path."""
+
+    def __init__(self, interpreter: Interpreter, containment: Containment,
+                 plan_extras: Callable[[], dict[str, Any]] | None = None) -> None:
+        self.interpreter = interpreter
+        self.containment = containment
+        self.settings = containment.settings
+        self.plan_extras = plan_extras  # what a worker needs besides its sandbox plan
+        self.zygote: ZygoteHandle | None = None
+        self._zygote_lock = asyncio.Lock()
+        self._ready: collections.deque[Worker] = collections.deque()
+        self._starting = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self._failures = 0
+
+    def fill(self) -> None:
+        """Start workers in the background until `pool_size` are ready or starting."""
+        while (not self._closed and self._failures < 3
+               and len(self._ready) + self._starting < self.settings.pool_size):
+            self._starting += 1
+            self._track(self._start_into_pool())
+
+    def _track(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _start_into_pool(self) -> None:
+        try:
+            worker = await self.start_worker()
+        except PlaceUnavailable as exc:
+            self._failures += 1
+            log.error("%s%s", exc, f":\n{exc.detail}" if exc.detail else "")
+            return
+        except Exception:
+            self._failures += 1
+            log.exception("cannot start a %s worker", self.interpreter.language)
+            return
+        finally:
+            self._starting -= 1
+        self._failures = 0
+        if self._closed:
+            await worker.destroy()
+        else:
+            self._ready.append(worker)
+
+    async def take(self) -> Worker:
+        """A ready worker (or a freshly started one if none is ready)."""
+        self._failures = 0
+        while self._ready:
+            worker = self._ready.popleft()
+            if worker.alive:
+                return worker
+            self._track(worker.destroy())
+        return await self.start_worker()
+
+    def release(self, worker: Worker) -> None:
+        """Destroy a used worker and start its replacement, after the meet has its answer.
+
+        Both happen here rather than in `take` so that the replacement's fork and set-up do
+        not compete with the meet it replaces.
+        """
+        self._track(worker.destroy())
+        self.fill()
+
+    async def _live_zygote(self) -> ZygoteHandle:
+        async with self._zygote_lock:
+            if self._closed:
+                raise PlaceUnavailable("the place is shutting down")
+            if self.zygote is None or not self.zygote.alive:
+                zygote = ZygoteHandle(self.interpreter, self.settings.work_dir)
+                await zygote.start()
+                self.zygote = zygote
+            return self.zygote
+
+    async def start_worker(self) -> Worker:
+        """Fork a worker from the zygote, confined and connected, ready for one meet."""
+        try:
+            return await self._start_worker()
+        except OSError as exc:
+            raise PlaceUnavailable(f"cannot start a {self.interpreter.language} worker: "
+                                   f"{exc.strerror or exc}") from exc
+
+    async def _start_worker(self) -> Worker:
+        settings = self.settings
+        containment = self.containment
+        zygote = await self._live_zygote()
+        workdir = Path(tempfile.mkdtemp(prefix=f"{self.interpreter.language}-",
+                                        dir=settings.work_dir))
+        output = workdir.with_name(workdir.name + ".out")
+        worker = Worker(self, workdir, output)
+        ours = theirs = None
+        try:
+            worker.uid = uid = containment.new_uid()
+            if uid is not None:
+                os.chown(workdir, uid, uid)
+            worker.cgroup = containment.new_cgroup()
+            ours, theirs = socket.socketpair()
+            plan = containment.plan(workdir, uid, worker.cgroup)
+            if self.plan_extras is not None:
+                plan.update(self.plan_extras())
+            with private_output(output, readable=True) as out:  # its own output, to read
+                worker.pid, worker.exited = await zygote.spawn(plan, [theirs.fileno(),
+                                                                       out.fileno()])
+            theirs.close()
+            loop = asyncio.get_running_loop()
+            _, worker.channel = await loop.create_unix_connection(
+                lambda: Channel(Role.HOST, worker, settings.max_frame), sock=ours)
+            waits: set[asyncio.Future[Any]] = {worker.channel.ready, worker.exited}
+            await asyncio.wait(waits, timeout=START_TIMEOUT, return_when=asyncio.FIRST_COMPLETED)
+            if not worker.channel.ready.done() or worker.channel.ready.exception():
+                raise PlaceUnavailable(f"a {self.interpreter.language} worker did not start",
+                                       worker.output_tail())
+        except BaseException:
+            for sock in (theirs, ours):
+                if sock is not None:
+                    sock.close()
+            await asyncio.shield(worker.destroy())
+            raise
+        return worker
+
+    async def close(self) -> None:
+        self._closed = True
+        for task in list(self._tasks):
+            if not task.done():
+                await asyncio.wait({task}, timeout=START_TIMEOUT)
+        ready, self._ready = list(self._ready), collections.deque()
+        await asyncio.gather(*(w.destroy() for w in ready), return_exceptions=True)
+        if self.zygote is not None:
+            await self.zygote.close()

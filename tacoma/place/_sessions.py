@@ -1,0 +1,133 @@
+"""Client sessions: one per connection to the place, and how each of its meets is taken.
+
+A session reads Meet and Cancel events off its Channel. A Meet becomes, by its mode and
+name: a message to a resident agent (see _residents), a moving agent arriving (`go`, see
+_trips: answered Accepted once taken), an async meet (answered Accepted, then run), or a
+sync meet (run, then answered with its Result). Every meet runs in a task of its own; its
+failure, however it happens, becomes a Failed reply on its own request id and touches
+nothing else. A broken connection loses only its own meets (whose agents are killed:
+nobody is left to receive their result).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+from ..client._transport import Channel
+from ..wire._briefcase import TRACE, Briefcase
+from ..wire._errors import LimitExceeded, MeetError, MessageError, ProtocolError, kind_of
+from ..wire._protocol import Accepted, Cancel, Event, Failed, Meet, Result
+from ._dispatch import Dispatch, failed
+from ._meet import RunningMeet
+from ._trips import Trip
+
+__all__ = ["Session"]
+
+log = logging.getLogger("tacoma.place")
+
+
+class Session:
+    """A client connection to the place and the meets it has in flight."""
+
+    def __init__(self, dispatch: Dispatch, sessions: set[Session]) -> None:
+        self.dispatch = dispatch
+        self.meets = dispatch.meets
+        self.sessions = sessions
+        self.channel: Channel
+        self.tasks: dict[int, asyncio.Task[None]] = {}  # by request id
+
+    # -- EventHandler
+    def event_received(self, channel: Channel, event: Event) -> None:
+        if isinstance(event, Cancel):
+            task = self.tasks.get(event.rid)
+            if task is not None:
+                task.cancel()  # _serve answers it, and its agent is killed
+            return
+        assert isinstance(event, Meet)  # the only other event a client may send
+        self.accept(event)
+
+    def channel_closed(self, channel: Channel, exc: BaseException | None) -> None:
+        self.sessions.discard(self)
+        for task in self.tasks.values():
+            task.cancel()  # sync meets nobody waits for any more: kill their agents
+
+    # -- meets
+    def accept(self, event: Meet) -> None:
+        """Start serving a meet from this client."""
+        accepted = time.perf_counter_ns() if TRACE in event.briefcase else 0
+        if event.mode != "go" and self.dispatch.residents.get(event.agent) is not None:
+            self._accept_message(event)
+            return
+        try:
+            self.meets.admit(event.agent if event.mode == "sync" else "")
+            if event.mode == "ack":
+                raise MessageError(f"the ack mode is for messages to resident agents, and "
+                                   f"{event.agent} is not one here")
+            trip = Trip.take(event.briefcase) if event.mode == "go" else None
+            if event.mode != "sync":  # answered before it runs: refuse it now if it cannot
+                self.dispatch.agents.resolve(event.agent)
+        except MeetError as exc:
+            self._reply(failed(event.rid, exc))
+            return
+        meet = self.meets.new(event.agent, event.briefcase, event.timeout, trip=trip,
+                              traced_at=accepted if event.mode == "sync" else 0)
+        if trip is not None:
+            self._reply(Accepted(event.rid, meet.id))
+            self.meets.spawn(meet, self.dispatch.run_hop(meet))
+        elif event.mode == "async":
+            self._reply(Accepted(event.rid, meet.id))
+            self.meets.spawn(meet, self.dispatch.run_async(meet))
+        else:
+            task = self.meets.spawn(meet, self._serve(event.rid, self.dispatch.run(meet),
+                                                      meet))
+            self._track(event.rid, task)
+
+    def _accept_message(self, event: Meet) -> None:
+        """A meet with a resident agent: a message to it (see _residents)."""
+        try:
+            message = self.dispatch.residents.deliver(event.agent, event.mode,
+                                                      event.briefcase, "client")
+        except MeetError as exc:
+            self._reply(failed(event.rid, exc))
+            return
+        if message.answer is None:  # one-way: in the mailbox is all the sender hears
+            self._reply(Accepted(event.rid, message.id))
+            return
+        task = asyncio.ensure_future(self._serve(
+            event.rid, self.dispatch.answer_of(event, message.answer), None))
+        self._track(event.rid, task)
+
+    def _track(self, rid: int, task: asyncio.Task[None]) -> None:
+        self.tasks[rid] = task
+        task.add_done_callback(lambda _: self.tasks.pop(rid, None))
+
+    async def _serve(self, rid: int, work: Coroutine[Any, Any, Briefcase],
+                     meet: RunningMeet | None) -> None:
+        """Answer sync meet (or message) `rid` with what `work` returns."""
+        try:
+            result = await work
+        except asyncio.CancelledError:
+            # The client cancelled, or left, or the place stops: answer if anyone listens.
+            self._reply(failed(rid, self.meets.cancelled(meet)))
+            raise
+        except Exception as exc:  # noqa: BLE001 - every meet gets an answer, whatever failed
+            self._reply(failed(rid, exc))
+            return
+        self._reply(Result(rid, result))
+
+    def _reply(self, event: Result | Failed | Accepted) -> None:
+        channel = self.channel
+        if channel.is_closing:
+            return
+        try:
+            channel.send(event)
+        except (LimitExceeded, ProtocolError) as exc:
+            if isinstance(event, Result):
+                channel.send(Failed(event.rid, kind_of(exc),
+                                    f"the result briefcase cannot be sent: {exc}"))
+            else:
+                log.error("cannot send %s: %s", type(event).__name__, exc)

@@ -216,7 +216,7 @@ class Dispatch:
         """The agent of `worker` meets another agent (here, or at another place through a
         client), sends a message (a meet with a resident), uses its mailbox, or moves on."""
         meet = worker.meet
-        assert meet is not None
+        assert isinstance(meet, RunningMeet)
         try:
             if meet.went is not None:
                 raise MeetError(f"the agent has gone to {meet.went}")

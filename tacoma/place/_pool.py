@@ -26,7 +26,7 @@ import socket
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..agent._interpreter import Interpreter
 from ..agent._sandbox import describe_exit
@@ -45,9 +45,6 @@ from ..wire._protocol import Event, Failed, Log, Meet, Result, Role
 from ._containment import Containment, private_output, tail
 from ._zygotes import START_TIMEOUT, ZygoteHandle
 
-if TYPE_CHECKING:
-    from ._meet import RunningMeet
-
 __all__ = ["Worker", "WorkerPool"]
 
 log = logging.getLogger("tacoma.place")
@@ -65,6 +62,18 @@ LOG_CHARS_PER_MEET = 1 << 20
 NestedHandler = Callable[["Worker", Meet], Awaitable[None]]
 
 
+class HandedMeet(Protocol):
+    """What a worker needs of the meet it serves (the place's RunningMeet)."""
+
+    id: str
+    agent: str
+    briefcase: Briefcase
+
+    def mark(self) -> None: ...
+
+    def step(self, name: str) -> None: ...
+
+
 class Worker:
     """One forked, confined agent process waiting for its meet, and the place's end of it."""
 
@@ -77,7 +86,7 @@ class Worker:
         self.pid = 0
         self.exited: asyncio.Future[int] | None = None
         self.channel: Channel | None = None
-        self.meet: RunningMeet | None = None  # the meet it serves, once handed one
+        self.meet: HandedMeet | None = None  # the meet it serves, once handed one
         self._reply: asyncio.Future[Result | Failed] | None = None
         self._nested: NestedHandler | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -89,7 +98,7 @@ class Worker:
         return (self.exited is not None and not self.exited.done()
                 and self.channel is not None and not self.channel.is_closing)
 
-    async def run(self, meet: RunningMeet, timeout: float, nested: NestedHandler) -> Result:
+    async def run(self, meet: HandedMeet, timeout: float, nested: NestedHandler) -> Result:
         """Hand this worker its meet and wait for the answer, the process's end or timeout.
 
         A traced meet gets the steps "hand to worker" (writing the Meet) and "_waited" (from

@@ -1,5 +1,5 @@
 """`python -m tacoma` is the `tacoma` command."""
 
-from .cli._main import main
+from .cli import main
 
 main()

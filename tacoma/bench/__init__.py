@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 
-from ..wire._errors import TacomaError
+from .. import TacomaError
 from ._paper import SYSTEMS, TABLE_8, UNITS
-from ._suite import BENCHMARKS, BenchmarkFailed, Context, Measured, Run, dumps, measure
+from ._suite import BENCHMARKS, BenchmarkFailed, Context, Measured, Run, dumps, languages, measure
 
-__all__ = ["BENCHMARKS", "BenchmarkFailed", "Context", "Measured", "Plan", "dumps", "plan",
-           "run", "table"]
+__all__ = ["BENCHMARKS", "BenchmarkFailed", "Context", "Measured", "Plan", "dumps",
+           "languages", "plan", "run", "table"]
 
 #: Loop sizes and the sustained run's length, per mode. The paper's loop sizes run from 1
 #: to 1000 (hops: 4 to 4000); quick keeps the shape at a size that runs in under a minute.
@@ -74,7 +74,7 @@ def run(the_plan: Plan, places: list[str] | None = None, language: str = "python
         isolation: str = "default") -> list[Measured]:
     """Run the plan at `places` (four addresses), or at four local places started here
     with the `isolation` setting."""
-    from ..client._local import local_places
+    from .. import local_places
 
     with ExitStack() as stack:
         local = not places

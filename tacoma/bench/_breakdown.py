@@ -12,8 +12,7 @@ import statistics
 import time
 from collections import defaultdict
 
-from ..client._client import trace
-from ..client._local import local_places
+from .. import local_places, trace
 from ..wire._trace import TACOMA_STEPS, TACOMA_UNMATCHED
 from ._paper import TACOMA_MEET_US
 

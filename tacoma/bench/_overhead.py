@@ -24,10 +24,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from ..client._client import ameet
-from ..client._local import local_places
+from .. import Briefcase, ameet, local_places
 from ..client._runtime import run_blocking
-from ..wire._briefcase import Briefcase
 from ._passive import PassiveClient
 
 __all__ = ["OverheadRow", "measure_overhead", "overhead_table"]

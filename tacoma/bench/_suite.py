@@ -45,13 +45,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .. import Briefcase, MeetError, UnknownAgent, meet, request
 from ..agent._interpreter import PROGRAMS, Interpreter, discover_interpreters
-from ..client._client import meet, request
-from ..wire._briefcase import Briefcase
-from ..wire._errors import MeetError, UnknownAgent
 from ._paper import UNITS
 
-__all__ = ["BENCHMARKS", "BenchmarkFailed", "Context", "Measured", "Run", "measure"]
+__all__ = ["BENCHMARKS", "BenchmarkFailed", "Context", "Measured", "Run", "languages",
+           "measure"]
 
 
 class BenchmarkFailed(RuntimeError):
@@ -114,6 +113,14 @@ class Measured:
         }
 
 
+def languages() -> dict[str, Interpreter]:
+    """The languages the suite's agents can be written in: the installed interpreters'."""
+    found: dict[str, Interpreter] = {}
+    for interpreter in discover_interpreters().values():
+        found.setdefault(interpreter.language, interpreter)
+    return found
+
+
 @dataclass
 class Context:
     """Where and how the suite runs: four place addresses (A, B, C, D), the language of
@@ -139,11 +146,11 @@ class Context:
     @functools.cached_property
     def interpreter(self) -> Interpreter:
         """The installed interpreter of `language` (the agents' programs are its own)."""
-        for interpreter in discover_interpreters().values():
-            if interpreter.language == self.language:
-                return interpreter
-        raise ValueError(f"no interpreter for language {self.language!r} is installed "
-                         "(tacoma doctor lists them)")
+        try:
+            return languages()[self.language]
+        except KeyError:
+            raise ValueError(f"no interpreter for language {self.language!r} is installed "
+                             "(tacoma doctor lists them)") from None
 
     @property
     def agent(self) -> str:

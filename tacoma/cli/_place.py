@@ -1,0 +1,200 @@
+"""`tacoma place`, `tacoma doctor` and `tacoma install`: running a place here, and setting it up.
+
+`place` builds the same `tacoma.PlaceSettings` and `tacoma.Limits` the Python API takes
+(their defaults are the options' defaults) and runs a `tacoma.Place` until a signal;
+`doctor` asks each installed interpreter whether it can run here; `install` puts a program
+into the place's agents/ folder, where a running place finds it at its next meet.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+import tacoma
+
+from ..place._settings import DEFAULT_LISTEN, default_state_dir
+from ..wire._address import parse_address
+from ..wire._names import RESERVED_AGENTS
+from ._common import CommandFunction, state_dir_option
+
+__all__ = ["doctor", "install", "place"]
+
+
+def _limits_options(f: CommandFunction) -> CommandFunction:
+    """One option per field of `tacoma.Limits`, defaulting to its default."""
+    defaults = tacoma.Limits()
+    options = [
+        click.option("--cpu-seconds", type=click.IntRange(min=1),
+                     default=defaults.cpu_seconds, show_default=True,
+                     help="CPU time limit of each agent process."),
+        click.option("--memory", "memory_bytes", type=click.IntRange(min=64 * 2**20),
+                     default=defaults.memory_bytes, show_default=True,
+                     help="Address-space limit of each agent process, in bytes."),
+        click.option("--file-size", "file_bytes", type=click.IntRange(min=1),
+                     default=defaults.file_bytes, show_default=True,
+                     help="Largest file an agent may write, in bytes."),
+        click.option("--open-files", type=click.IntRange(min=16),
+                     default=defaults.open_files, show_default=True,
+                     help="Open file descriptors per agent."),
+        click.option("--processes", type=click.IntRange(min=1),
+                     default=defaults.processes, show_default=True,
+                     help="Processes and threads per agent."),
+        click.option("--meet-seconds", type=click.FloatRange(min=0, min_open=True),
+                     default=defaults.meet_seconds, show_default=True,
+                     help="Wall-clock bound on any meet at this place."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+_SETTINGS = tacoma.PlaceSettings()
+
+
+@click.command()
+@click.option("--listen", default=DEFAULT_LISTEN, show_default=True, metavar="HOST:PORT",
+              help="Address to accept meets on (port 0 picks a free port).")
+@state_dir_option("What the place keeps.")
+@click.option("--pool-size", type=click.IntRange(0, 64), default=2, show_default=True,
+              help="Pre-started workers kept ready per language.")
+@click.option("--max-briefcase", "max_frame", type=click.IntRange(min=65536),
+              default=_SETTINGS.max_frame, show_default=True,
+              help="Largest briefcase (frame) accepted or sent, in bytes.")
+@click.option("--max-meets", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Meets running at once; more are refused.")
+@click.option("--max-connections", type=click.IntRange(min=1), default=1024,
+              show_default=True, help="Client connections open at once; more are refused.")
+@click.option("--grace", "grace_seconds", type=click.FloatRange(min=0), default=10.0,
+              show_default=True, help="On SIGINT/SIGTERM, seconds running meets may finish in.")
+@click.option("--mailbox-messages", type=click.IntRange(min=1),
+              default=_SETTINGS.mailbox_messages, show_default=True,
+              help="Messages waiting for any one resident agent; more are refused.")
+@click.option("--mailbox-bytes", type=click.IntRange(min=1),
+              default=_SETTINGS.mailbox_bytes, show_default=True,
+              help="Bytes of messages waiting for any one resident agent.")
+@click.option("--mailbox-total-bytes", type=click.IntRange(min=1),
+              default=_SETTINGS.mailbox_total_bytes, show_default=True,
+              help="Bytes of messages waiting at the place, for all residents together.")
+@_limits_options
+@click.option("--same-uid", is_flag=True,
+              help="As root, run agents as root too (unsafe: they can then signal the place "
+                   "and read whatever root may). By default each agent gets a uid of its own.")
+@click.option("-q", "--quiet", is_flag=True, help="Log warnings and errors only.")
+def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
+          max_meets: int, max_connections: int, grace_seconds: float, mailbox_messages: int,
+          mailbox_bytes: int, mailbox_total_bytes: int, same_uid: bool, quiet: bool,
+          **limits: Any) -> None:
+    """Run a place: accept meets and run agents until SIGINT or SIGTERM.
+
+    Prints one line on stdout once it accepts meets, then logs to stderr.
+    """
+    # Imported here, not at the top: no other command needs their 30 ms.
+    import asyncio
+    import logging
+
+    from ..client._runtime import new_event_loop
+
+    try:
+        parse_address(listen, listen=True)
+        settings = tacoma.PlaceSettings(
+            listen=listen, state_dir=state_dir or default_state_dir(), pool_size=pool_size,
+            max_frame=max_frame, max_meets=max_meets, max_connections=max_connections,
+            grace_seconds=grace_seconds, mailbox_messages=mailbox_messages,
+            mailbox_bytes=mailbox_bytes, mailbox_total_bytes=mailbox_total_bytes,
+            limits=tacoma.Limits(**limits), separate_uids=not same_uid)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    async def serve() -> None:
+        place = tacoma.Place(settings)
+        try:
+            address = await place.start()
+        except OSError as exc:
+            if exc.filename:
+                raise click.ClickException(f"cannot use {exc.filename}: "
+                                           f"{exc.strerror or exc}") from None
+            raise click.ClickException(f"cannot listen on {listen}: {exc.strerror or exc}") \
+                from None
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, lambda: asyncio.ensure_future(place.stop()))
+        click.echo(f"tacoma place listening on {address} "
+                   f"(agents: {', '.join(place.agent_names())}; state: {settings.state_dir})")
+        sys.stdout.flush()
+        await place.wait_stopped()
+
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        runner.run(serve())
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead.")
+def doctor(as_json: bool) -> None:
+    """Which languages a place here can run, their versions, and why one cannot.
+
+    Exits 0 if every installed interpreter can run, 1 otherwise.
+    """
+    from ..agent._interpreter import discover_interpreters
+
+    report = []
+    for agent, interpreter in sorted(discover_interpreters().items()):
+        problem = interpreter.check()
+        version = ""
+        if problem is None:
+            try:
+                version = interpreter.version()
+            except Exception as exc:  # noqa: BLE001 - a broken adapter is what doctor reports
+                problem = f"cannot read its version: {exc}"
+        report.append({"agent": agent, "language": interpreter.language,
+                       "suffixes": list(interpreter.suffixes), "ok": problem is None,
+                       "version": version, "problem": problem or ""})
+    if as_json:
+        click.echo(json.dumps({"interpreters": report}))
+    else:
+        for row in report:
+            mark = click.style("ok", fg="green") if row["ok"] else click.style("no", fg="red")
+            detail = row["version"] if row["ok"] else row["problem"]
+            click.echo(f"{mark:>2}  {row['agent']:<12} {row['language']:<8} {detail}")
+    if not all(row["ok"] for row in report):
+        sys.exit(1)
+
+
+@click.command()
+@click.argument("program", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--name", help="Agent name to install as. [default: the file's name]")
+@state_dir_option()
+def install(program: Path, name: str | None, state_dir: Path | None) -> None:
+    """Install PROGRAM as an agent at a place, to be met by name without shipping code.
+
+    The language is told by the file's suffix (.py for Python). A running place sees the
+    agent at its next meet.
+    """
+    from ..agent._interpreter import discover_interpreters
+
+    interpreters = discover_interpreters()
+    suffixes = {s: i for i in interpreters.values() for s in i.suffixes}
+    if program.suffix not in suffixes:
+        raise click.UsageError(f"{program}: no interpreter runs {program.suffix or 'suffix-less'}"
+                               f" files; known suffixes: {', '.join(sorted(suffixes))}")
+    name = name or program.stem
+    if not name.isidentifier():
+        raise click.UsageError(f"agent name {name!r} must be letters, digits and underscores")
+    if name in {*RESERVED_AGENTS, *interpreters}:
+        raise click.UsageError(f"{name} is a built-in agent; install under another name "
+                               "(--name)")
+    agents_dir = (state_dir or default_state_dir()) / "agents"
+    agents_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for old in agents_dir.glob(f"{name}.*"):
+        old.unlink()
+    target = agents_dir / f"{name}{program.suffix}"
+    shutil.copyfile(program, target)
+    click.echo(f"installed {name} ({suffixes[program.suffix].language}) at {target}")

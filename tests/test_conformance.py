@@ -1,35 +1,54 @@
 """The conformance suite: one agent API, the same agents written in every language.
 
 Each case is one behaviour and one agent per language; every interpreter must pass every
-case. Adding a language means adding its column to AGENTS (and its folder under
-interpreters/), not a new test.
+case. The languages are the installed interpreters (the tacoma.interpreters entry points):
+adding a language means adding its folder under interpreters/ and its column to AGENTS and
+PROBES here, not a new test.
+
+The agent API itself is the table in tacoma/agent/_api.py. Each interpreter declares how
+its language spells every call (`Interpreter.spellings`) and what it adds of its own
+(`Interpreter.extras`); a probe agent in each language reports which of those names its
+language really binds, so a call missing or misnamed in one language fails a test that
+names the language and the call.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import tacoma
 from tacoma import Briefcase
-from tacoma.agent._interpreter import discover_interpreters
+from tacoma.agent._api import CALLS, unbound
+from tacoma.agent._interpreter import Interpreter, discover_interpreters
 
 from conftest import RunningPlace, launch_place
 
-_INSTALLED = discover_interpreters()
+#: The installed interpreters, by language.
+INTERPRETERS: dict[str, Interpreter] = {
+    interpreter.language: interpreter for interpreter in discover_interpreters().values()
+}
+LANGUAGE_NAMES = sorted(INTERPRETERS)
 
 
-def _language(name: str) -> object:
-    """A language as a test parameter, skipped (with `tacoma doctor`'s reason) if absent."""
-    problem = _INSTALLED[f"ag_{name}"].check() if f"ag_{name}" in _INSTALLED else "not installed"
-    return pytest.param(name, marks=pytest.mark.skipif(problem is not None,
-                                                       reason=f"ag_{name}: {problem}"))
+@functools.cache
+def _problem(language: str) -> str | None:
+    """Why `language` cannot run here (as `tacoma doctor` says), or None if it can."""
+    interpreter = INTERPRETERS.get(language)
+    return "not installed" if interpreter is None else interpreter.check()
 
 
-LANGUAGE_NAMES = ["python", "tcl", "scheme", "c"]
-LANGUAGES = [_language(name) for name in LANGUAGE_NAMES]
+def _skip_unless_usable(language: str) -> pytest.MarkDecorator:
+    problem = _problem(language)
+    return pytest.mark.skipif(problem is not None, reason=f"{language}: {problem}")
+
+
+#: Every language as a test parameter, skipped (with the reason) where it cannot run.
+LANGUAGES = [pytest.param(name, marks=_skip_unless_usable(name)) for name in LANGUAGE_NAMES]
 
 AGENTS: dict[str, dict[str, str]] = {
     # Copy IN to OUT element by element, record the folder names, replace R, remove X.
@@ -78,7 +97,7 @@ AGENTS: dict[str, dict[str, str]] = {
         "c": ('#include <tacoma.h>\n'
               'int main(void) {\n'
               '    tc_list n;\n'
-              '    tc_folder(TC_SELF, "NAME", &n);\n'
+              '    if (tc_text(TC_SELF, "NAME", &n) != 0) tc_fail("%s", tc_error());\n'
               '    for (size_t i = 0; i < n.count; i++)\n'
               '        tc_append_textf(TC_SELF, "GREETING", "hello, %s",\n'
               '                        (char *)n.items[i].data);\n'
@@ -243,7 +262,9 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPlace]:
 
 
 def run(place: RunningPlace, language: str, case: str, **folders: list[bytes]) -> Briefcase:
-    return tacoma.meet(place.target(f"ag_{language}"), Briefcase(folders),
+    if language not in AGENTS[case]:
+        pytest.fail(f"no {case} agent is written in {language}: add it to AGENTS")
+    return tacoma.meet(place.target(INTERPRETERS[language].agent), Briefcase(folders),
                        code=AGENTS[case][language], timeout=60)
 
 
@@ -288,10 +309,23 @@ def test_cabinets(place: RunningPlace, language: str) -> None:
         tacoma.meet(place.target("ag_python"), {"C": [f"conf-{language}"]}, code=snoop)
 
 
+#: Agents whose meet must fail: the case, the error, and what its message must say.
+FAILURES = [
+    pytest.param("fail", tacoma.AgentFailed, r"^no luck today$",
+                 id="fail-ends-the-meet-with-a-message"),
+    pytest.param("loop", tacoma.AgentKilled, "CPU time limit of 2 s",
+                 id="an-infinite-loop-hits-the-cpu-limit"),
+    pytest.param("output", tacoma.AgentFailed, r"(?i)file too large",
+                 id="huge-output-hits-the-file-size-limit"),
+]
+
+
+@pytest.mark.parametrize(("case", "error", "message"), FAILURES)
 @pytest.mark.parametrize("language", LANGUAGES)
-def test_fail_ends_the_meet_with_a_message(place: RunningPlace, language: str) -> None:
-    with pytest.raises(tacoma.AgentFailed, match=r"^no luck today$"):
-        run(place, language, "fail")
+def test_the_meet_fails_as_it_should(place: RunningPlace, language: str, case: str,
+                                     error: type[tacoma.MeetError], message: str) -> None:
+    with pytest.raises(error, match=message):
+        run(place, language, case)
 
 
 @pytest.mark.parametrize("language", LANGUAGES)
@@ -299,18 +333,6 @@ def test_errors_carry_the_languages_own_trace(place: RunningPlace, language: str
     with pytest.raises(tacoma.AgentFailed, match="bad thing") as info:
         run(place, language, "error")
     assert TRACE_MARK[language] in info.value.detail
-
-
-@pytest.mark.parametrize("language", LANGUAGES)
-def test_an_infinite_loop_hits_the_cpu_limit(place: RunningPlace, language: str) -> None:
-    with pytest.raises(tacoma.AgentKilled, match="CPU time limit of 2 s"):
-        run(place, language, "loop")
-
-
-@pytest.mark.parametrize("language", LANGUAGES)
-def test_huge_output_hits_the_file_size_limit(place: RunningPlace, language: str) -> None:
-    with pytest.raises(tacoma.AgentFailed, match=r"(?i)file too large"):
-        run(place, language, "output")
 
 
 @pytest.mark.parametrize("language", LANGUAGES)
@@ -325,21 +347,24 @@ def test_every_language_has_every_case() -> None:
         assert sorted(agents) == sorted(LANGUAGE_NAMES), case
 
 
-def test_hello_examples(place: RunningPlace) -> None:
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_hello_examples(place: RunningPlace, language: str) -> None:
+    interpreter = INTERPRETERS[language]
     examples = Path(__file__).parent.parent / "examples" / "hello"
-    for language, suffix in (("python", "py"), ("tcl", "tcl"), ("scheme", "scm"), ("c", "c")):
-        if _INSTALLED[f"ag_{language}"].check() is not None:
-            continue  # reported by the skipped parameters above
-        code = (examples / f"hello.{suffix}").read_text()
-        result = tacoma.meet(place.target(f"ag_{language}"), {"NAME": ["world", "Tromsø"]},
-                             code=code)
-        assert result.text("GREETING") == [f"hello, world from {language}",
-                                           f"hello, Tromsø from {language}"]
+    code = (examples / f"hello{interpreter.suffixes[0]}").read_text()
+    result = tacoma.meet(place.target(interpreter.agent), {"NAME": ["world", "Tromsø"]},
+                         code=code)
+    assert result.text("GREETING") == [f"hello, world from {language}",
+                                       f"hello, Tromsø from {language}"]
+
+
+#: The languages examples/relay is written in, in the order the agent passes through them.
+RELAY = ("python", "tcl", "scheme", "c")
 
 
 def test_relay_example(place: RunningPlace) -> None:
     """examples/relay: Python meets Tcl meets Scheme meets C; the trail comes back."""
-    missing = [n for n in LANGUAGE_NAMES if _INSTALLED[f"ag_{n}"].check() is not None]
+    missing = [language for language in RELAY if _problem(language) is not None]
     if missing:
         pytest.skip(f"the relay needs every language; missing: {', '.join(missing)}")
     relay = Path(__file__).parent.parent / "examples" / "relay"
@@ -348,5 +373,105 @@ def test_relay_example(place: RunningPlace) -> None:
         "SCHEME": [(relay / "relay.scm").read_bytes()],
         "C": [(relay / "relay.c").read_bytes()],
     }, code=(relay / "relay.py").read_text(), timeout=60)
-    assert result.text("TRAIL") == [f"{language} at {place.address}"
-                                    for language in ("python", "tcl", "scheme", "c")]
+    assert result.text("TRAIL") == [f"{language} at {place.address}" for language in RELAY]
+
+
+# -- the agent API's table (tacoma/agent/_api.py), bound in every language
+
+@pytest.mark.parametrize("language", LANGUAGE_NAMES)
+def test_spellings_cover_exactly_the_table(language: str) -> None:
+    missing, extra = unbound(INTERPRETERS[language].spellings)
+    assert not missing, f"{language} spells no {', '.join(missing)} (tacoma/agent/_api.py)"
+    assert not extra, f"{language} spells {', '.join(extra)}, which are no calls of the API"
+    clash = set(INTERPRETERS[language].spellings.values()) & set(INTERPRETERS[language].extras)
+    assert not clash, f"{language}: {', '.join(sorted(clash))} both a call and an extra"
+
+
+def _c_probe(names: list[str]) -> str:
+    """A C agent that takes the address of every function in `names`: it compiles only if
+    tacoma.h declares them all (and then lists them in FOUND)."""
+    table = "".join(f'        {{"{name}", (void (*)(void)){name}}},\n' for name in names)
+    return ('#include <tacoma.h>\n'
+            'int main(void) {\n'
+            '    static const struct { const char *name; void (*address)(void); } bound[] = {\n'
+            f'{table}'
+            '    };\n'
+            '    for (size_t i = 0; i < sizeof bound / sizeof bound[0]; i++)\n'
+            '        if (bound[i].address != NULL)\n'
+            '            tc_append_text(TC_SELF, "FOUND", bound[i].name);\n'
+            '    return 0;\n'
+            '}\n')
+
+
+#: Probe agents: each appends to FOUND the names of folder NAMES its language binds for
+#: agents (Python: a global of the program, or a method of bc for "bc.NAME"; Tcl: a proc;
+#: Scheme: a definition of the agent's module, not one of Guile's own). C's is a function of
+#: the names, since only the compiler can tell which functions tacoma.h declares.
+PROBES: dict[str, str | Callable[[list[str]], str]] = {
+    "python": (
+        'defined = set(globals())\n'
+        'for name in bc.text("NAMES"):\n'
+        '    if hasattr(bc, name[3:]) if name.startswith("bc.") else name in defined:\n'
+        '        bc.append("FOUND", name)\n'),
+    "tcl": (
+        'foreach name [bc_text NAMES] {\n'
+        '    if {[llength [info procs $name]]} { bc_append_text FOUND $name }\n'
+        '}\n'),
+    "scheme": (
+        '(for-each (lambda (name)\n'
+        '            (if (module-local-variable (current-module) (string->symbol name))\n'
+        '                (bc-append "FOUND" name)))\n'
+        '          (bc-text "NAMES"))\n'),
+    "c": _c_probe,
+}
+
+
+def _undeclared(place: RunningPlace, agent: str, source: str) -> set[str]:
+    """The names a compiled probe's compiler said are undeclared (none if it compiled)."""
+    try:
+        tacoma.meet(place.target(agent), code=source, timeout=60)
+    except tacoma.AgentFailed as exc:
+        undeclared = set(re.findall(r"['\u2018](\w+)['\u2019] undeclared", exc.detail))
+        if not undeclared:
+            pytest.fail(f"the {agent} probe failed: {exc}\n{exc.detail}")
+        return undeclared
+    return set()
+
+
+def _probe(place: RunningPlace, language: str) -> set[str]:
+    """Which of its declared spellings and extras `language` really binds, by its probe."""
+    interpreter = INTERPRETERS[language]
+    names = sorted({*interpreter.spellings.values(), *interpreter.extras})
+    probe = PROBES.get(language)
+    if probe is None:
+        pytest.fail(f"no probe agent is written in {language}: add it to PROBES")
+    if not isinstance(probe, str):  # compiled: a name it lacks fails the compile
+        undeclared = _undeclared(place, interpreter.agent, probe(names))
+        probe = probe([name for name in names if name not in undeclared])
+    result = tacoma.meet(place.target(interpreter.agent), {"NAMES": names}, code=probe,
+                         timeout=60)
+    return set(result.text("FOUND"))
+
+
+@pytest.fixture(scope="module")
+def bound(place: RunningPlace) -> Callable[[str], set[str]]:
+    """The names each language binds, probed once per language."""
+    return functools.cache(functools.partial(_probe, place))
+
+
+@pytest.mark.parametrize(("language", "call"), [
+    pytest.param(language, call, marks=_skip_unless_usable(language), id=f"{language}-{call}")
+    for language in LANGUAGE_NAMES for call in CALLS
+])
+def test_every_call_is_bound(bound: Callable[[str], set[str]], language: str,
+                             call: str) -> None:
+    spelling = INTERPRETERS[language].spellings.get(call)
+    assert spelling, f"{language} declares no spelling of the agent API call {call}"
+    assert spelling in bound(language), \
+        f"{language} does not bind the agent API call {call} as {spelling}"
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_every_extra_is_bound(bound: Callable[[str], set[str]], language: str) -> None:
+    missing = sorted(set(INTERPRETERS[language].extras) - bound(language))
+    assert not missing, f"{language} declares extras it does not bind: {', '.join(missing)}"

@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 
+from tacoma.agent._api import spell
 from tacoma.agent._interpreter import Build, Interpreter
 
 INCLUDE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
@@ -68,6 +69,17 @@ interpreter = Interpreter(
     version=_version,
     build=Build(source_name="agent.c", output_name="agent", command=_command,
                 build_id=_build_id),
+    # Functions of include/tacoma.h: the briefcase calls take a handle first (TC_SELF: the
+    # agent's own), and calls that return lists fill a tc_list.
+    spellings=spell("tc_", prefix="tc_"),
+    extras={
+        "tc_append_textf": "append printf-formatted text to a folder",
+        "tc_list_free": "free the elements of a tc_list a call filled",
+        "tc_new": "a new, empty briefcase handle, to meet or send with",
+        "tc_free": "free a briefcase handle",
+        "tc_error": "the message of the last call that failed",
+        "tc_error_kind": "the kind of the last call that failed (unknown-agent, ...)",
+    },
     programs={
         "minimal": "int main(void) { return 0; }",
         "arriver": """#include <tacoma.h>

@@ -13,6 +13,7 @@ length and the bytes, and gets one in reply: `ok VALUES...` or `error KIND MESSA
 
     folders H               -> the folder names          new            -> a new handle
     folder H NAME           -> the elements               free H
+    text H NAME             -> the elements, if UTF-8
     append H NAME BYTES                                   meet TARGET H MODE TIMEOUT
     replace H NAME ELEMS...                                   -> a handle (sync) or meet id
     remove H NAME                                         log LEVEL MESSAGE
@@ -21,6 +22,10 @@ length and the bytes, and gets one in reply: `ok VALUES...` or `error KIND MESSA
     reside NAME                                           receive TIMEOUT -> a handle, 0: none
     reply MESSAGE_H REPLY_H                               send_ack TARGET H -> an ack handle
     wait_ack HANDLE TIMEOUT
+
+Each call is a method `call_OP` of `_Agent`. The functions tacoma.h declares are checked, when
+the zygote starts, against the agent API's table (tacoma/agent/_api.py) as __init__.py spells
+it.
 
 How the meet ends: exit status 0 returns handle 0; `fail` fails the meet with its message;
 another status fails it saying so; death by a crash signal fails it with the signal, the
@@ -37,14 +42,18 @@ import shutil
 import signal
 import socket
 import subprocess
+from collections.abc import Callable
 
 from tacoma.agent import _zygote as zygote
+from tacoma.agent._api import check_bound
 from tacoma.agent._channel import AgentChannel, AgentFailure
 from tacoma.agent._sandbox import describe_exit
 from tacoma.wire._briefcase import CODE, Briefcase
 from tacoma.wire._errors import MeetError
 from tacoma.wire._program import artifact_key, program_bytes
 from tacoma.wire._protocol import Meet
+
+from . import INCLUDE, interpreter
 
 #: What tacoma.h writes before a crash's backtrace.
 CRASH_MARKER = "--- tacoma: the C agent crashed; backtrace:"
@@ -54,6 +63,18 @@ CRASHES = {signal.SIGSEGV: "segmentation fault", signal.SIGABRT: "abort",
            signal.SIGILL: "illegal instruction"}
 #: Output returned with a failure: enough for a backtrace.
 OUTPUT_TAIL = 4096
+#: A function tacoma.h declares for agents (its own helpers are named tc__...).
+_DECLARATION = re.compile(r"^TC__API\b[^(;]*?\b(tc_[a-z]\w*)\(", re.MULTILINE)
+
+
+def declared(header: str) -> frozenset[str]:
+    """The functions a tacoma.h declares for agents."""
+    return frozenset(_DECLARATION.findall(header))
+
+
+with open(os.path.join(INCLUDE, "tacoma.h"), encoding="utf-8") as _header:
+    check_bound(interpreter.language, interpreter.spellings, declared(_header.read()),
+                interpreter.extras)
 
 
 class _Agent:
@@ -128,73 +149,104 @@ class _Agent:
     def _call(self, request: list[bytes]) -> list[bytes]:
         if not request:
             raise ValueError("empty request")
-        op, args = request[0].decode(), request[1:]
-        if op == "folders":
-            return [name.encode() for name in self._briefcase(args[0]).folders()]
-        if op == "folder":
-            return list(self._briefcase(args[0]).folder(args[1].decode()))
-        if op == "append":
-            self._briefcase(args[0]).append(args[1].decode(), args[2])
-            return []
-        if op == "replace":
-            self._briefcase(args[0]).replace(args[1].decode(), list(args[2:]))
-            return []
-        if op == "remove":
-            self._briefcase(args[0]).remove(args[1].decode())
-            return []
-        if op == "new":
-            return [self._new(Briefcase())]
-        if op == "free":
-            handle = int(args[0])
-            if handle == 0:
-                raise ValueError("the agent's own briefcase (TC_SELF) cannot be freed")
-            self._briefcase(args[0])
-            del self.briefcases[handle]
-            return []
-        if op == "meet":
-            target, bc, mode = args[0].decode(), self._briefcase(args[1]), args[2].decode()
-            timeout = float(args[3]) or None
-            answer = self.channel.meet(target, bc.copy(), mode, timeout)
-            if isinstance(answer, Briefcase):
-                return [self._new(answer)]
-            return [answer.encode()]
-        if op == "log":
-            self.channel.log(args[1].decode("utf-8", "replace"), args[0].decode() or "info")
-            return []
-        if op == "fail":
-            self.failure = args[0].decode("utf-8", "replace")
-            return []
-        if op == "place":
-            return [self.channel.place.encode()]
-        if op == "go":
-            self.channel.go(args[0].decode(), self.briefcases[0], leave=False)
-            return []
-        if op == "go_next":
-            return [b"1" if self.channel.go_next(self.briefcases[0], leave=False) else b"0"]
-        if op == "reside":
-            self.channel.reside(args[0].decode())
-            return []
-        if op == "receive":
-            timeout = float(args[0])
-            message = self.channel.receive(None if timeout < 0 else timeout)
-            return [self._new(message) if message is not None else b"0"]
-        if op == "reply":
-            self.channel.reply_message(self._briefcase(args[0]), self._briefcase(args[1]))
-            return []
-        if op == "send_ack":
-            return [str(self.channel.send_ack(args[0].decode(),
-                                              self._briefcase(args[1]).copy())).encode()]
-        if op == "wait_ack":
-            timeout = float(args[1])
-            self.channel.wait_ack(int(args[0]), None if timeout < 0 else timeout)
-            return []
-        raise ValueError(f"unknown call {op!r}")
+        op = request[0].decode()
+        call = _CALLS.get(op)
+        if call is None:
+            raise ValueError(f"unknown call {op!r}")
+        return call(self, request[1:])
+
+    def call_folders(self, args: list[bytes]) -> list[bytes]:
+        return [name.encode() for name in self._briefcase(args[0]).folders()]
+
+    def call_folder(self, args: list[bytes]) -> list[bytes]:
+        return list(self._briefcase(args[0]).folder(args[1].decode()))
+
+    def call_text(self, args: list[bytes]) -> list[bytes]:
+        return [text.encode() for text in self._briefcase(args[0]).text(args[1].decode())]
+
+    def call_append(self, args: list[bytes]) -> list[bytes]:
+        self._briefcase(args[0]).append(args[1].decode(), args[2])
+        return []
+
+    def call_replace(self, args: list[bytes]) -> list[bytes]:
+        self._briefcase(args[0]).replace(args[1].decode(), list(args[2:]))
+        return []
+
+    def call_remove(self, args: list[bytes]) -> list[bytes]:
+        self._briefcase(args[0]).remove(args[1].decode())
+        return []
+
+    def call_new(self, args: list[bytes]) -> list[bytes]:
+        return [self._new(Briefcase())]
+
+    def call_free(self, args: list[bytes]) -> list[bytes]:
+        handle = int(args[0])
+        if handle == 0:
+            raise ValueError("the agent's own briefcase (TC_SELF) cannot be freed")
+        self._briefcase(args[0])
+        del self.briefcases[handle]
+        return []
+
+    def call_meet(self, args: list[bytes]) -> list[bytes]:
+        target, bc, mode = args[0].decode(), self._briefcase(args[1]), args[2].decode()
+        timeout = float(args[3]) or None
+        answer = self.channel.meet(target, bc.copy(), mode, timeout)
+        if isinstance(answer, Briefcase):
+            return [self._new(answer)]
+        return [answer.encode()]
+
+    def call_log(self, args: list[bytes]) -> list[bytes]:
+        self.channel.log(args[1].decode("utf-8", "replace"), args[0].decode() or "info")
+        return []
+
+    def call_fail(self, args: list[bytes]) -> list[bytes]:
+        self.failure = args[0].decode("utf-8", "replace")
+        return []
+
+    def call_place(self, args: list[bytes]) -> list[bytes]:
+        return [self.channel.place.encode()]
+
+    def call_go(self, args: list[bytes]) -> list[bytes]:
+        self.channel.go(args[0].decode(), self.briefcases[0], leave=False)
+        return []
+
+    def call_go_next(self, args: list[bytes]) -> list[bytes]:
+        return [b"1" if self.channel.go_next(self.briefcases[0], leave=False) else b"0"]
+
+    def call_reside(self, args: list[bytes]) -> list[bytes]:
+        self.channel.reside(args[0].decode())
+        return []
+
+    def call_receive(self, args: list[bytes]) -> list[bytes]:
+        timeout = float(args[0])
+        message = self.channel.receive(None if timeout < 0 else timeout)
+        return [self._new(message) if message is not None else b"0"]
+
+    def call_reply(self, args: list[bytes]) -> list[bytes]:
+        self.channel.reply(self._briefcase(args[0]), self._briefcase(args[1]))
+        return []
+
+    def call_send_ack(self, args: list[bytes]) -> list[bytes]:
+        return [str(self.channel.send_ack(args[0].decode(),
+                                          self._briefcase(args[1]).copy())).encode()]
+
+    def call_wait_ack(self, args: list[bytes]) -> list[bytes]:
+        timeout = float(args[1])
+        self.channel.wait_ack(int(args[0]), None if timeout < 0 else timeout)
+        return []
 
     def _new(self, briefcase: Briefcase) -> bytes:
         handle = self.next_handle
         self.next_handle += 1
         self.briefcases[handle] = briefcase
         return str(handle).encode()
+
+
+#: The calls tacoma.h makes, by the name it sends: `call_NAME`.
+_CALLS: dict[str, Callable[[_Agent, list[bytes]], list[bytes]]] = {
+    name.removeprefix("call_"): method for name, method in vars(_Agent).items()
+    if name.startswith("call_")
+}
 
 
 def _program(meet: Meet, channel: AgentChannel) -> str:

@@ -7,7 +7,13 @@ is the meet's result. See _worker.py for the rest of the agent API.
 
 import platform
 
+from tacoma.agent._api import spell
 from tacoma.agent._interpreter import Interpreter
+
+#: The errors the agent API raises, as the agent's program finds them, to catch.
+AGENT_ERRORS = ("MeetError", "UnknownAgent", "AgentFailed", "AgentKilled", "MeetTimeout",
+                "PlaceUnavailable", "CabinetError", "MailboxFull", "MessageError",
+                "LimitExceeded")
 
 interpreter = Interpreter(
     language="python",
@@ -19,5 +25,14 @@ interpreter = Interpreter(
         "minimal": "pass",
         "arriver": 'cabinet_append(bc.text("TAG")[0], "ARRIVED", b".")',
         "roamer": 'bc.append("HOPS", b".")\ngo_next()',
+    },
+    # The briefcase calls are methods of the agent's `bc`; every other call is a global of
+    # its program, the AgentChannel method of the same name. bc.append takes text too, and
+    # meet_async is meet(..., mode="async").
+    spellings=spell("bc.", append_text="bc.append", meet_async="meet"),
+    extras={
+        "Briefcase": "the briefcase type, to build briefcases for meets",
+        **{name: "an error the agent API raises (tacoma's class), to catch"
+           for name in AGENT_ERRORS},
     },
 )

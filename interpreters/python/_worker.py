@@ -5,7 +5,10 @@ meet ahead of time: by the time a meet arrives the interpreter is up, msgpack im
 code paths warmed and the sandbox entered, so the meet costs only compiling and running
 the agent's program.
 
-The program sees these globals (the Python face of the one agent API):
+The program sees the agent API (tacoma/agent/_api.py) as Python spells it (the spellings in
+__init__.py): the briefcase calls are methods of `bc`, the others are globals, each the
+AgentChannel method of the same name. Which names the namespace gets is derived from those
+spellings once, when the zygote starts, and checked then against the table:
     bc          the briefcase (tacoma.Briefcase): bc["NAME"] is folder NAME's list of bytes
     meet        meet(target, briefcase=None, mode="sync", timeout=None) -> Briefcase | str
     log         log(message, level="info"): a line in the place's log
@@ -36,10 +39,13 @@ import time
 from collections.abc import Mapping
 
 from tacoma.agent import _zygote as zygote
+from tacoma.agent._api import check_bound
 from tacoma.agent._channel import AgentChannel, AgentFailure, program_text
 from tacoma.wire import _errors
 from tacoma.wire._briefcase import Briefcase
 from tacoma.wire._protocol import Meet
+
+from . import interpreter
 
 # typing costs a worker ~9 ms to import; annotations are strings (PEP 563) anyway.
 TYPE_CHECKING = False
@@ -47,10 +53,23 @@ if TYPE_CHECKING:
     from typing import Any
 
 FILENAME = "<agent>"
-#: The errors the agent API raises, by their names, for agents to catch.
-_AGENT_ERRORS = ("MeetError", "UnknownAgent", "AgentFailed", "AgentKilled", "MeetTimeout",
-                 "PlaceUnavailable", "CabinetError", "MailboxFull", "MessageError",
-                 "LimitExceeded")
+_SPELLINGS = interpreter.spellings
+#: go and go_next take the briefcase the agent holds when it moves: bound in `run`.
+_GO, _GO_NEXT = _SPELLINGS["go"], _SPELLINGS["go_next"]
+#: The agent's globals that are the channel's own methods (and `place`), by the same names.
+_FROM_CHANNEL = tuple(sorted({name for name in _SPELLINGS.values()
+                              if not name.startswith("bc.")} - {_GO, _GO_NEXT}))
+#: The names Python adds for its own values: the Briefcase type and the error classes.
+_EXTRAS: dict[str, object] = {
+    name: value for name in interpreter.extras
+    if (value := Briefcase if name == "Briefcase" else getattr(_errors, name, None))
+}
+check_bound(interpreter.language, _SPELLINGS, {
+    *(name for name in _SPELLINGS.values()
+      if name.startswith("bc.") and callable(getattr(Briefcase, name[3:], None))),
+    *(name for name in _FROM_CHANNEL if hasattr(AgentChannel, name)),
+    _GO, _GO_NEXT, *_EXTRAS,
+}, interpreter.extras)
 
 
 def _format(exc: BaseException, source: str, skip_frames: int) -> str:
@@ -75,6 +94,7 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
                            _format(exc, source, skip_frames=1)) from None
     if channel.trace is not None:  # a traced meet: compiling is this language's start
         channel.trace.append(("start", time.perf_counter_ns() - started))
+
     def briefcase() -> Briefcase:
         return _result(namespace.get("bc"))
 
@@ -88,27 +108,10 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
         "__name__": "__agent__",
         "__builtins__": builtins,
         "bc": meet.briefcase,
-        "meet": channel.meet,
-        "log": channel.log,
-        "fail": channel.fail,
-        "place": channel.place,
-        "Briefcase": Briefcase,
-        "cabinet_read": channel.cabinet_read,
-        "cabinet_append": channel.cabinet_append,
-        "cabinet_replace": channel.cabinet_replace,
-        "cabinet_remove": channel.cabinet_remove,
-        "cabinet_folders": channel.cabinet_folders,
-        "cabinets": channel.cabinets,
-        "go": go,
-        "go_next": go_next,
-        "reside": channel.reside,
-        "receive": channel.receive,
-        "reply": channel.reply_message,
-        "send": channel.send,
-        "send_ack": channel.send_ack,
-        "wait_ack": channel.wait_ack,
-        "request": channel.request,
-        **{name: getattr(_errors, name) for name in _AGENT_ERRORS},
+        **_EXTRAS,
+        **{name: getattr(channel, name) for name in _FROM_CHANNEL},
+        _GO: go,
+        _GO_NEXT: go_next,
     }
     try:
         exec(code, namespace)  # noqa: S102 - running the agent is this process's whole job

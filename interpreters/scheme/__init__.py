@@ -5,6 +5,7 @@ before the meet arrived (cffi bindings to libguile, see _guile.py), with the age
 Scheme procedures (see _worker.py). Folder elements are bytevectors.
 """
 
+from tacoma.agent._api import spell
 from tacoma.agent._interpreter import Interpreter
 
 INSTALL_HINT = ("install GNU Guile 3.0 (Debian: apt-get install guile-3.0); ag_scheme loads "
@@ -46,4 +47,8 @@ interpreter = Interpreter(
         "arriver": '(cabinet-append (car (bc-text "TAG")) "ARRIVED" ".")',
         "roamer": '(bc-append "HOPS" ".")\n(go-next)',
     },
+    # Procedures of the prelude in _worker.py; bc-append takes strings too (append_text),
+    # meet_async is `(meet ... #:async #t)`, and log is place-log (log is the logarithm).
+    spellings=spell("bc-", separator="-", append_text="bc-append", meet_async="meet",
+                    log="place-log"),
 )

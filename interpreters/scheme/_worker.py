@@ -5,7 +5,9 @@ forked worker by `prepare`, before the worker says it is ready (never in the zyg
 starts collector threads, which a fork would not carry), so a meet costs only evaluating
 the agent's code.
 
-The agent API, as Scheme procedures (the Scheme column of the README's agent API table):
+The agent API (tacoma/agent/_api.py), as Scheme procedures, spelled as __init__.py declares
+(the Scheme column of the README's agent API table); which procedures the prelude defines is
+checked against that table when the zygote starts:
     (bc-folders)                        the folder names
     (bc-folder NAME)                    the folder's elements, a list of bytevectors
     (bc-text NAME)                      the folder's elements decoded from UTF-8
@@ -46,11 +48,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tacoma.agent import _zygote as zygote
+from tacoma.agent._api import check_bound
 from tacoma.agent._channel import AgentChannel, AgentFailure, program_text
 from tacoma.wire._briefcase import Briefcase
 from tacoma.wire._errors import MeetError
 from tacoma.wire._protocol import Meet
 
+from . import interpreter
 from ._guile import Guile, ffi, load
 
 PRELUDE = r"""
@@ -155,6 +159,12 @@ PRELUDE = r"""
                            (call-with-output-string (lambda (p) (print-exception p #f key args)))
                            "\n" trace)))))))
 """
+
+#: The procedures the prelude defines for agents (its own helpers, named %..., left out).
+DEFINED = frozenset(name for line in PRELUDE.splitlines()
+                    if line.startswith(("(define (", "(define* ("))
+                    and not (name := line.split()[1].strip("()")).startswith("%"))
+check_bound(interpreter.language, interpreter.spellings, DEFINED, interpreter.extras)
 
 _guile: Guile | None = None
 _state: _Meet | None = None

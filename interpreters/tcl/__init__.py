@@ -5,6 +5,7 @@ created before the meet arrived, with the agent API as Tcl commands (see _worker
 Folder elements are Tcl byte arrays, never re-encoded text.
 """
 
+from tacoma.agent._api import spell
 from tacoma.agent._interpreter import Interpreter
 
 
@@ -37,4 +38,6 @@ interpreter = Interpreter(
         "arriver": "cabinet_append [lindex [bc_text TAG] 0] ARRIVED .",
         "roamer": "bc_append HOPS .\ngo_next",
     },
+    # Procs of the prelude in _worker.py; meet_async is `meet ... -async`.
+    spellings=spell("bc_", meet_async="meet"),
 )

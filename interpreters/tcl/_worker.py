@@ -4,7 +4,9 @@ Run by the place as this language's zygote (tacoma/agent/_zygote.py). Each forke
 its Tcl interpreter in `prepare`, before it says it is ready, so a meet costs only
 evaluating the agent's script.
 
-The agent API, as Tcl commands (the Tcl column of the README's agent API table):
+The agent API (tacoma/agent/_api.py), as Tcl procs, spelled as __init__.py declares (the Tcl
+column of the README's agent API table); which procs the prelude defines is checked against
+that table when the zygote starts:
     bc_folders                      the folder names
     bc_folder NAME                  the folder's elements, a list of byte arrays
     bc_text NAME                    the folder's elements decoded from UTF-8
@@ -45,17 +47,22 @@ bytes on purpose (`bc_append_text`, or `encoding convertto utf-8`); an element w
 characters beyond a byte is refused with an error that says so. Why a dispatcher plus Tcl
 procs: tkinter turns an exception raised in a Python command into an empty Tcl error, so the
 Python side returns {ok RESULT} or {error MESSAGE CODE} and the procs raise proper errors.
+The dispatcher's operations (`OPS`) are calls of the agent API, named as in its table.
 """
 
 from __future__ import annotations
 
 import tkinter
+from collections.abc import Callable
 
 from tacoma.agent import _zygote as zygote
+from tacoma.agent._api import CALLS, check_bound
 from tacoma.agent._channel import AgentChannel, AgentFailure, program_text
 from tacoma.wire._briefcase import Briefcase
 from tacoma.wire._errors import MeetError
 from tacoma.wire._protocol import Meet
+
+from . import interpreter
 
 PRELUDE = r"""
 proc _tacoma_call {args} {
@@ -148,6 +155,11 @@ proc wait_ack {handle {seconds ""}} { _tacoma_call wait_ack $handle $seconds }
 proc request {target {briefcase {}} args} { meet $target $briefcase {*}$args }
 """
 
+#: The procs the prelude defines for agents (its own helpers, named _..., left out).
+PROCS = frozenset(line.split()[1] for line in PRELUDE.splitlines()
+                  if line.startswith("proc ") and not line.startswith("proc _"))
+check_bound(interpreter.language, interpreter.spellings, PROCS, interpreter.extras)
+
 _tcl: tkinter.Tk | None = None
 
 
@@ -171,22 +183,44 @@ def _bytes(value: str, what: str) -> bytes:
                          "[encoding convertto utf-8 ...]") from None
 
 
-def run(meet: Meet, channel: AgentChannel) -> Briefcase:
-    if _tcl is None:
-        prepare()
-    tcl = _tcl
-    assert tcl is not None
-    script = program_text(meet, "Tcl")
-    bc = meet.briefcase
-    failure: list[str] = []
+def _tcl_briefcase(value: Briefcase) -> tuple[object, ...]:
+    """A briefcase as Tcl takes it: a dict of folder names to lists of byte arrays."""
+    flat: list[object] = []
+    for name, folder in value.items():
+        flat += [name, tuple(folder)]
+    return tuple(flat)
 
-    def from_briefcase(value: Briefcase) -> tuple[object, ...]:
-        flat: list[object] = []
-        for name, folder in value.items():
-            flat += [name, tuple(folder)]
-        return tuple(flat)
 
-    def do_meet(target: str, *args: str) -> object:
+class _Calls:
+    """What the prelude's procs call, for one meet: `_tacoma OP ARGS...` runs OPS[OP]."""
+
+    def __init__(self, bc: Briefcase, channel: AgentChannel) -> None:
+        self.bc = bc
+        self.channel = channel
+        self.failure: str | None = None
+
+    def folders(self) -> object:
+        return tuple(self.bc.folders())
+
+    def folder(self, name: str) -> object:
+        return tuple(self.bc.folder(name))
+
+    def append(self, name: str, element: str) -> object:
+        self.bc.append(name, _bytes(element, f"the element for folder {name}"))
+        return ""
+
+    def replace(self, name: str, *elements: str) -> object:
+        self.bc.replace(name, [_bytes(str(e), f"an element for folder {name}")
+                               for e in elements])
+        return ""
+
+    def remove(self, name: str) -> object:
+        self.bc.remove(name)
+        return ""
+
+    def meet(self, target: str, *args: str) -> object:
+        """meet, meet_async, send_ack: the options and the flattened briefcase the meet
+        proc sends (name, count, elements..., after --)."""
         briefcase, mode, timeout = Briefcase(), "sync", None
         rest = [str(a) for a in args]
         while rest:
@@ -205,45 +239,58 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
             briefcase.replace(name, [_bytes(e, f"an element of folder {name}")
                                      for e in elements])
         if mode == "ack":
-            return channel.send_ack(target, briefcase)
-        answer = channel.meet(target, briefcase, mode, timeout)
-        return answer if isinstance(answer, str) else from_briefcase(answer)
+            return self.channel.send_ack(target, briefcase)
+        answer = self.channel.meet(target, briefcase, mode, timeout)
+        return answer if isinstance(answer, str) else _tcl_briefcase(answer)
+
+    def log(self, message: str, level: str = "info") -> object:
+        self.channel.log(message, level)
+        return ""
+
+    def fail(self, message: str) -> object:
+        self.failure = message
+        raise _Failed(message)
+
+    def place(self) -> object:
+        return self.channel.place
+
+    def go(self, place: str) -> object:
+        self.channel.go(place, self.bc)
+        return ""
+
+    def go_next(self) -> object:
+        return int(self.channel.go_next(self.bc))
+
+    def wait_ack(self, handle: str, seconds: str = "") -> object:
+        self.channel.wait_ack(int(handle), float(seconds) if seconds else None)
+        return ""
+
+
+#: The operations of `_tacoma`, by the call of the agent API each serves.
+OPS: dict[str, Callable[..., object]] = {
+    name: getattr(_Calls, name) for name in ("folders", "folder", "append", "replace", "remove",
+                                             "meet", "log", "fail", "place", "go", "go_next",
+                                             "wait_ack")
+}
+assert set(OPS) <= set(CALLS), f"not calls of the agent API: {set(OPS) - set(CALLS)}"
+
+
+def run(meet: Meet, channel: AgentChannel) -> Briefcase:
+    if _tcl is None:
+        prepare()
+    tcl = _tcl
+    assert tcl is not None
+    script = program_text(meet, "Tcl")
+    calls = _Calls(meet.briefcase, channel)
 
     def dispatch(op: str, *args: str) -> tuple[object, ...]:
-        try:
-            if op == "folders":
-                return ("ok", tuple(bc.folders()))
-            if op == "folder":
-                return ("ok", tuple(bc.folder(args[0])))
-            if op == "append":
-                bc.append(args[0], _bytes(args[1], f"the element for folder {args[0]}"))
-                return ("ok", "")
-            if op == "replace":
-                bc.replace(args[0], [_bytes(str(e), f"an element for folder {args[0]}")
-                                     for e in args[1:]])
-                return ("ok", "")
-            if op == "remove":
-                bc.remove(args[0])
-                return ("ok", "")
-            if op == "meet":
-                return ("ok", do_meet(*args))
-            if op == "log":
-                channel.log(args[0], args[1] if len(args) > 1 else "info")
-                return ("ok", "")
-            if op == "fail":
-                failure.append(args[0])
-                return ("error", args[0], "FAIL")
-            if op == "place":
-                return ("ok", channel.place)
-            if op == "go":
-                channel.go(args[0], bc)
-                return ("ok", "")
-            if op == "go_next":
-                return ("ok", int(channel.go_next(bc)))
-            if op == "wait_ack":
-                channel.wait_ack(int(args[0]), float(args[1]) if args[1:] and args[1] else None)
-                return ("ok", "")
+        call = OPS.get(op)
+        if call is None:
             return ("error", f"unknown tacoma operation {op}", "USAGE")
+        try:
+            return ("ok", call(calls, *args))
+        except _Failed as exc:
+            return ("error", str(exc), "FAIL")
         except MeetError as exc:
             return ("error", f"{type(exc).__name__.lstrip('_')}: {exc}", exc.kind)
         except (ValueError, TypeError, IndexError) as exc:
@@ -253,10 +300,10 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
     try:
         tcl.eval(script)
     except tkinter.TclError as exc:
-        if failure:
-            raise AgentFailure(failure[-1]) from None
+        if calls.failure is not None:
+            raise AgentFailure(calls.failure) from None
         raise AgentFailure(f"Tcl error: {exc}", str(tcl.eval("set ::errorInfo"))) from None
-    return bc
+    return meet.briefcase
 
 
 if __name__ == "__main__":

@@ -7,9 +7,10 @@ Failed, and returns; the process then exits and is never reused. Everything here
 blocking and single-threaded on purpose: an agent is one sequential program, so reads and
 writes on the file descriptor it was handed and the sans-IO `Connection` are all it needs.
 
-The agent API (meet, log, fail, go, messages, cabinets) is `AgentChannel`'s methods; each
-language binds them under its own names. Only the standard library and msgpack are imported
-here.
+The agent API (declared in `_api`: meet, log, fail, go, messages, cabinets) is
+`AgentChannel`'s methods, each named as its call (Python binds them as they are; the other
+languages call them from their own bindings); the briefcase calls are the Briefcase's own
+methods. Only the standard library and msgpack are imported here.
 """
 
 from __future__ import annotations
@@ -79,10 +80,12 @@ class _NoAnswer(Exception):
 class AgentChannel:
     """The blocking worker end of the channel to the place, on file descriptor `fd`."""
 
+    #: The agent API's `place`: the address of the place the agent runs at (serve_one sets it).
+    place = ""
+
     def __init__(self, fd: int, max_frame: int) -> None:
         self.fd = fd
         self.conn = Connection(Role.WORKER, max_frame)
-        self.place = ""
         self.plan: dict[str, Any] = {}  # the sandbox plan this worker was started with
         self.gone: str | None = None  # the place the agent went to, once it went
         self._unacked: set[int] = set()  # rids of acknowledged sends not yet waited for
@@ -125,7 +128,8 @@ class AgentChannel:
             if isinstance(event, Meet):
                 return event
 
-    def reply(self, event: Result | Failed) -> None:
+    def finish(self, event: Result | Failed) -> None:
+        """Answer the place's meet: the worker's last word."""
         try:
             data = self.conn.send(event)
         except LimitExceeded as exc:
@@ -231,8 +235,8 @@ class AgentChannel:
         message = self._mailbox("receive", **folders)
         return message if message.folder(ENVELOPE) else None
 
-    def reply_message(self, message: Briefcase, briefcase: Briefcase | None = None) -> None:
-        """The agent API's `reply`: answer a request (a message of kind `request`)."""
+    def reply(self, message: Briefcase, briefcase: Briefcase | None = None) -> None:
+        """Answer a request (a message of kind `request`, as `receive` returned it)."""
         envelope = message.folder(ENVELOPE)
         if not envelope:
             raise ValueError("reply takes a message as receive returned it (with ENVELOPE)")
@@ -426,4 +430,4 @@ def serve_one(run: Runner, plan: dict[str, Any],
                        traceback.format_exc())
     sys.stdout.flush()
     sys.stderr.flush()
-    channel.reply(reply)
+    channel.finish(reply)

@@ -13,6 +13,12 @@ with a Result or Failed, and exit.
 A compiled language also gives a `Build`: the place then compiles each new program before
 the meet reaches a worker, in a sandboxed process of its own, and keeps the output in a
 cache that only the place writes (see _builds); the worker finds it there by the same key.
+
+Every adapter binds the one agent API (`_api.API`) and says how it spells each call
+(`spellings`), and which helpers of its own it adds (`extras`): the worker checks its binding
+against the table when its zygote starts (`_api.check_bound`), `discover_interpreters` warns
+about an adapter that leaves calls out, and the conformance suite probes every spelling in
+the real language.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+
+from ._api import unbound
 
 __all__ = ["PROGRAMS", "Build", "Interpreter", "discover_interpreters"]
 
@@ -68,7 +76,13 @@ class Interpreter:
     here, or None when it can; version: the language implementation's version, for
     `tacoma doctor`; build: for a compiled language, how its programs are compiled;
     programs: small programs in this language that tools run, by what they do (PROGRAMS),
-    so that no tool of the kernel holds source text in any language.
+    so that no tool of the kernel holds source text in any language; spellings: how the
+    language spells each call of the agent API, by the call's name in `_api.CALLS`
+    ("append" -> "bc_append"), usually made by `_api.spell` from a rule and its exceptions;
+    several calls may share one spelling where the language makes them one (Python's `meet`
+    with mode="async" is meet_async); extras: the names the
+    language binds besides the calls, for its own values (C's `tc_new`, Python's
+    `Briefcase`), each with what it is for.
     """
 
     language: str
@@ -79,6 +93,8 @@ class Interpreter:
     version: Callable[[], str] = field(default=lambda: "")
     build: Build | None = None
     programs: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
+    spellings: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
+    extras: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def worker_argv(self) -> list[str]:
         """The command that starts one worker (the sandbox plan is appended to it).
@@ -147,5 +163,10 @@ def discover_interpreters() -> dict[str, Interpreter]:
         if not isinstance(value, Interpreter):
             log.warning("interpreter plugin %s is not a tacoma.Interpreter; skipped", ep.name)
             continue
+        missing, extra = unbound(value.spellings)
+        if missing or extra:  # it fails the conformance suite; say so where it is loaded
+            log.warning("interpreter plugin %s does not spell the whole agent API (see "
+                        "tacoma/agent/_api.py): missing %s; not calls: %s", ep.name,
+                        ", ".join(missing) or "none", ", ".join(extra) or "none")
         found.setdefault(value.agent, value)
     return found

@@ -3,9 +3,9 @@
 Every worker process, whatever its language, calls `enter(plan)` first thing, before it says
 Hello to its place and long before any agent code runs (so none of this is on a meet's
 critical path: the pool pre-starts workers). The plan is made by the place
-(`_workers.WorkerPool.sandbox_plan`) and passed as JSON on the command line. Later kernel layers
-(namespaces, Landlock, seccomp) belong here too, so there is exactly one place to read to
-know what confines an agent.
+(`place._containment.Containment.plan`, the outside of confinement) and passed as JSON on the
+command line. Later kernel layers (namespaces, Landlock, seccomp) belong here too, so there
+is exactly one place to read to know what confines an agent.
 
 What is applied, in order:
 1. join the pids cgroup the place made for this worker (as root): caps its process count and

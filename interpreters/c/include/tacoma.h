@@ -75,6 +75,7 @@ typedef struct {
 /* Reading and writing folders (of TC_SELF or any other handle). */
 TC__API int tc_folders(tc_bc bc, tc_list *names);                  /* folder names */
 TC__API int tc_folder(tc_bc bc, const char *name, tc_list *elements); /* missing: empty */
+TC__API int tc_text(tc_bc bc, const char *name, tc_list *texts); /* tc_folder, if UTF-8 */
 TC__API int tc_append(tc_bc bc, const char *name, const void *data, size_t len);
 TC__API int tc_append_text(tc_bc bc, const char *name, const char *text);
 TC__API int tc_append_textf(tc_bc bc, const char *name, const char *format, ...)
@@ -303,6 +304,13 @@ TC__API int tc_folder(tc_bc bc, const char *name, tc_list *elements) {
     char h[16];
     tc_elem parts[3] = {tc__str("folder"), tc__handle(bc, h), tc__str(name)};
     return tc__call(3, parts, elements);
+}
+
+/* As tc_folder, but fails (bad-argument) if an element is not UTF-8 text. */
+TC__API int tc_text(tc_bc bc, const char *name, tc_list *texts) {
+    char h[16];
+    tc_elem parts[3] = {tc__str("text"), tc__handle(bc, h), tc__str(name)};
+    return tc__call(3, parts, texts);
 }
 
 TC__API int tc_append(tc_bc bc, const char *name, const void *data, size_t len) {

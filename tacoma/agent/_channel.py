@@ -21,8 +21,6 @@ import sys
 import time
 from collections.abc import Callable
 
-import msgpack
-
 from ..wire._briefcase import CABINET_REQUEST_FOLDERS, CODE, ENVELOPE, ITINERARY, TRACE, Briefcase
 from ..wire._errors import (
     LimitExceeded,
@@ -32,6 +30,7 @@ from ..wire._errors import (
     ProtocolError,
     error_from_wire,
 )
+from ..wire._events import encode
 from ..wire._names import CABINET_AGENT, MAILBOX_AGENT
 from ..wire._program import program_bytes
 from ..wire._protocol import (
@@ -372,13 +371,13 @@ def _warm_up(run: Runner, channel: AgentChannel, meet: Meet) -> None:
     and doing it here takes it off the critical path of the meet this worker will serve.
     """
     scratch = Connection(Role.HOST)
-    frame = msgpack.packb([meet.tag, *meet.fields()], use_bin_type=True)
+    frame = encode(meet)
     scratch.receive_data(len(frame).to_bytes(4, "big") + frame)
     scratch.their_state = OPEN  # as if the dummy meet came after a Hello
     event = scratch.next_event()
     assert isinstance(event, Meet)
     result = run(event, channel)
-    msgpack.packb([Result.tag, *Result(0, result).fields()], use_bin_type=True)
+    encode(Result(0, result))
 
 
 def warm_up(run: Runner, meet: Meet) -> None:

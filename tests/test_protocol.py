@@ -607,7 +607,7 @@ def test_an_unencodable_result_is_a_local_protocol_error() -> None:
 
 # ------------------------------------------- a refused send leaves the books as they were
 def test_a_result_too_large_can_still_be_answered_with_failed() -> None:
-    """What _agentside.reply, _place._reply and _workers.answer do after LimitExceeded."""
+    """What AgentChannel.finish, Session._reply and Worker.answer do after LimitExceeded."""
     pair = Pair(max_frames={Role.CLIENT: 1024})
     rid, data = pair[Role.CLIENT].start_meet("a", Briefcase())
     pair.deliver(Role.CLIENT, data)

@@ -287,7 +287,7 @@ class AgentChannel:
         """Write a line to the place's log."""
         self._write(self.conn.send(Log(level, str(message))))
 
-    # -- cabinets: the place's own folders, through its ag_cabinet agent (see _cabinets)
+    # -- cabinets: the place's own folders, through its ag_cabinet agent (see place._cabinets)
     def _cabinet(self, op: str, cabinet: str | None = None,
                  folders: dict[str, list[bytes | str]] | None = None) -> Briefcase:
         request = Briefcase(OP=[op])

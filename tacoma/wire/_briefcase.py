@@ -20,8 +20,8 @@ CODE = "CODE"
 
 #: Folder names with a meaning to the system. CODE is read by interpreter agents; the others
 #: belong to the mobility and messaging conventions: ITINERARY (the places still to visit,
-#: see _trips), HOME (a moving agent's trip, taken out by each place before the agent runs)
-#: ENVELOPE (a received message's id, kind and sender, see _residents), and TRACE.
+#: see place._trips), HOME (a moving agent's trip, taken out by each place before the agent runs)
+#: ENVELOPE (a received message's id, kind and sender, see place._residents), and TRACE.
 ITINERARY = "ITINERARY"
 HOME = "HOME"
 ENVELOPE = "ENVELOPE"
@@ -30,7 +30,7 @@ TRACE = "TRACE"
 RESERVED_FOLDERS = frozenset({CODE, ITINERARY, HOME, ENVELOPE, TRACE})
 
 #: The folders of a request to a place's ag_cabinet that say what to do, not what to store
-#: (see _cabinets); a cabinet cannot hold folders by these names.
+#: (see place._cabinets); a cabinet cannot hold folders by these names.
 CABINET_REQUEST_FOLDERS = frozenset({"OP", "CABINET", "FOLDER", "PRIVATE", CODE})
 
 #: Longest folder name accepted: names are labels, not data.

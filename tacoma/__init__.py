@@ -132,10 +132,9 @@ def __getattr__(name: str) -> Any:
 
 def _default_to_embedded_place() -> None:
     """Make bare agent names meet at the embedded place (place._embedded)."""
-    from .client import _client
+    from .client import set_default_place
 
-    if _client._default_place is None:
-        _client.set_default_place(_embedded_address)
+    set_default_place(_embedded_address, replace=False)
 
 
 async def _embedded_address() -> str:

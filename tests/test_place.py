@@ -322,6 +322,48 @@ def test_bare_agent_name_meets_at_the_embedded_place() -> None:
     assert tacoma.meet("ag_echo", {"E": [b""]}) == {"E": [b""]}
 
 
+def test_starting_the_embedded_place_is_not_part_of_the_first_meets_time(
+        tmp_path: Path) -> None:
+    """The first bare-name meet starts the embedded place (about a second); its timeout
+    bounds the meet, not the start, and a start is never left half done."""
+    code = textwrap.dedent("""
+        import tacoma
+        print(tacoma.meet("ag_echo", {"E": ["1"]}, timeout=0.05).text("E"))
+    """)
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=env, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['1']"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("tacoma-embedded-")]
+
+
+def test_the_client_package_alone_asks_for_a_place() -> None:
+    """tacoma.client does not know the place: a bare name there is a clear error, while the
+    public tacoma.meet meets it at the embedded place."""
+    code = textwrap.dedent("""
+        from tacoma.client import meet
+        try:
+            meet("ag_echo")
+        except ValueError as exc:
+            print(exc)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert "names no place: give AGENT@HOST:PORT" in out.stdout
+
+
+def test_a_traced_meet_carries_only_public_steps(place: RunningPlace) -> None:
+    """A briefcase with a TRACE folder is traced on each side; the result holds every side's
+    steps by name, and none of the internal ones (those starting with _)."""
+    result = tacoma.meet(place.target("ag_echo"), {"TRACE": [], "X": ["1"]}, timeout=30)
+    assert result.text("X") == ["1"]
+    steps = [element.split("|")[:2] for element in result.text("TRACE")]
+    assert {side for side, _ in steps} == {"client", "place"}
+    assert ["client", "transfer"] in steps and ["place", "examine"] in steps
+    assert not [step for _, step in steps if step.startswith("_")]
+
+
 @pytest.mark.parametrize("declared_max_frame", [2**20, 2**62])
 def test_a_client_that_never_reads_is_disconnected(start_place, declared_max_frame: int
                                                    ) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Literal, cast, overload
 
 from ..wire._address import split_target
 from ..wire._briefcase import CODE, Briefcase
-from ._client import connected, meet_deadline
+from ._client import connection, meet_deadline, place_of
 
 __all__ = ["ameet", "arequest", "asend", "make_briefcase", "meet", "request", "send"]
 
@@ -57,8 +57,9 @@ async def ameet(target: str, briefcase: Folders = None, *, code: str | bytes | N
     bc = make_briefcase(briefcase, code)
     if mode not in ("sync", "async"):
         raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
+    agent, address = await place_of(target)
     async with meet_deadline(timeout, f"meet {target} did not finish"):
-        agent, client = await connected(target, connect_timeout)
+        client = await connection(address, connect_timeout)
         return await client.meet(agent, bc, mode, timeout)
 
 
@@ -96,11 +97,13 @@ async def asend(target: str, briefcase: Folders = None, *, ack: bool = False,
     a future that completes when the resident has taken it (or fails: MailboxFull,
     UnknownAgent, MessageError if the resident ends first, MeetTimeout after `timeout`).
     """
-    if split_target(target)[0].startswith("ag_"):
-        raise ValueError(f"{split_target(target)[0]} is an agent's name, not a resident's: "
-                         "messages go to resident agents (meet starts agents)")
+    agent = split_target(target)[0]
+    if agent.startswith("ag_"):
+        raise ValueError(f"{agent} is an agent's name, not a resident's: messages go to "
+                         "resident agents (meet starts agents)")
     bc = make_briefcase(briefcase, None)
-    agent, client = await connected(target, connect_timeout)
+    agent, address = await place_of(target)
+    client = await connection(address, connect_timeout)
     what = f"message to {target} not answered"
     if not ack:
         async with meet_deadline(timeout, what):

@@ -24,10 +24,12 @@ from ..wire._address import split_target
 from ..wire._briefcase import TRACE, Briefcase
 from ..wire._errors import ConnectionLost, MeetTimeout, TacomaError, error_from_wire
 from ..wire._protocol import DEFAULT_MAX_FRAME, Accepted, Cancel, Event, Failed, Meet, Result, Role
+from ..wire._trace import read as read_trace
 from ..wire._trace import record
 from ._transport import Channel, connect
 
-__all__ = ["ClientCache", "PlaceClient", "connected", "meet_deadline", "set_default_place"]
+__all__ = ["ClientCache", "PlaceClient", "connection", "meet_deadline", "place_of",
+           "set_default_place"]
 
 #: Every mode on the wire: the user's two, and those of messages and moving agents.
 WireMode = Literal["sync", "async", "ack", "go"]
@@ -59,7 +61,9 @@ class PlaceClient:
         """Send a meet and wait for its reply: the result briefcase, or the async meet id.
 
         A meet whose briefcase has a TRACE folder is traced (see wire._trace): the client's
-        own steps, marshal and send, and its wait for the answer, go into the result.
+        own steps go into the result with the place's and the worker's: marshal, send, and
+        transfer (the network, both frames' decoding and waiting to be scheduled: the send
+        and the wait for the answer, less the place's own span).
         """
         channel = self._open()
         rid = channel.conn.new_rid()
@@ -74,9 +78,13 @@ class PlaceClient:
         sent = time.perf_counter_ns()
         answer = await self._reply(channel, rid)
         if isinstance(answer, Briefcase):
+            waited = time.perf_counter_ns() - sent
+            # The place may start before the write returns: the send overlaps its span.
+            span = sum(ns for side, step, ns in read_trace(answer, take=False)
+                       if (side, step) == ("place", "span"))
             record(answer, "client", [("marshal", marshalled - started),
                                       ("send", sent - marshalled),
-                                      ("_waited", time.perf_counter_ns() - sent)])
+                                      ("transfer", max(0, sent - marshalled + waited - span))])
         return answer
 
     def _open(self) -> Channel:
@@ -171,21 +179,29 @@ DefaultPlace = Callable[[], Awaitable[str]]
 _default_place: DefaultPlace | None = None
 
 
-def set_default_place(provider: DefaultPlace | None) -> None:
-    """Make bare agent names (no @HOST:PORT) meet at the place `provider()` returns."""
+def set_default_place(provider: DefaultPlace | None, replace: bool = True) -> None:
+    """Make bare agent names (no @HOST:PORT) meet at the place `provider()` returns (unless
+    one is set already and `replace` is false)."""
     global _default_place
-    _default_place = provider
+    if replace or _default_place is None:
+        _default_place = provider
 
 
-async def connected(target: str, connect_timeout: float | None) -> tuple[str, PlaceClient]:
-    """The agent a target names, and the (cached) connection to its place."""
+async def place_of(target: str) -> tuple[str, str]:
+    """The agent a target names and its place's address (the default place's, for a bare
+    name: starting it, if it must start, is not part of any meet's time)."""
     agent, address = split_target(target)
     if address is None:
         if _default_place is None:
             raise ValueError(f"meet target {target!r} names no place: give AGENT@HOST:PORT "
                              "(tacoma.meet meets a bare name at its embedded place)")
         address = await _default_place()
-    return agent, await _cache().get(address, connect_timeout)
+    return agent, address
+
+
+async def connection(address: str, connect_timeout: float | None) -> PlaceClient:
+    """The cached connection to the place at `address`, made if there is none."""
+    return await _cache().get(address, connect_timeout)
 
 
 class meet_deadline:

@@ -2,9 +2,8 @@
 
 A meet is traced when its briefcase carries a TRACE folder (see wire._trace): the client,
 the place and the worker each time their own steps and put them into the result. `atrace`
-asks for that, reads the steps back out, and adds what only the client can know: the
-connection (cached, or new) and the transfer (the network and waiting to be scheduled:
-the client's send and wait, less the place's own span).
+asks for that, reads the steps back out, and adds the one step only the caller can time:
+the connection (cached, or new).
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import time
 from ..wire._briefcase import TRACE, Briefcase
 from ..wire._trace import read
 from ._api import Folders, make_briefcase
-from ._client import connected, meet_deadline
+from ._client import connection, meet_deadline, place_of
 
 __all__ = ["Traced", "atrace", "trace"]
 
@@ -50,19 +49,17 @@ async def atrace(target: str, briefcase: Folders = None, *, code: str | bytes | 
     and the agent's worker, after TACOMA's Table 1 (see tacoma/wire/_trace.py)."""
     bc = make_briefcase(briefcase, code)
     bc[TRACE] = []
+    agent, address = await place_of(target)
     started = time.perf_counter_ns()
     async with meet_deadline(timeout, f"meet {target} did not finish"):
-        agent, client = await connected(target, connect_timeout)
+        client = await connection(address, connect_timeout)
         reused = time.perf_counter_ns()
         result = await client.meet(agent, bc, "sync", timeout)
     total = time.perf_counter_ns() - started
     assert isinstance(result, Briefcase)
     steps = {f"{side} {step}": ns for side, step, ns in read(result)}
-    span = steps.pop("place span", 0)
-    waited = steps.pop("client _waited", 0)
-    # The place may start before the write returns: the send overlaps it.
-    steps.update({"client connect or reuse": reused - started,
-                  "client transfer": max(0, steps.get("client send", 0) + waited - span)})
+    steps.pop("place span", 0)  # the client's transfer is what is left of its wait
+    steps["client connect or reuse"] = reused - started
     ordered = sorted(steps, key=lambda k: _ORDER.index(k) if k in _ORDER else len(_ORDER))
     timed = []
     for key in ordered:

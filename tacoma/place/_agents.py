@@ -22,13 +22,13 @@ __all__ = ["Agents"]
 class Agents:
     """The agents of one place: its interpreters, their worker pools, installed agents."""
 
-    def __init__(self, agents_dir: Path, interpreters: dict[str, Interpreter],
+    def __init__(self, agents_dir: Path, interpreters: dict[str, Interpreter], address: str,
                  resident_names: Callable[[], list[str]]) -> None:
         self.agents_dir = agents_dir
         self.interpreters = interpreters  # by agent name, as discovered
         self.pools: dict[str, WorkerPool] = {}  # by agent name, for languages that run here
+        self.address = address
         self.resident_names = resident_names
-        self.address = ""
 
     def names(self) -> list[str]:
         """Every agent this place can meet now: built-in, interpreters, installed."""

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import secrets
 import time
-from pathlib import Path
 from typing import Any
 
 from ..wire._briefcase import Briefcase
@@ -33,13 +31,13 @@ log = logging.getLogger("tacoma.place")
 class BuiltIns:
     """Answers the meets of the place's own agents (wire._names.BUILT_IN)."""
 
-    def __init__(self, cabinets: Cabinets, trips: Trips, meets: Meets,
-                 residents: Residents) -> None:
+    def __init__(self, cabinets: Cabinets, trips: Trips, meets: Meets, residents: Residents,
+                 admin_token: str) -> None:
         self.cabinets = cabinets
         self.trips = trips
         self.meets = meets
         self.residents = residents
-        self.admin_token = ""
+        self.admin_token = admin_token  # this run's, in the state directory (see _place)
 
     async def serve(self, agent: str, briefcase: Briefcase, who: str | None) -> Briefcase:
         """Answer a meet of `agent` made by `who` (None: a client outside the place)."""
@@ -52,16 +50,6 @@ class BuiltIns:
         if agent == ADMIN_AGENT:
             return self._admin(briefcase)
         return briefcase  # ag_echo
-
-    def new_admin_token(self, path: Path) -> None:
-        """A new admin token for this run, in a file only the place's user can read."""
-        self.admin_token = secrets.token_hex(32)
-        temporary = path.with_suffix(".tmp")
-        temporary.unlink(missing_ok=True)
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(self.admin_token + "\n")
-        os.replace(temporary, path)
 
     # ------------------------------------------------------------------ ag_admin
     def _admin(self, request: Briefcase) -> Briefcase:

@@ -223,7 +223,11 @@ class Cabinets:
 
     async def close(self) -> None:
         if self._store is not None:
-            await self._run(lambda s: s.close())
+            try:
+                await self._run(lambda s: s.close())
+            except RuntimeError:  # at interpreter exit the executor takes no more work
+                self._executor.shutdown(wait=True)
+                self._store.close()  # its thread is done: closing it here is safe
         self._executor.shutdown(wait=True)
 
 

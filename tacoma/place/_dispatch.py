@@ -22,9 +22,10 @@ worker or the place.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ..client._client import ClientCache, PlaceClient
@@ -41,7 +42,7 @@ from ..wire._errors import (
 )
 from ..wire._names import BUILT_IN, HOME_AGENT, MAILBOX_AGENT
 from ..wire._program import program_bytes
-from ..wire._protocol import Accepted, Failed, Meet, Result
+from ..wire._protocol import Accepted, Event, Failed, Meet, Result
 from ._agents import Agents
 from ._builds import Builds
 from ._builtins import BuiltIns
@@ -69,7 +70,7 @@ class Dispatch:
         self.builds = builds
         self.residents = residents
         self.trips = trips
-        self.address = ""
+        self.address = meets.address
         self.clients = ClientCache()  # connections to other places, for agents' meets
         self.background: set[asyncio.Task[None]] = set()
 
@@ -87,9 +88,7 @@ class Dispatch:
             result = await self.builtins.serve(meet.agent, meet.briefcase, meet.principal)
             meet.end_trace(result)
             return result
-        limit = self.settings.limits.meet_seconds
-        timeout = limit if meet.timeout is None else min(meet.timeout, limit)
-        meet.deadline = time.monotonic() + timeout
+        timeout = self.bounded(meet.timeout)
         briefcase = meet.briefcase
         callers_code = briefcase.get(CODE)
         if installed_code is not None:
@@ -98,8 +97,9 @@ class Dispatch:
             raise MeetError(f"{meet.agent} needs its program in the CODE folder "
                             f"(tacoma meet {meet.agent} --code FILE)")
         if pool.interpreter.build is not None:
+            started = time.monotonic()
             await self.builds.ensure(pool.interpreter, program_bytes(briefcase), timeout)
-            timeout = meet.deadline - time.monotonic()
+            timeout -= time.monotonic() - started
             if timeout <= 0:
                 raise MeetTimeout(f"compiling {meet.agent}'s program took the meet's whole "
                                   "time")
@@ -109,12 +109,13 @@ class Dispatch:
             briefcase[TRACE] = []  # the worker's signal to time its own steps
         meet.installed_as = meet.agent if installed_code is not None else None
         meet.program = program_bytes(briefcase)
-        meet.started = time.time()
+        meet.started, meet.deadline = time.time(), time.monotonic() + timeout
         meet.worker = worker
         hop = meet.trip is not None  # a hop of a trip that began elsewhere
         try:
             try:
-                result = (await worker.run(meet, timeout, self.agent_meet)).briefcase
+                result = (await worker.run(meet, timeout,
+                                           functools.partial(self.agent_meet, meet))).briefcase
             except Exception:
                 if meet.went is None:
                     raise
@@ -181,6 +182,16 @@ class Dispatch:
             log.warning("trip %s ended here but cannot reach its home %s: %s", trip.id,
                         trip.home, exc)
 
+    async def settle(self) -> None:
+        """After the meets ended: give the ends of trips on their way home a moment."""
+        if self.background:
+            await asyncio.wait(list(self.background), timeout=5)
+
+    async def close(self) -> None:
+        """Stop compiling, and close the connections to other places."""
+        await self.builds.close()
+        self.clients.close()
+
     def in_background(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)
         self.background.add(task)
@@ -189,11 +200,30 @@ class Dispatch:
     async def client(self, address: str) -> PlaceClient:
         return await self.clients.get(address, timeout=10.0)
 
+    def bounded(self, timeout: float | None) -> float:
+        """A meet's timeout within the place's own limit (--meet-seconds)."""
+        limit = self.settings.limits.meet_seconds
+        return limit if timeout is None else min(timeout, limit)
+
+    async def answered(self, rid: int, work: Coroutine[Any, Any, Briefcase],
+                       meet: RunningMeet | None, answer: Callable[[Event], None]) -> None:
+        """Answer request `rid` with what `work` returns: its Result, or a Failed saying why
+        it failed or was cancelled (the caller left or cancelled, the meet was killed, the
+        place stops); a cancellation still cancels."""
+        try:
+            result = await work
+        except asyncio.CancelledError:
+            answer(failed(rid, self.meets.cancelled(meet)))
+            raise
+        except Exception as exc:  # noqa: BLE001 - every meet gets an answer, whatever failed
+            answer(failed(rid, exc))
+            return
+        answer(Result(rid, result))
+
     # ------------------------------------------------------------------ messages
     async def answer_of(self, meet: Meet, answer: asyncio.Future[Briefcase]) -> Briefcase:
         """The resident's answer to a message: its reply (sync) or that it took it (ack)."""
-        limit = self.settings.limits.meet_seconds
-        timeout = limit if meet.timeout is None else min(meet.timeout, limit)
+        timeout = self.bounded(meet.timeout)
         try:
             async with asyncio.timeout(timeout):
                 return await answer
@@ -212,11 +242,10 @@ class Dispatch:
         return await self.answer_of(meet, message.answer)
 
     # ------------------------------------------------------------------ agents' own meets
-    async def agent_meet(self, worker: Worker, event: Meet) -> None:
-        """The agent of `worker` meets another agent (here, or at another place through a
-        client), sends a message (a meet with a resident), uses its mailbox, or moves on."""
-        meet = worker.meet
-        assert isinstance(meet, RunningMeet)
+    async def agent_meet(self, meet: RunningMeet, worker: Worker, event: Meet) -> None:
+        """The agent of `meet`, run by `worker`, meets another agent (here, or at another
+        place through a client), sends a message (a meet with a resident), uses its
+        mailbox, or moves on."""
         try:
             if meet.went is not None:
                 raise MeetError(f"the agent has gone to {meet.went}")
@@ -248,7 +277,9 @@ class Dispatch:
                     self.meets.spawn(inner, self.run_async(inner))
                     answer = inner.id
                 else:
-                    task = self.meets.spawn(inner, self._serve_agent(worker, event.rid, inner))
+                    # A meet of its own, so that it can be killed.
+                    task = self.meets.spawn(inner, self.answered(
+                        event.rid, self.run(inner), inner, worker.answer))
                     try:
                         await asyncio.shield(task)
                     except asyncio.CancelledError:
@@ -259,18 +290,6 @@ class Dispatch:
                           else Result(event.rid, answer))
         except Exception as exc:  # noqa: BLE001 - the agent is waiting for an answer
             worker.answer(failed(event.rid, exc))
-
-    async def _serve_agent(self, worker: Worker, rid: int, inner: RunningMeet) -> None:
-        """An agent's sync meet at this place, as a meet of its own (so it can be killed)."""
-        try:
-            result = await self.run(inner)
-        except asyncio.CancelledError:
-            worker.answer(failed(rid, self.meets.cancelled(inner)))
-            raise
-        except Exception as exc:  # noqa: BLE001 - the agent is waiting for an answer
-            worker.answer(failed(rid, exc))
-            return
-        worker.answer(Result(rid, result))
 
     async def _go(self, worker: Worker, meet: RunningMeet, event: Meet) -> None:
         """Hand a moving agent on to the place `event.agent` (see _trips).

@@ -35,8 +35,10 @@ async def _start() -> str:
             await place.start()
 
             async def stop() -> None:
-                await place.stop(grace=2)
-                shutil.rmtree(state, ignore_errors=True)
+                try:
+                    await place.stop(grace=2)
+                finally:  # whatever stopping met at exit, nothing of the place stays
+                    shutil.rmtree(state, ignore_errors=True)
 
             _runtime.on_shutdown(stop)
             _place = place
@@ -45,7 +47,9 @@ async def _start() -> str:
 
 async def embedded_address() -> str:
     """The embedded place's address, starting it on first use."""
+    # Shielded: a caller that gives up (a meet's timeout) must not abort a start half way.
     loop = _runtime.background_loop()
     if asyncio.get_running_loop() is loop:
-        return await _start()
-    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_start(), loop))
+        return await asyncio.shield(_start())
+    return await asyncio.shield(asyncio.wrap_future(
+        asyncio.run_coroutine_threadsafe(_start(), loop)))

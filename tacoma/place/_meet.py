@@ -4,9 +4,10 @@ A `RunningMeet` holds everything about one meet from the moment the place accept
 answer: its id, the agent met and the briefcase, who asked (its principal: None for a
 client, the identity of the agent at this place that made it), its deadline, whether it is
 traced and the place's steps so far, the trip it belongs to, and, while an agent runs for
-it, the worker, the program it runs, its resident name and where it went. Collaborators
-(the worker, residents, trips, the built-in agents) get this object, or the piece of it
-they need, never the whole place (trio gives each task its own record the same way).
+it, the worker, the program it runs, its resident name and where it went. The meet path
+and the residents work on this object; the worker sees only what it needs of it
+(`_pool.HandedMeet`); nothing gets the whole place (trio gives each task its own record
+the same way).
 
 `Meets` is the book: the ids, the count against --max-meets, the tasks, and why a task was
 cancelled (killed, the place stopping, the caller gone).
@@ -112,9 +113,9 @@ class RunningMeet:
 class Meets:
     """The meets running at one place: ids, admission against --max-meets, their tasks."""
 
-    def __init__(self, max_meets: int) -> None:
+    def __init__(self, max_meets: int, address: str) -> None:
         self.max_meets = max_meets
-        self.address = ""
+        self.address = address
         self.running: dict[str, RunningMeet] = {}
         self.stopping = False
         self._tasks: dict[str, asyncio.Task[None]] = {}

@@ -21,16 +21,20 @@ the collaborators it needs:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
+import secrets
 import shutil
 import sqlite3
+from pathlib import Path
 
 from .._version import __version__
-from ..agent._interpreter import discover_interpreters, module_file
+from ..agent._interpreter import Interpreter, discover_interpreters, module_file
 from ..client._transport import Channel
 from ..wire._address import parse_address
 from ..wire._errors import PlaceUnavailable
+from ..wire._names import BUILT_IN
 from ..wire._protocol import Role
 from ._agents import Agents
 from ._builds import Builds
@@ -57,19 +61,11 @@ class Place:
 
     def __init__(self, settings: PlaceSettings | None = None) -> None:
         self.settings = settings or PlaceSettings()
-        settings = self.settings
         self.address = ""
         self.sessions: set[Session] = set()
-        self.meets = Meets(settings.max_meets)
-        self.agents = Agents(settings.agents_dir, {}, lambda: list(self.residents.by_name))
-        self.residents = Residents(settings.mailbox_messages, settings.mailbox_bytes,
-                                   settings.mailbox_total_bytes, self.agents.has)
-        self.cabinets = Cabinets(settings.state_dir / "cabinets.sqlite3")
-        self.trips = Trips("")
-        self.builtins = BuiltIns(self.cabinets, self.trips, self.meets, self.residents)
+        self.cabinets = Cabinets(self.settings.state_dir / "cabinets.sqlite3")
         self.cgroups: PidsCgroups | None = None
-        self.containment: Containment | None = None
-        self.dispatch: Dispatch | None = None
+        self.dispatch: Dispatch | None = None  # its parts, once it listens
         self._server: asyncio.AbstractServer | None = None
         self._stopping = False
         self._stopped = asyncio.Event()
@@ -78,7 +74,7 @@ class Place:
         """Listen, start the worker pools, and return the address meets are accepted on."""
         settings = self.settings
         host, port = parse_address(settings.listen, listen=True)
-        self.agents.interpreters = interpreters = discover_interpreters()
+        interpreters = discover_interpreters()
         self.cgroups = PidsCgroups.available()
         separate = settings.separate_uids and os.geteuid() == 0
         # Agents under their own uids must reach their working directory by its path:
@@ -102,23 +98,40 @@ class Place:
         elif os.geteuid() == 0:
             log.warning("agents run as root (separate_uids is off): they can signal the "
                         "place and read whatever root may")
-        self.builtins.new_admin_token(settings.admin_token_file)
+        admin_token = write_admin_token(settings.admin_token_file)
         try:
             await self.cabinets.open()
         except sqlite3.Error as exc:
             raise PlaceUnavailable(f"cannot open the cabinets in {self.cabinets.path}: {exc}") \
                 from exc
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self._new_channel, host, port, reuse_address=True, backlog=1024)
+        # Bound but not yet serving: the parts below are made knowing the address, and
+        # only then does the place accept a connection.
+        self._server = await asyncio.get_running_loop().create_server(
+            self._new_channel, host, port, reuse_address=True, backlog=1024,
+            start_serving=False)
         sock = self._server.sockets[0].getsockname()
-        self.address = f"[{sock[0]}]:{sock[1]}" if ":" in sock[0] else f"{sock[0]}:{sock[1]}"
-        self.trips.address = self.meets.address = self.agents.address = self.address
-        self.containment = Containment(settings, self.cgroups, uids, self.address)
-        builds = Builds(self.containment, enterable)
-        self.dispatch = Dispatch(settings, self.agents, self.meets, self.builtins, builds,
-                                 self.residents, self.trips)
-        self.dispatch.address = self.address
+        self.address = address = (f"[{sock[0]}]:{sock[1]}" if ":" in sock[0]
+                                  else f"{sock[0]}:{sock[1]}")
+        self.dispatch = self._parts(interpreters, Containment(settings, self.cgroups, uids,
+                                                              address), enterable, admin_token)
+        await self._server.start_serving()
+        log.info("place %s listening, state in %s, agents: %s", address,
+                 settings.state_dir, ", ".join(self.agent_names()))
+        return address
+
+    def _parts(self, interpreters: dict[str, Interpreter], containment: Containment,
+               cache_mode: int, admin_token: str) -> Dispatch:
+        """The place's parts, each given what it needs, and a filling pool per language."""
+        settings, address = self.settings, containment.place_address
+        residents: Residents
+        agents = Agents(settings.agents_dir, interpreters, address,
+                        lambda: list(residents.by_name))
+        residents = Residents(settings.mailbox_messages, settings.mailbox_bytes,
+                              settings.mailbox_total_bytes, agents.has)
+        meets = Meets(settings.max_meets, address)
+        trips = Trips(address)
+        builtins = BuiltIns(self.cabinets, trips, meets, residents, admin_token)
+        builds = Builds(containment, cache_mode)
         for agent, interpreter in interpreters.items():
             problem = interpreter.check()
             if problem is not None:
@@ -127,20 +140,17 @@ class Place:
             extras = None
             if interpreter.build is not None:
                 builds.prune(interpreter, leftovers=True)
-                extras = (lambda i: lambda: builds.worker_plan(i))(interpreter)
-            pool = WorkerPool(interpreter, self.containment, extras)
-            self.agents.pools[agent] = pool
+                extras = functools.partial(builds.worker_plan, interpreter)
+            agents.pools[agent] = pool = WorkerPool(interpreter, containment, extras)
             pool.fill()
-        log.info("place %s listening, state in %s, agents: %s", self.address,
-                 settings.state_dir, ", ".join(self.agent_names()))
-        return self.address
+        return Dispatch(settings, agents, meets, builtins, builds, residents, trips)
 
     def agent_names(self) -> list[str]:
         """Every agent this place can meet now: built-in, interpreters, installed."""
-        return self.agents.names()
+        return self.dispatch.agents.names() if self.dispatch is not None else list(BUILT_IN)
 
     def _new_channel(self) -> Channel:
-        assert self.dispatch is not None  # the server listens only once it is made
+        assert self.dispatch is not None  # the server serves only once the parts are made
         session = Session(self.dispatch, self.sessions)
         refuse = ""
         if len(self.sessions) >= self.settings.max_connections:
@@ -160,34 +170,47 @@ class Place:
         if self._stopping:
             await self._stopped.wait()
             return
-        self._stopping = self.meets.stopping = True
-        self.residents.close()  # residents waiting in receive get none, and can end
-        grace = self.settings.grace_seconds if grace is None else grace
+        self._stopping = True
+        dispatch = self.dispatch
         if self._server is not None:
             self._server.close()
-        running = self.meets.tasks()
-        if running:
-            log.info("waiting up to %g s for %d running meets", grace, len(running))
-            _, late = await asyncio.wait(running, timeout=grace)
-            for task in late:
-                task.cancel()
-            if late:
-                await asyncio.wait(late, timeout=10)
-        dispatch = self.dispatch
-        if dispatch is not None and dispatch.background:  # trips' ends on their way home
-            await asyncio.wait(list(dispatch.background), timeout=5)
+        if dispatch is not None:
+            dispatch.meets.stopping = True  # new meets are refused from now on
+            dispatch.residents.close()  # residents waiting in receive get none, and can end
+            grace = self.settings.grace_seconds if grace is None else grace
+            running = dispatch.meets.tasks()
+            if running:
+                log.info("waiting up to %g s for %d running meets", grace, len(running))
+                _, late = await asyncio.wait(running, timeout=grace)
+                for task in late:
+                    task.cancel()
+                if late:
+                    await asyncio.wait(late, timeout=10)
+            await dispatch.settle()
         for session in list(self.sessions):
             session.channel.close(f"place {self.address} is shutting down")
         if dispatch is not None:
-            await dispatch.builds.close()
+            await dispatch.close()
         await self.cabinets.close()
-        await asyncio.gather(*(pool.close() for pool in self.agents.pools.values()),
-                             return_exceptions=True)
         if dispatch is not None:
-            dispatch.clients.close()
+            await asyncio.gather(*(pool.close() for pool in dispatch.agents.pools.values()),
+                                 return_exceptions=True)
         for session in list(self.sessions):  # peers that did not take their last replies
             session.channel.abort()
         if self.cgroups is not None:
             self.cgroups.close()
         log.info("place %s stopped", self.address)
         self._stopped.set()
+
+
+def write_admin_token(path: Path) -> str:
+    """A new admin token for this run (for ag_admin: tacoma ps and kill), in a file only the
+    place's user can read."""
+    token = secrets.token_hex(32)
+    temporary = path.with_suffix(".tmp")
+    temporary.unlink(missing_ok=True)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(token + "\n")
+    os.replace(temporary, path)
+    return token

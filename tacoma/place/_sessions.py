@@ -14,15 +14,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine
-from typing import Any
 
 from ..client._transport import Channel
-from ..wire._briefcase import TRACE, Briefcase
+from ..wire._briefcase import TRACE
 from ..wire._errors import LimitExceeded, MeetError, MessageError, ProtocolError, kind_of
 from ..wire._protocol import Accepted, Cancel, Event, Failed, Meet, Result
 from ._dispatch import Dispatch, failed
-from ._meet import RunningMeet
 from ._trips import Trip
 
 __all__ = ["Session"]
@@ -82,8 +79,8 @@ class Session:
             self._reply(Accepted(event.rid, meet.id))
             self.meets.spawn(meet, self.dispatch.run_async(meet))
         else:
-            task = self.meets.spawn(meet, self._serve(event.rid, self.dispatch.run(meet),
-                                                      meet))
+            task = self.meets.spawn(meet, self.dispatch.answered(
+                event.rid, self.dispatch.run(meet), meet, self._reply))
             self._track(event.rid, task)
 
     def _accept_message(self, event: Meet) -> None:
@@ -97,29 +94,16 @@ class Session:
         if message.answer is None:  # one-way: in the mailbox is all the sender hears
             self._reply(Accepted(event.rid, message.id))
             return
-        task = asyncio.ensure_future(self._serve(
-            event.rid, self.dispatch.answer_of(event, message.answer), None))
+        task = asyncio.ensure_future(self.dispatch.answered(
+            event.rid, self.dispatch.answer_of(event, message.answer), None, self._reply))
         self._track(event.rid, task)
 
     def _track(self, rid: int, task: asyncio.Task[None]) -> None:
         self.tasks[rid] = task
         task.add_done_callback(lambda _: self.tasks.pop(rid, None))
 
-    async def _serve(self, rid: int, work: Coroutine[Any, Any, Briefcase],
-                     meet: RunningMeet | None) -> None:
-        """Answer sync meet (or message) `rid` with what `work` returns."""
-        try:
-            result = await work
-        except asyncio.CancelledError:
-            # The client cancelled, or left, or the place stops: answer if anyone listens.
-            self._reply(failed(rid, self.meets.cancelled(meet)))
-            raise
-        except Exception as exc:  # noqa: BLE001 - every meet gets an answer, whatever failed
-            self._reply(failed(rid, exc))
-            return
-        self._reply(Result(rid, result))
-
-    def _reply(self, event: Result | Failed | Accepted) -> None:
+    def _reply(self, event: Event) -> None:
+        """Send a reply, if the client is still there to get it."""
         channel = self.channel
         if channel.is_closing:
             return

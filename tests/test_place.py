@@ -59,6 +59,16 @@ def test_python_agent_sees_and_changes_the_briefcase(place: RunningPlace) -> Non
     assert "DROP" not in result
 
 
+def test_a_worker_starts_from_a_frozen_image(place: RunningPlace) -> None:
+    """The zygote freezes what it holds before it forks: a collection in the worker then
+    never writes to (and so copies) the inherited objects during the meet."""
+    result = run(place, """
+        import gc
+        bc["FROZEN"] = [str(gc.get_freeze_count())]
+    """)
+    assert int(result.text("FROZEN")[0]) > 1000
+
+
 def test_binary_elements_survive_a_python_agent(place: RunningPlace) -> None:
     every_byte = bytes(range(256))
     result = run(place, 'bc["OUT"] = [bytes(reversed(e)) for e in bc["IN"]]',

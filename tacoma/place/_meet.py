@@ -54,7 +54,7 @@ class RunningMeet:
         #: A traced meet's steps at the place so far (see wire._trace); None if untraced.
         self.trace: list[tuple[str, int]] | None = [] if traced_at else None
         self.accepted_at = self._mark = traced_at  # perf_counter_ns() when accepted
-        self.started = time.time()
+        self.started = 0.0  # time.time() when its agent's worker took it (for ps)
         self.deadline = 0.0  # time.monotonic() by which its agent must end
         self.worker: Worker | None = None  # while its agent runs
         self.installed_as: str | None = None  # the installed agent it runs, if it is one

@@ -745,16 +745,18 @@ def test_every_event_round_trips(event: Event, data: st.DataObject) -> None:
             assert feed_in_pieces(pair.peer(role), wire, cuts) == [event]
 
 
-#: The bytes each event was sent as before the codec was derived from the declarations: the
-#: wire format is PROTOCOL_VERSION 2, and stays byte for byte what it was.
+#: The bytes each event is sent as, written out: the wire format is PROTOCOL_VERSION 3 (2,
+#: plus Meet's principal) and stays byte for byte what it is.
 GOLDEN = [
     (Hello(PROTOCOL_VERSION, Role.CLIENT, DEFAULT_MAX_FRAME, "tacoma 1.0"),
-     "950102a6636c69656e74ce04000000aa7461636f6d6120312e30"),
+     "950103a6636c69656e74ce04000000aa7461636f6d6120312e30"),
     (Meet(1, "ag_python", Briefcase(CODE=["pass"], DATA=[b"\x00\xff", b""]), "async", 2.5),
-     "960201a961675f707974686f6e82a4434f444591c40470617373a44441544192c40200ffc400a5617379"
-     "6e63cb4004000000000000"),
+     "970201a961675f707974686f6e82a4434f444591c40470617373a44441544192c40200ffc400a5617379"
+     "6e63cb4004000000000000a0"),
     (Meet(2**63 - 1, "ag_echo", Briefcase()),
-     "9602cf7fffffffffffffffa761675f6563686f80a473796e63c0"),
+     "9702cf7fffffffffffffffa761675f6563686f80a473796e63c0a0"),
+    (Meet(3, "ag_echo", Briefcase(), "go", 1.0, "alice"),
+     "970203a761675f6563686f80a2676fcb3ff0000000000000a5616c696365"),
     (Accepted(1, "meet-1"), "930301a66d6565742d31"),
     (Result(1, Briefcase(OUT=[b"x"])), "93040181a34f555491c40178"),
     (Failed(1, "agent-failed", "boom", "Traceback ..."),

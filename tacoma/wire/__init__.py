@@ -21,16 +21,19 @@ from ._errors import MeetError as MeetError
 from ._errors import MeetTimeout as MeetTimeout
 from ._errors import MessageError as MessageError
 from ._errors import NotAllowed as NotAllowed
+from ._errors import NotAuthorized as NotAuthorized
 from ._errors import PlaceUnavailable as PlaceUnavailable
 from ._errors import ProtocolError as ProtocolError
 from ._errors import RemoteProtocolError as RemoteProtocolError
 from ._errors import TacomaError as TacomaError
 from ._errors import TransportError as TransportError
+from ._errors import TrustError as TrustError
 from ._errors import UnknownAgent as UnknownAgent
 
 __all__ = [
     "CODE", "RESERVED_FOLDERS", "AgentFailed", "AgentKilled", "Briefcase", "CabinetError",
     "ConnectError", "ConnectionLost", "LimitExceeded", "LocalProtocolError", "MailboxFull",
-    "MeetError", "MeetTimeout", "MessageError", "NotAllowed", "PlaceUnavailable",
-    "ProtocolError", "RemoteProtocolError", "TacomaError", "TransportError", "UnknownAgent",
+    "MeetError", "MeetTimeout", "MessageError", "NotAllowed", "NotAuthorized",
+    "PlaceUnavailable", "ProtocolError", "RemoteProtocolError", "TacomaError", "TransportError",
+    "TrustError", "UnknownAgent",
 ]

@@ -7,6 +7,7 @@ Every error tacoma raises is a TacomaError. The tree follows where a fault lies:
     │   ├── LocalProtocolError        ... by us (a bug, or a value we refuse to send)
     │   └── RemoteProtocolError       ... by the peer (garbage, wrong version, bad frame)
     ├── LimitExceeded (ValueError)    a frame, folder or briefcase is over a configured limit
+    ├── TrustError                    an identity or the CA cannot be used (missing, bad file)
     ├── TransportError (OSError)      the connection itself failed
     │   ├── ConnectError              could not connect (refused, unreachable, bad address)
     │   └── ConnectionLost            the peer went away in the middle of a meet
@@ -19,7 +20,8 @@ Every error tacoma raises is a TacomaError. The tree follows where a fault lies:
         ├── CabinetError              a cabinet request refused: malformed, or private
         ├── MailboxFull               a resident agent's mailbox has no room for the message
         ├── MessageError              a message refused: bad name, reply to no request, ...
-        └── NotAllowed                an administrative request without the place's token
+        ├── NotAllowed                ps or kill without the admin role or the admin token
+        └── NotAuthorized             the place refused this identity (--allow, revoked)
 
 A failed meet travels over the wire as a `kind` string plus message and detail; `KINDS` maps
 kinds to classes in both directions, so both ends agree on the whole set in one place.
@@ -45,11 +47,13 @@ __all__ = [
     "MeetTimeout",
     "MessageError",
     "NotAllowed",
+    "NotAuthorized",
     "PlaceUnavailable",
     "ProtocolError",
     "RemoteProtocolError",
     "TacomaError",
     "TransportError",
+    "TrustError",
     "UnknownAgent",
     "map_transport_errors",
 ]
@@ -73,6 +77,11 @@ class RemoteProtocolError(ProtocolError):
 
 class LimitExceeded(TacomaError, ValueError):
     """A frame, folder or briefcase is larger than the limit in force."""
+
+
+class TrustError(TacomaError):
+    """An identity, the CA or the deny list cannot be used: missing, unreadable, not made
+    by tacoma trust, or not fit for its use (a client's identity for a place, say)."""
 
 
 class TransportError(TacomaError, OSError):
@@ -160,6 +169,17 @@ class NotAllowed(MeetError):
     kind = "not-allowed"
 
 
+class NotAuthorized(MeetError):
+    """The place refused the identity that met it: it may not meet that agent there
+    (`tacoma place --allow`), its certificate is revoked, or it claims what its certificate
+    does not give it (to speak for another principal, to be a place)."""
+
+    kind = "not-authorized"
+
+    #: A place's Bye that refuses a connection for its identity starts with this.
+    BYE_PREFIX = "not authorized: "
+
+
 class _RemoteLimitExceeded(MeetError, LimitExceeded):
     """A limit was exceeded at the place (a result briefcase too large, say)."""
 
@@ -185,6 +205,7 @@ KINDS: dict[str, type[MeetError]] = {
         MailboxFull,
         MessageError,
         NotAllowed,
+        NotAuthorized,
         _RemoteLimitExceeded,
         _RemoteProtocolFailure,
     )

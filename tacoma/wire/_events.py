@@ -256,7 +256,14 @@ class Hello(Event):
 
 @_event
 class Meet(Event):
-    """Ask the peer to run `agent` with `briefcase`; `timeout` in seconds bounds the meet."""
+    """Ask the peer to run `agent` with `briefcase`; `timeout` in seconds bounds the meet.
+
+    `principal` is who the meet is made for: empty from a client (the place knows its
+    peer's name from the peer's certificate), the launching identity's name when a place
+    forwards an agent's meet or moves an agent to another place (honoured only from a peer
+    whose certificate says it is a place), and that name again from a place to the worker
+    that runs the agent (the agent API's `principal`).
+    """
 
     tag = 2
     rid: Rid
@@ -264,6 +271,7 @@ class Meet(Event):
     briefcase: Briefcase
     mode: MeetMode = "sync"
     timeout: Timeout = None
+    principal: ShortText = ""
 
 
 @_event

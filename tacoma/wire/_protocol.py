@@ -67,7 +67,7 @@ __all__ = [
 ]
 
 #: Bumped on any incompatible change to framing or events; peers must agree exactly.
-PROTOCOL_VERSION: Final = 2
+PROTOCOL_VERSION: Final = 3
 
 #: Largest frame accepted unless configured otherwise. A briefcase is held whole in memory on
 #: both sides (and once more in the worker), so this bounds what one meet can cost a place;
@@ -195,10 +195,10 @@ class Connection:
         return len(body).to_bytes(_HEADER, "big") + body
 
     def start_meet(self, agent: str, briefcase: Briefcase, mode: MeetMode = "sync",
-                   timeout: float | None = None) -> tuple[int, bytes]:
+                   timeout: float | None = None, principal: str = "") -> tuple[int, bytes]:
         """Convenience: a Meet with a fresh rid, and its bytes."""
         rid = self.new_rid()
-        return rid, self.send(Meet(rid, agent, briefcase, mode, timeout))
+        return rid, self.send(Meet(rid, agent, briefcase, mode, timeout, principal))
 
     # -- incoming
     def receive_data(self, data: bytes) -> None:

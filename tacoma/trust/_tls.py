@@ -1,0 +1,244 @@
+"""Mutual TLS 1.3 for tacoma's connections: contexts, the peer's identity, the deny list.
+
+Every connection between a client and a place, and between places, is TLS 1.3 with a
+certificate on both sides, signed by the cluster's CA (standard library `ssl`). The place
+learns its peer's name and roles from the peer's certificate (`Peer`); the client checks
+that the place's certificate names the address it dialled and says it is a place.
+
+The place wraps each accepted connection itself (`ServerTLS.wrap`) instead of passing `ssl=`
+to create_server: that way it hears of every refused handshake (wrong CA, expired, no
+certificate, a stall past the handshake timeout, plaintext) with the peer's address, and
+logs it, once per peer and reason in a while. asyncio would drop those silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..wire._errors import TrustError
+from ._store import Bundle
+
+__all__ = ["HANDSHAKE_TIMEOUT", "DenyList", "Peer", "RateLimitedLog", "ServerTLS",
+           "client_context",
+           "peer_of", "server_context"]
+
+log = logging.getLogger("tacoma.place")
+
+#: Seconds a peer has to finish the TLS handshake before the place drops it.
+HANDSHAKE_TIMEOUT = 5.0
+
+
+def _context(bundle: Bundle, purpose: int) -> ssl.SSLContext:
+    context = ssl.SSLContext(purpose)
+    context.minimum_version = ssl.TLSVersion.TLSv1_3
+    try:
+        context.load_cert_chain(bundle.path)
+        context.load_verify_locations(cadata=bundle.ca.decode("ascii"))
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        raise TrustError(f"cannot use identity file {bundle.path}: {exc}") from None
+    context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+def server_context(bundle: Bundle) -> ssl.SSLContext:
+    """A place's context: TLS 1.3 only, a client certificate from the CA required.
+
+    No session tickets: a connection is authenticated by its own full handshake, never by
+    resuming an earlier one (and a place's connections are long-lived anyway).
+    """
+    context = _context(bundle, ssl.PROTOCOL_TLS_SERVER)
+    context.options |= ssl.OP_NO_TICKET
+    context.num_tickets = 0
+    return context
+
+
+def client_context(bundle: Bundle) -> ssl.SSLContext:
+    """A client's (or a place's outgoing) context: TLS 1.3 only, the place's certificate
+    from the CA and naming the address dialled, as any TLS client checks a host name."""
+    context = _context(bundle, ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = True
+    return context
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """Who is at the other end of a connection, as its certificate says."""
+
+    name: str
+    roles: frozenset[str]
+    serial: str
+
+    @property
+    def is_place(self) -> bool:
+        return "place" in self.roles
+
+    @property
+    def is_admin(self) -> bool:
+        return "admin" in self.roles
+
+
+def peer_of(transport: asyncio.BaseTransport) -> Peer | None:
+    """The peer of a TLS transport (None for a plaintext one)."""
+    cert: Any = transport.get_extra_info("peercert")
+    if not cert:
+        return None
+    name, roles = "", set()
+    for rdn in cert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                name = value
+            elif key == "organizationalUnitName":
+                roles.add(value)
+    return Peer(name, frozenset(roles), str(cert.get("serialNumber", "")).upper().lstrip("0"))
+
+
+class DenyList:
+    """The revoked serial numbers (`tacoma trust revoke` writes the file), reread when the
+    file changes: a stat per check, the file read only when its mtime or size moved."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._seen: tuple[int, int] | None = None
+        self.serials: frozenset[str] = frozenset()
+        self.names: dict[str, str] = {}
+
+    def refresh(self) -> bool:
+        """Reread the file if it changed; True if it did."""
+        try:
+            st = os.stat(self.path)
+            seen = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            seen = None
+        if seen == self._seen:
+            return False
+        self._seen = seen
+        names: dict[str, str] = {}
+        if seen is not None:
+            try:
+                text = self.path.read_text()
+            except OSError as exc:
+                log.error("cannot read the deny list %s: %s", self.path, exc)
+                return False
+            for line in text.splitlines():
+                parts = line.split()
+                if parts and not parts[0].startswith("#"):
+                    names[parts[0].upper().lstrip("0")] = parts[1] if len(parts) > 1 else "?"
+        self.names = names
+        self.serials = frozenset(names)
+        return True
+
+    def denies(self, peer: Peer) -> bool:
+        self.refresh()
+        return peer.serial in self.serials
+
+
+class RateLimitedLog:
+    """Logs refusals once per (address, reason) per minute, so that a peer retrying in a
+    loop cannot fill the log; `count` counts them all."""
+
+    WINDOW = 60.0
+    KEEP = 1024
+
+    def __init__(self, logger: logging.Logger = log) -> None:
+        self._log = logger
+        self._last: dict[tuple[str, str], float] = {}
+        self.count = 0
+
+    def log(self, address: str, reason: str) -> None:
+        self.count += 1
+        now = time.monotonic()
+        key = (address, reason)
+        if now - self._last.get(key, -self.WINDOW) < self.WINDOW:
+            return
+        if len(self._last) >= self.KEEP:
+            self._last = {k: t for k, t in self._last.items() if now - t < self.WINDOW}
+        self._last[key] = now
+        self._log.warning("refused %s: %s", address, reason)
+
+
+def _ssl_protocol_class(loop: asyncio.AbstractEventLoop) -> type[Any]:
+    """The loop's own TLS protocol: uvloop's (Cython) on uvloop, asyncio's otherwise."""
+    import uvloop
+    import uvloop.loop
+
+    if isinstance(loop, uvloop.Loop):
+        protocol: type[Any] = uvloop.loop.SSLProtocol  # type: ignore[attr-defined]
+        return protocol
+    from asyncio.sslproto import SSLProtocol
+    return SSLProtocol
+
+
+class ServerTLS:
+    """The place's side: wraps each accepted connection's protocol in TLS."""
+
+    def __init__(self, bundle: Bundle, deny_list: DenyList) -> None:
+        self.bundle = bundle
+        self.context = server_context(bundle)
+        self.deny_list = deny_list
+        self.refusals = RateLimitedLog()
+        self.handshaking = 0  # connections accepted whose handshake is not over
+        self._protocol: type[Any] | None = None
+
+    def wrap(self, app: asyncio.Protocol,
+             done: Callable[[], None] | None = None) -> asyncio.BaseProtocol:
+        """The protocol to give the server for one new connection: TLS around `app`, whose
+        connection_made runs once the peer's certificate is verified. A refused handshake
+        is logged with the peer's address."""
+        loop = asyncio.get_running_loop()
+        if self._protocol is None:
+            base = _ssl_protocol_class(loop)
+
+            class Gate(base):  # type: ignore[misc, valid-type]
+                """Notes the peer's address, which the TLS layer does not keep."""
+
+                peer = "?"
+
+                def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                    peer = transport.get_extra_info("peername")
+                    if isinstance(peer, tuple):
+                        self.peer = f"{peer[0]}:{peer[1]}"
+                    super().connection_made(transport)
+
+            self._protocol = Gate
+        waiter: asyncio.Future[None] = loop.create_future()
+        gate = self._protocol(loop, app, self.context, waiter, server_side=True,
+                              ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
+        self.handshaking += 1
+
+        def handshake_over(future: asyncio.Future[None]) -> None:
+            self.handshaking -= 1
+            if done is not None:
+                done()
+            if future.cancelled():
+                return
+            exc = future.exception()
+            if exc is not None:
+                self.refusals.log(gate.peer, _why(exc))
+
+        waiter.add_done_callback(handshake_over)
+        return gate
+
+
+def _why(exc: BaseException) -> str:
+    """A refused handshake's reason in a line."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"TLS: its certificate is not trusted ({exc.verify_message})"
+    if isinstance(exc, ssl.SSLError):
+        reason = exc.reason or str(exc)
+        if reason == "PEER_DID_NOT_RETURN_A_CERTIFICATE":
+            return "TLS: it showed no certificate"
+        if reason in ("HTTP_REQUEST", "WRONG_VERSION_NUMBER", "UNSUPPORTED_PROTOCOL",
+                      "UNEXPECTED_MESSAGE", "PACKET_LENGTH_TOO_LONG", "RECORD_LAYER_FAILURE"):
+            return f"TLS: it does not speak TLS 1.3 ({reason}; a plaintext client?)"
+        return f"TLS: {reason}"
+    if isinstance(exc, ConnectionAbortedError):
+        return f"TLS: no handshake within {HANDSHAKE_TIMEOUT:g} s"
+    return f"TLS handshake failed: {type(exc).__name__}: {exc}".rstrip(": ")

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from .client import request as request
     from .client import send as send
     from .client import trace as trace
+    from .client import use_identity as use_identity
     from .place import Limits as Limits
     from .place import Place as Place
     from .place import PlaceSettings as PlaceSettings
@@ -68,11 +69,13 @@ if TYPE_CHECKING:
     from .wire import MeetTimeout as MeetTimeout
     from .wire import MessageError as MessageError
     from .wire import NotAllowed as NotAllowed
+    from .wire import NotAuthorized as NotAuthorized
     from .wire import PlaceUnavailable as PlaceUnavailable
     from .wire import ProtocolError as ProtocolError
     from .wire import RemoteProtocolError as RemoteProtocolError
     from .wire import TacomaError as TacomaError
     from .wire import TransportError as TransportError
+    from .wire import TrustError as TrustError
     from .wire import UnknownAgent as UnknownAgent
 
 _EXPORTS: dict[str, str] = {
@@ -89,6 +92,7 @@ _EXPORTS: dict[str, str] = {
     "Traced": "client",
     "atrace": "client",
     "trace": "client",
+    "use_identity": "client",
     "AgentFailed": "wire",
     "AgentKilled": "wire",
     "CabinetError": "wire",
@@ -101,6 +105,8 @@ _EXPORTS: dict[str, str] = {
     "MeetTimeout": "wire",
     "MessageError": "wire",
     "NotAllowed": "wire",
+    "NotAuthorized": "wire",
+    "TrustError": "wire",
     "PlaceUnavailable": "wire",
     "ProtocolError": "wire",
     "RemoteProtocolError": "wire",

@@ -14,6 +14,8 @@ from ._api import request as request
 from ._api import send as send
 from ._client import PlaceClient as PlaceClient
 from ._client import set_default_place as set_default_place
+from ._identity import current_principal as current_principal
+from ._identity import use_identity as use_identity
 from ._local import LocalPlaces as LocalPlaces
 from ._local import local_places as local_places
 from ._traced import Traced as Traced
@@ -21,4 +23,5 @@ from ._traced import atrace as atrace
 from ._traced import trace as trace
 
 __all__ = ["LocalPlaces", "PlaceClient", "Traced", "ameet", "arequest", "asend", "atrace",
-           "local_places", "meet", "request", "send", "set_default_place", "trace"]
+           "current_principal", "local_places", "meet", "request", "send",
+           "set_default_place", "trace", "use_identity"]

@@ -26,6 +26,8 @@ from ..wire._errors import ConnectionLost, MeetTimeout, TacomaError, error_from_
 from ..wire._protocol import DEFAULT_MAX_FRAME, Accepted, Cancel, Event, Failed, Meet, Result, Role
 from ..wire._trace import read as read_trace
 from ..wire._trace import record
+from ._identity import Credentials
+from ._identity import credentials as process_credentials
 from ._transport import Channel, connect
 
 __all__ = ["ClientCache", "PlaceClient", "connection", "meet_deadline", "place_of",
@@ -46,10 +48,13 @@ class PlaceClient:
 
     @classmethod
     async def connect(cls, address: str, timeout: float | None = 10.0,
-                      max_frame: int = DEFAULT_MAX_FRAME) -> PlaceClient:
+                      max_frame: int = DEFAULT_MAX_FRAME,
+                      credentials: Credentials | None = None) -> PlaceClient:
+        """Connect to the place at `address` as `credentials` (this process's if None)."""
         client = cls(address)
+        context = (credentials or process_credentials()).context(address)
         client.channel = await connect(address, Role.CLIENT, client, max_frame, timeout,
-                                       _SOFTWARE)
+                                       _SOFTWARE, context)
         return client
 
     @property
@@ -57,8 +62,11 @@ class PlaceClient:
         return self.channel is not None and not self.channel.is_closing
 
     async def meet(self, agent: str, briefcase: Briefcase, mode: WireMode = "sync",
-                   timeout: float | None = None) -> Briefcase | str:
+                   timeout: float | None = None, principal: str = "") -> Briefcase | str:
         """Send a meet and wait for its reply: the result briefcase, or the async meet id.
+
+        `principal` is for places only: the identity a place's forwarded meet is made for
+        (the peer refuses it from anyone whose certificate is not a place's).
 
         A meet whose briefcase has a TRACE folder is traced (see wire._trace): the client's
         own steps go into the result with the place's and the worker's: marshal, send, and
@@ -68,11 +76,11 @@ class PlaceClient:
         channel = self._open()
         rid = channel.conn.new_rid()
         if TRACE not in briefcase:
-            channel.send(Meet(rid, agent, briefcase, mode, timeout))
+            channel.send(Meet(rid, agent, briefcase, mode, timeout, principal))
             answer: Briefcase | str = await self._reply(channel, rid)
             return answer
         started = time.perf_counter_ns()
-        data = channel.conn.send(Meet(rid, agent, briefcase, mode, timeout))
+        data = channel.conn.send(Meet(rid, agent, briefcase, mode, timeout, principal))
         marshalled = time.perf_counter_ns()
         channel.write(data)
         sent = time.perf_counter_ns()
@@ -134,9 +142,15 @@ class PlaceClient:
 
 
 class ClientCache:
-    """Open PlaceClients of one event loop, by address; connects once per place."""
+    """Open PlaceClients of one event loop, by address; connects once per place (the TLS
+    handshake, milliseconds, is paid once per place, never per meet).
 
-    def __init__(self) -> None:
+    A place's cache connects with the place's own identity (`credentials`); the client
+    API's, with this process's (None: `use_identity`, the environment, the default).
+    """
+
+    def __init__(self, credentials: Credentials | None = None) -> None:
+        self.credentials = credentials
         self.clients: dict[str, PlaceClient] = {}
         self.connecting: dict[str, asyncio.Future[PlaceClient]] = {}
 
@@ -147,7 +161,8 @@ class ClientCache:
         pending = self.connecting.get(address)
         if pending is not None:
             return await asyncio.shield(pending)
-        task = asyncio.ensure_future(PlaceClient.connect(address, timeout))
+        task = asyncio.ensure_future(PlaceClient.connect(address, timeout,
+                                                         credentials=self.credentials))
         self.connecting[address] = task
         try:
             client = await asyncio.shield(task)

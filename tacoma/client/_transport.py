@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
+from collections.abc import Callable
 from typing import Protocol, cast
 
+from ..trust._tls import HANDSHAKE_TIMEOUT, Peer, peer_of
 from ..wire._address import parse_address
 from ..wire._errors import (
     ConnectError,
     ConnectionLost,
+    NotAuthorized,
     ProtocolError,
     RemoteProtocolError,
     TacomaError,
@@ -39,9 +43,15 @@ class EventHandler(Protocol):
     def channel_closed(self, channel: Channel, exc: BaseException | None) -> None: ...
 
 
+#: Decides, once a connection is made (for TLS: once the peer's certificate is verified),
+#: whether to serve it: "" to serve, else the reason the peer is told in a Bye.
+Admission = Callable[["Channel"], str]
+
+
 class Channel(asyncio.Protocol):
     def __init__(self, role: Role, handler: EventHandler, max_frame: int,
-                 software: str = "", refuse: str = "") -> None:
+                 software: str = "", refuse: str = "",
+                 admit: Admission | None = None) -> None:
         self.conn = Connection(role, max_frame, software)
         self.handler = handler
         self.transport: asyncio.Transport | None = None
@@ -50,8 +60,11 @@ class Channel(asyncio.Protocol):
         self.closed: asyncio.Future[None] = loop.create_future()
         self.close_reason = ""
         self.peer = ""
+        #: Who the peer is, from its certificate (None on a plaintext connection).
+        self.identity: Peer | None = None
         self._error: TacomaError | None = None
         self._refuse = refuse  # say Bye with this reason instead of Hello
+        self._admit = admit
         self._hello_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol
@@ -64,6 +77,9 @@ class Channel(asyncio.Protocol):
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             # Meets are small request/reply exchanges: never wait to coalesce segments.
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.identity = peer_of(transport)
+        if not self._refuse and self._admit is not None:
+            self._refuse = self._admit(self)
         if self._refuse:
             self.transport.write(self.conn.send(Bye(self._refuse)))
             self.transport.close()
@@ -90,7 +106,10 @@ class Channel(asyncio.Protocol):
                 if isinstance(event, Bye):
                     self.close_reason = event.reason
                     if not self.ready.done():  # refused before the handshake ended
-                        self._error = ConnectError(f"refused: {event.reason}")
+                        self._error = (
+                            NotAuthorized(event.reason.removeprefix(NotAuthorized.BYE_PREFIX))
+                            if event.reason.startswith(NotAuthorized.BYE_PREFIX)
+                            else ConnectError(f"refused: {event.reason}"))
                     self.close()
                     return
                 if not self.ready.done():
@@ -159,25 +178,51 @@ class Channel(asyncio.Protocol):
 
 
 async def connect(address: str, role: Role, handler: EventHandler, max_frame: int,
-                  timeout: float | None = 10.0, software: str = "") -> Channel:
-    """Open a Channel to a place and wait for its Hello."""
+                  timeout: float | None = 10.0, software: str = "",
+                  context: ssl.SSLContext | None = None) -> Channel:
+    """Open a Channel to a place and wait for its Hello: over TLS with `context` (the
+    place's certificate must name the host dialled and say it is a place), or plaintext."""
     try:
         host, port = parse_address(address)
     except ValueError as exc:
         raise ConnectError(str(exc)) from exc
     loop = asyncio.get_running_loop()
-    with map_transport_errors(f"cannot connect to place {address}"):
+    where = f"cannot connect to place {address}"
+    tls = context is not None
+    with map_transport_errors(where):
         async with asyncio.timeout(timeout):
-            _, channel = await loop.create_connection(
-                lambda: Channel(role, handler, max_frame, software), host, port)
+            try:
+                _, channel = await loop.create_connection(
+                    lambda: Channel(role, handler, max_frame, software), host, port,
+                    ssl=context, server_hostname=host if tls else None,
+                    ssl_handshake_timeout=HANDSHAKE_TIMEOUT if tls else None)
+            except ssl.SSLCertVerificationError as exc:
+                raise ConnectError(f"{where}: its certificate is not trusted here "
+                                   f"({exc.verify_message}): is it a place of this "
+                                   "cluster, serving this address?") from None
+            except ssl.SSLError as exc:
+                raise RemoteProtocolError(
+                    f"{address} did not answer as a tacoma place with TLS 1.3 "
+                    f"({exc.reason or exc}): is it one? (A place started with --insecure is "
+                    "met with --insecure.)") from None
             try:
                 await channel.ready
             except RemoteProtocolError as exc:
                 raise RemoteProtocolError(f"{address} did not answer as a tacoma place "
                                           f"(is it one?): {exc}") from None
+            except NotAuthorized:
+                raise
             except ConnectError as exc:
-                raise ConnectError(f"cannot connect to place {address}: {exc}") from None
+                raise ConnectError(f"{where}: {exc}") from None
             except ConnectionLost as exc:
-                raise ConnectError(f"cannot connect to place {address}: closed before "
-                                   f"its Hello ({exc})") from None
+                hint = ("it did not accept this client's identity (signed by another CA, "
+                        "expired, or revoked?), or it stopped" if context is not None else
+                        "a place that requires TLS closes plaintext connections: meet it "
+                        "without --insecure")
+                raise ConnectError(f"{where}: closed before its Hello ({exc}): {hint}") \
+                    from None
+    if context is not None and (channel.identity is None or not channel.identity.is_place):
+        channel.abort()
+        name = channel.identity.name if channel.identity else "?"
+        raise ConnectError(f"{where}: its certificate ({name}) is not a place's")
     return channel

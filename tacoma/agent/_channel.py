@@ -81,6 +81,10 @@ class AgentChannel:
 
     #: The agent API's `place`: the address of the place the agent runs at (serve_one sets it).
     place = ""
+    #: The agent API's `principal`: the name of the identity that launched the agent's meet
+    #: (its trip's, for a moving agent), as its place authenticated it; empty where the
+    #: place authenticates nobody (an --insecure place). Set from the meet (serve_one).
+    principal = ""
 
     def __init__(self, fd: int, max_frame: int) -> None:
         self.fd = fd
@@ -407,6 +411,7 @@ def serve_one(run: Runner, plan: dict[str, Any],
         meet = channel.wait_meet()
     except ProtocolError as exc:
         raise SystemExit(f"tacoma worker: protocol error from place: {exc}") from None
+    channel.principal = meet.principal
     if TRACE in meet.briefcase:  # a traced meet: the worker's steps go into its result
         decoded = time.perf_counter_ns()
         meet.briefcase.remove(TRACE)

@@ -39,8 +39,10 @@ class BuiltIns:
         self.residents = residents
         self.admin_token = admin_token  # this run's, in the state directory (see _place)
 
-    async def serve(self, agent: str, briefcase: Briefcase, who: str | None) -> Briefcase:
-        """Answer a meet of `agent` made by `who` (None: a client outside the place)."""
+    async def serve(self, agent: str, briefcase: Briefcase, who: str | None,
+                    admin: bool = False) -> Briefcase:
+        """Answer a meet of `agent` made by `who` (None: a client outside the place);
+        `admin`: by an identity with the admin role."""
         if agent == CABINET_AGENT:
             return await self.cabinets.serve(briefcase, who)
         if agent == HOME_AGENT:
@@ -48,17 +50,20 @@ class BuiltIns:
                 log.info("a trip ended that nobody here waits for any more")
             return Briefcase()
         if agent == ADMIN_AGENT:
-            return self._admin(briefcase)
+            return self._admin(briefcase, admin)
         return briefcase  # ag_echo
 
     # ------------------------------------------------------------------ ag_admin
-    def _admin(self, request: Briefcase) -> Briefcase:
-        """ag_admin: `ps` and `kill`, for whoever shows the place's admin token."""
+    def _admin(self, request: Briefcase, admin: bool) -> Briefcase:
+        """ag_admin: `ps` and `kill`, for an identity with the admin role, or whoever shows
+        the place's admin token."""
         token = request.text("TOKEN")[0] if request.folder("TOKEN") else ""
-        if not secrets.compare_digest(token.encode(), self.admin_token.encode()):
-            raise NotAllowed(f"{ADMIN_AGENT} needs the admin token of place "
-                             f"{self.meets.address}; tacoma ps and tacoma kill read it from "
-                             "the place's state directory (--state-dir, or --token-file)")
+        if not admin and not secrets.compare_digest(token.encode(),
+                                                    self.admin_token.encode()):
+            raise NotAllowed(f"{ADMIN_AGENT} needs an identity with the admin role (tacoma "
+                             f"trust issue NAME --admin), or the admin token of place "
+                             f"{self.meets.address} (tacoma ps and kill read it from the "
+                             "place's state directory: --state-dir, or --token-file)")
         op = request.text("OP")[0] if request.folder("OP") else ""
         if op == "ps":
             return Briefcase(AGENTS=[json.dumps(row).encode() for row in self.ps()])
@@ -80,6 +85,7 @@ class BuiltIns:
             resident = self.residents.of(meet)
             rows.append({
                 "meet": meet.id, "name": meet.resident or "",
+                "principal": meet.principal, "via": meet.via,
                 "agent": meet.installed_as or interpreter.agent,
                 "language": interpreter.language, "pid": worker.pid,
                 "processes": processes, "age": round(now - meet.started, 3),

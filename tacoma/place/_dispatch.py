@@ -43,6 +43,7 @@ from ..wire._errors import (
 from ..wire._names import BUILT_IN, HOME_AGENT, MAILBOX_AGENT
 from ..wire._program import program_bytes
 from ..wire._protocol import Accepted, Event, Failed, Meet, Result
+from ._access import Access, Principal
 from ._agents import Agents
 from ._builds import Builds
 from ._builtins import BuiltIns
@@ -62,7 +63,7 @@ class Dispatch:
 
     def __init__(self, settings: PlaceSettings, agents: Agents, meets: Meets,
                  builtins: BuiltIns, builds: Builds, residents: Residents,
-                 trips: Trips) -> None:
+                 trips: Trips, access: Access) -> None:
         self.settings = settings
         self.agents = agents
         self.meets = meets
@@ -71,7 +72,9 @@ class Dispatch:
         self.residents = residents
         self.trips = trips
         self.address = meets.address
-        self.clients = ClientCache()  # connections to other places, for agents' meets
+        self.access = access
+        # Connections to other places, for agents' meets, made as this place's identity.
+        self.clients = ClientCache(access.credentials)
         self.background: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ the meet path
@@ -85,7 +88,8 @@ class Dispatch:
         pool, installed_code = self.agents.resolve(meet.agent)
         meet.step("find agent")
         if pool is None:
-            result = await self.builtins.serve(meet.agent, meet.briefcase, meet.principal)
+            result = await self.builtins.serve(meet.agent, meet.briefcase, meet.caller,
+                                               meet.admin)
             meet.end_trace(result)
             return result
         timeout = self.bounded(meet.timeout)
@@ -254,11 +258,13 @@ class Dispatch:
                 return
             agent, address = split_target(event.agent)
             if address is not None and address != self.address:
+                # The other place authorizes it: this place vouches for the principal.
                 client = await self.client(address)
-                answer = await client.meet(agent, event.briefcase, event.mode, event.timeout)
-            elif agent == MAILBOX_AGENT:
+                answer = await client.meet(agent, event.briefcase, event.mode, event.timeout,
+                                           meet.principal)
+            elif agent == MAILBOX_AGENT:  # its own mailbox: no other agent is met
                 answer = await self.residents.serve(meet, event.briefcase)
-            elif self.residents.get(agent) is not None:
+            elif self._authorize(meet, agent) and self.residents.get(agent) is not None:
                 sender = f"{meet.resident}@{self.address}" if meet.resident else meet.identity
                 answer = await self.message(agent, event, sender)
             elif event.mode == "ack":
@@ -271,7 +277,8 @@ class Dispatch:
             else:
                 # An agent's meets count against --max-meets like anyone's, and can be killed.
                 self.meets.admit()
-                inner = self.meets.new(agent, event.briefcase, event.timeout, meet.identity)
+                inner = self.meets.new(agent, event.briefcase, event.timeout, meet.principal,
+                                       meet.identity)
                 if event.mode == "async":
                     self.agents.resolve(agent)  # answered before it runs: refuse it now
                     self.meets.spawn(inner, self.run_async(inner))
@@ -291,6 +298,12 @@ class Dispatch:
         except Exception as exc:  # noqa: BLE001 - the agent is waiting for an answer
             worker.answer(failed(event.rid, exc))
 
+    def _authorize(self, meet: RunningMeet, agent: str) -> bool:
+        """True, or NotAuthorized: an agent's meet at its own place is authorized as its
+        principal's (the --allow rules hold whichever agent makes the meet)."""
+        self.access.authorize(Principal(meet.principal), agent, self.address)
+        return True
+
     async def _go(self, worker: Worker, meet: RunningMeet, event: Meet) -> None:
         """Hand a moving agent on to the place `event.agent` (see _trips).
 
@@ -307,13 +320,13 @@ class Dispatch:
             if target == self.address:
                 self.meets.admit()
                 hop = self.meets.new(agent, Briefcase(event.briefcase), meet.time_left(),
-                                     trip=trip)
+                                     meet.principal, trip=trip)
                 self.meets.spawn(hop, self.run_hop(hop))
                 meet_id = hop.id
             else:
                 client = await self.client(target)
                 meet_id = str(await client.meet(agent, trip.stamp(event.briefcase), "go",
-                                                meet.time_left()))
+                                                meet.time_left(), meet.principal))
         except BaseException:
             meet.going = False
             if meet.trip is None:  # the trip did not start after all

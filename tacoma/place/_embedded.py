@@ -2,7 +2,8 @@
 
 `tacoma meet ag_python --code x.py` and `tacoma.meet("ag_python", ...)` need no daemon: the
 first such meet starts a place on the background loop (`_runtime`), listening on a free
-loopback port with a temporary state directory, and it serves every later one. Agents still
+loopback port with a temporary state directory and a CA of its own (this process alone
+holds its keys), and it serves every later one. Agents still
 run in worker processes with the same isolation as at any place; only the place's own
 process is shared. It is stopped, and its state removed, when the process exits.
 """
@@ -15,6 +16,9 @@ import tempfile
 from pathlib import Path
 
 from ..client import _runtime
+from ..client._identity import register_place
+from ..trust._store import Bundle, TrustStore
+from ..trust._tls import client_context
 from ._place import Place
 from ._settings import PlaceSettings
 
@@ -31,8 +35,16 @@ async def _start() -> str:
     async with _lock:
         if _place is None:
             state = Path(tempfile.mkdtemp(prefix="tacoma-embedded-"))
-            place = Place(PlaceSettings(listen="127.0.0.1:0", state_dir=state, pool_size=1))
+            # A CA of its own, made in its private state directory and gone with it: the
+            # user needs no identity, and nobody else (another local user, an agent) can
+            # meet this process's place.
+            trust = TrustStore(state / "trust")
+            place = Place(PlaceSettings(listen="127.0.0.1:0", state_dir=state, pool_size=1,
+                                        trust_dir=trust.root))
             await place.start()
+            user = trust.default_identity()
+            assert user is not None  # the place made its local identities
+            register_place(place.address, client_context(Bundle.read(trust.find(user))))
 
             async def stop() -> None:
                 try:

@@ -1,8 +1,10 @@
 """A meet in progress at a place: one object for its state, and the book of all of them.
 
 A `RunningMeet` holds everything about one meet from the moment the place accepts it to its
-answer: its id, the agent met and the briefcase, who asked (its principal: None for a
-client, the identity of the agent at this place that made it), its deadline, whether it is
+answer: its id, the agent met and the briefcase, who it is for (its principal: the name in
+the certificate of the client that launched it, kept across every meet its agents make and
+every place they move to; `via`, the place that handed it here, if one did), which agent
+here made it (its caller: None for a meet from outside), its deadline, whether it is
 traced and the place's steps so far, the trip it belongs to, and, while an agent runs for
 it, the worker, the program it runs, its resident name and where it went. The meet path
 and the residents work on this object; the worker sees only what it needs of it
@@ -16,6 +18,7 @@ cancelled (killed, the place stopping, the caller gone).
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import itertools
 import time
@@ -38,18 +41,42 @@ __all__ = ["Meets", "RunningMeet"]
 class RunningMeet:
     """One meet at this place, from its acceptance to its answer."""
 
-    __slots__ = ("_identity", "_mark", "accepted_at", "agent", "briefcase", "deadline",
-                 "going", "id", "installed_as", "killed", "principal", "program", "resident",
-                 "started", "timeout", "trace", "trip", "went", "worker")
+    __slots__ = (
+        "_identity",
+        "_mark",
+        "accepted_at",
+        "admin",
+        "agent",
+        "briefcase",
+        "caller",
+        "deadline",
+        "going",
+        "id",
+        "installed_as",
+        "killed",
+        "principal",
+        "program",
+        "resident",
+        "started",
+        "timeout",
+        "trace",
+        "trip",
+        "via",
+        "went",
+        "worker",
+    )
 
     def __init__(self, meet_id: str, agent: str, briefcase: Briefcase, timeout: float | None,
-                 principal: str | None = None, trip: Trip | None = None,
-                 traced_at: int = 0) -> None:
+                 principal: str = "", caller: str | None = None, trip: Trip | None = None,
+                 traced_at: int = 0, via: str = "") -> None:
         self.id = meet_id
         self.agent = agent
         self.briefcase = briefcase
         self.timeout = timeout  # what the caller asked; the place's own limit applies too
-        self.principal = principal  # who made the meet: None for a client
+        self.principal = principal  # who it is for: a certificate's name ("" if insecure)
+        self.via = via  # the place that handed it here, for a meet forwarded or a hop
+        self.caller = caller  # the agent here that made it (its identity); None: outside
+        self.admin = False  # made by an identity with the admin role (may use ag_admin)
         self.trip = trip  # the trip it is a hop of, or (once its agent moved) began here
         #: A traced meet's steps at the place so far (see wire._trace); None if untraced.
         self.trace: list[tuple[str, int]] | None = [] if traced_at else None
@@ -113,8 +140,11 @@ class RunningMeet:
 class Meets:
     """The meets running at one place: ids, admission against --max-meets, their tasks."""
 
-    def __init__(self, max_meets: int, address: str) -> None:
+    def __init__(self, max_meets: int, address: str, share: float = 1.0) -> None:
         self.max_meets = max_meets
+        #: The most meets any one principal may have running (its fair share).
+        self.share = max(1, int(max_meets * share))
+        self.by_principal: collections.Counter[str] = collections.Counter()
         self.address = address
         self.running: dict[str, RunningMeet] = {}
         self.stopping = False
@@ -123,8 +153,11 @@ class Meets:
         self._boot = f"{int(time.time()) & 0xFFFFFF:06x}"
         self._count = 0
 
-    def admit(self, agent: str = "") -> None:
-        """Raise PlaceUnavailable unless one more meet may start now (from anyone).
+    def admit(self, agent: str = "", principal: str = "") -> None:
+        """Raise PlaceUnavailable unless one more meet may start now: the place is under
+        --max-meets and, if `principal` is given, that principal's running meets (all of
+        them, its agents' too) are under its share (no principal: no share is checked, as
+        for an agent's own meets, or on an --insecure place).
 
         The place's own agents (BUILT_IN) take no worker and are always served while the
         place runs: a trip's end must reach its home (ag_home), and the administrator
@@ -132,16 +165,21 @@ class Meets:
         """
         if self.stopping:
             raise PlaceUnavailable(f"place {self.address} is shutting down")
-        if self._count >= self.max_meets and agent not in BUILT_IN:
+        if agent in BUILT_IN:
+            return
+        if self._count >= self.max_meets:
             raise PlaceUnavailable(f"place {self.address} is running its maximum of "
                                    f"{self.max_meets} meets; try again later")
+        if principal and self.by_principal[principal] >= self.share:
+            raise PlaceUnavailable(f"{principal} has its share of {self.share} meets running "
+                                   f"at place {self.address}; try again when some end")
 
     def new(self, agent: str, briefcase: Briefcase, timeout: float | None,
-            principal: str | None = None, trip: Trip | None = None,
-            traced_at: int = 0) -> RunningMeet:
+            principal: str = "", caller: str | None = None, trip: Trip | None = None,
+            traced_at: int = 0, via: str = "") -> RunningMeet:
         """A RunningMeet with a new id (not yet counted: `spawn` counts it)."""
         return RunningMeet(f"{self._boot}-{next(self._ids)}", agent, briefcase, timeout,
-                           principal, trip, traced_at)
+                           principal, caller, trip, traced_at, via)
 
     def spawn(self, meet: RunningMeet, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run a meet as a task, counted exactly while it runs.
@@ -151,6 +189,8 @@ class Meets:
         --max-meets); the callback only covers a task cancelled before it started.
         """
         self._count += 1
+        principal = meet.principal
+        self.by_principal[principal] += 1
         counted = True
 
         def uncount() -> None:
@@ -158,6 +198,11 @@ class Meets:
             if counted:
                 counted = False
                 self._count -= 1
+                left = self.by_principal[principal] - 1
+                if left:
+                    self.by_principal[principal] = left
+                else:
+                    del self.by_principal[principal]
                 self.running.pop(meet.id, None)
                 self._tasks.pop(meet.id, None)
 

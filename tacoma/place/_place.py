@@ -28,6 +28,7 @@ import secrets
 import shutil
 import sqlite3
 from pathlib import Path
+from typing import cast
 
 from .._version import __version__
 from ..agent._interpreter import Interpreter, discover_interpreters, module_file
@@ -36,6 +37,7 @@ from ..wire._address import parse_address
 from ..wire._errors import PlaceUnavailable
 from ..wire._names import BUILT_IN
 from ..wire._protocol import Role
+from ._access import Access
 from ._agents import Agents
 from ._builds import Builds
 from ._builtins import BuiltIns
@@ -66,7 +68,9 @@ class Place:
         self.cabinets = Cabinets(self.settings.state_dir / "cabinets.sqlite3")
         self.cgroups: PidsCgroups | None = None
         self.dispatch: Dispatch | None = None  # its parts, once it listens
+        self.access: Access | None = None  # its trust, once it starts
         self._server: asyncio.AbstractServer | None = None
+        self._recheck: asyncio.TimerHandle | None = None
         self._stopping = False
         self._stopped = asyncio.Event()
 
@@ -74,6 +78,8 @@ class Place:
         """Listen, start the worker pools, and return the address meets are accepted on."""
         settings = self.settings
         host, port = parse_address(settings.listen, listen=True)
+        # Trust first: a place that cannot authenticate does not start, and touches nothing.
+        self.access = Access(settings, host)
         interpreters = discover_interpreters()
         self.cgroups = PidsCgroups.available()
         separate = settings.separate_uids and os.geteuid() == 0
@@ -115,7 +121,10 @@ class Place:
         self.dispatch = self._parts(interpreters, Containment(settings, self.cgroups, uids,
                                                               address), enterable, admin_token)
         await self._server.start_serving()
-        log.info("place %s listening, state in %s, agents: %s", address,
+        self._recheck_revoked()
+        tls = (f"mutual TLS as {self.access.name}" if self.access.tls is not None
+               else "PLAINTEXT (--insecure)")
+        log.info("place %s listening (%s), state in %s, agents: %s", address, tls,
                  settings.state_dir, ", ".join(self.agent_names()))
         return address
 
@@ -128,7 +137,8 @@ class Place:
                         lambda: list(residents.by_name))
         residents = Residents(settings.mailbox_messages, settings.mailbox_bytes,
                               settings.mailbox_total_bytes, agents.has)
-        meets = Meets(settings.max_meets, address)
+        meets = Meets(settings.max_meets, address,
+                      settings.share if not settings.insecure else 1.0)
         trips = Trips(address)
         builtins = BuiltIns(self.cabinets, trips, meets, residents, admin_token)
         builds = Builds(containment, cache_mode)
@@ -143,24 +153,55 @@ class Place:
                 extras = functools.partial(builds.worker_plan, interpreter)
             agents.pools[agent] = pool = WorkerPool(interpreter, containment, extras)
             pool.fill()
-        return Dispatch(settings, agents, meets, builtins, builds, residents, trips)
+        assert self.access is not None
+        return Dispatch(settings, agents, meets, builtins, builds, residents, trips,
+                        self.access)
 
     def agent_names(self) -> list[str]:
         """Every agent this place can meet now: built-in, interpreters, installed."""
         return self.dispatch.agents.names() if self.dispatch is not None else list(BUILT_IN)
 
-    def _new_channel(self) -> Channel:
-        assert self.dispatch is not None  # the server serves only once the parts are made
-        session = Session(self.dispatch, self.sessions)
+    def _new_channel(self) -> asyncio.BaseProtocol:
+        """A new connection: a Session on a Channel, inside TLS unless --insecure.
+
+        Connections still in their TLS handshake count against --max-connections (and the
+        handshake is bounded), so peers that stall in it cannot hold the place's slots.
+        """
+        # The server serves only once the parts are made.
+        assert self.dispatch is not None
+        assert self.access is not None
+        tls = self.access.tls
+        session = Session(self.dispatch, self.sessions, self.access)
         refuse = ""
-        if len(self.sessions) >= self.settings.max_connections:
+        handshaking = tls.handshaking if tls else 0
+        if len(self.sessions) + handshaking >= self.settings.max_connections:
             refuse = (f"place {self.address} has its maximum of "
                       f"{self.settings.max_connections} connections; try again later")
-        else:
-            self.sessions.add(session)
+            if handshaking >= self.settings.max_connections:
+                # A flood of handshakes: refusing each with a handshake and a Bye would
+                # hold a descriptor per peer for the handshake's time. Close at once.
+                self.access.refusals.log("a peer", refuse)
+                return _Closed()
         session.channel = Channel(Role.PLACE, session, self.settings.max_frame, _SOFTWARE,
-                                  refuse)
-        return session.channel
+                                  refuse, admit=session.admit)
+        return session.channel if tls is None else tls.wrap(session.channel)
+
+    def _recheck_revoked(self) -> None:
+        """Every few seconds: reread the deny list if it changed, and drop the connections
+        of identities it now names."""
+        assert self.access is not None
+        if self.access.tls is None or self._stopping:
+            return
+        by_peer = {s: s.channel.identity for s in self.sessions
+                   if s.channel.identity is not None}
+        revoked = set(self.access.revoked_sessions(list(set(by_peer.values()))))
+        for session, peer in by_peer.items():
+            if peer in revoked:
+                log.warning("closing the connection of %s from %s: its certificate is now "
+                            "revoked", peer.name, session.channel.peer)
+                session.channel.close(f"not authorized: identity {peer.name} is revoked")
+        self._recheck = asyncio.get_running_loop().call_later(REVOKED_RECHECK,
+                                                               self._recheck_revoked)
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
@@ -171,6 +212,8 @@ class Place:
             await self._stopped.wait()
             return
         self._stopping = True
+        if self._recheck is not None:
+            self._recheck.cancel()
         dispatch = self.dispatch
         if self._server is not None:
             self._server.close()
@@ -201,6 +244,17 @@ class Place:
             self.cgroups.close()
         log.info("place %s stopped", self.address)
         self._stopped.set()
+
+
+#: Seconds between rereads of the deny list by a running place.
+REVOKED_RECHECK = 2.0
+
+
+class _Closed(asyncio.Protocol):
+    """A connection refused before its TLS handshake (a flood of handshakes): closed."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        cast(asyncio.Transport, transport).abort()
 
 
 def write_admin_token(path: Path) -> str:

@@ -68,6 +68,7 @@ class HandedMeet(Protocol):
     id: str
     agent: str
     briefcase: Briefcase
+    principal: str
 
     def mark(self) -> None: ...
 
@@ -112,7 +113,7 @@ class Worker:
         self._reply = reply
         exited = self.exited
         meet.mark()
-        self.channel.send(Meet(1, meet.agent, meet.briefcase, "sync", timeout))
+        self.channel.send(Meet(1, meet.agent, meet.briefcase, "sync", timeout, meet.principal))
         meet.step("hand to worker")
         waits: set[asyncio.Future[Any]] = {reply, exited}
         await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)

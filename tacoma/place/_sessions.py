@@ -19,6 +19,7 @@ from ..client._transport import Channel
 from ..wire._briefcase import TRACE
 from ..wire._errors import LimitExceeded, MeetError, MessageError, ProtocolError, kind_of
 from ..wire._protocol import Accepted, Cancel, Event, Failed, Meet, Result
+from ._access import Access, Principal
 from ._dispatch import Dispatch, failed
 from ._trips import Trip
 
@@ -30,12 +31,23 @@ log = logging.getLogger("tacoma.place")
 class Session:
     """A client connection to the place and the meets it has in flight."""
 
-    def __init__(self, dispatch: Dispatch, sessions: set[Session]) -> None:
+    def __init__(self, dispatch: Dispatch, sessions: set[Session], access: Access) -> None:
         self.dispatch = dispatch
         self.meets = dispatch.meets
         self.sessions = sessions
+        self.access = access
         self.channel: Channel
         self.tasks: dict[int, asyncio.Task[None]] = {}  # by request id
+        self.admitted = False
+        self._own: Principal | None = None  # its peer's, for the meets it makes itself
+
+    def admit(self, channel: Channel) -> str:
+        """Channel admission (see _transport.Admission): the place's access rules."""
+        refused = self.access.admit(channel)
+        if not refused:
+            self.admitted = True
+            self.sessions.add(self)
+        return refused
 
     # -- EventHandler
     def event_received(self, channel: Channel, event: Event) -> None:
@@ -49,6 +61,9 @@ class Session:
 
     def channel_closed(self, channel: Channel, exc: BaseException | None) -> None:
         self.sessions.discard(self)
+        if self.admitted:
+            self.admitted = False
+            self.access.closed(channel)
         for task in self.tasks.values():
             task.cancel()  # sync meets nobody waits for any more: kill their agents
 
@@ -56,11 +71,25 @@ class Session:
     def accept(self, event: Meet) -> None:
         """Start serving a meet from this client."""
         accepted = time.perf_counter_ns() if TRACE in event.briefcase else 0
+        peer = self.channel.identity
+        try:
+            principal = self._own if not event.principal and self._own is not None \
+                else self.access.principal(peer, event.principal)
+            if not event.principal:
+                self._own = principal
+            self.access.authorize(principal, event.agent, self.dispatch.address, peer)
+        except MeetError as exc:
+            self._reply(failed(event.rid, exc))
+            return
         if event.mode != "go" and self.dispatch.residents.get(event.agent) is not None:
             self._accept_message(event)
             return
         try:
-            self.meets.admit(event.agent if event.mode == "sync" else "")
+            # A principal's share is checked at its own door: the meets its client makes.
+            # Its agents' meets and moves count against it, but are not refused for it
+            # (the meet that started them was admitted; a trip's hop is that meet going on).
+            self.meets.admit(event.agent if event.mode == "sync" else "",
+                             principal.name if not principal.via and event.mode != "go" else "")
             if event.mode == "ack":
                 raise MessageError(f"the ack mode is for messages to resident agents, and "
                                    f"{event.agent} is not one here")
@@ -70,8 +99,14 @@ class Session:
         except MeetError as exc:
             self._reply(failed(event.rid, exc))
             return
-        meet = self.meets.new(event.agent, event.briefcase, event.timeout, trip=trip,
-                              traced_at=accepted if event.mode == "sync" else 0)
+        meet = self.meets.new(event.agent, event.briefcase, event.timeout, principal.name,
+                              trip=trip, traced_at=accepted if event.mode == "sync" else 0,
+                              via=principal.via)
+        meet.admin = peer is not None and peer.is_admin and not principal.via
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("meet %s: %s (%s) for %s%s from %s", meet.id, event.agent, event.mode,
+                      principal.name or "anonymous",
+                      f" via {principal.via}" if principal.via else "", self.channel.peer)
         if trip is not None:
             self._reply(Accepted(event.rid, meet.id))
             self.meets.spawn(meet, self.dispatch.run_hop(meet))

@@ -76,6 +76,17 @@ class PlaceSettings:
         one resident agent; more are refused with MailboxFull.
     mailbox_total_bytes: the most bytes of messages waiting at the place, for all its
         residents together.
+    identity: the place's identity (a name in the trust directory, or an identity file);
+        None: on loopback, its user's local place identity (made, with the CA, on first
+        start); elsewhere a place must be given one.
+    insecure: no TLS and no authentication, for a closed test network only (warned of at
+        every start).
+    trust_dir: the trust directory (default $TACOMA_TRUST_DIR, or the user's config dir).
+    deny_list: the revoked certificates (default: the trust directory's `revoked`), reread
+        when it changes.
+    allow: `PRINCIPAL:AGENT_PATTERN` rules (shell patterns); if any is given, a meet is
+        served only if one matches its principal and agent.
+    share: the fraction of max_connections and of max_meets any one principal may hold.
     """
 
     listen: str = DEFAULT_LISTEN
@@ -90,10 +101,27 @@ class PlaceSettings:
     mailbox_messages: int = 1000
     mailbox_bytes: int = 16 * 1024 * 1024
     mailbox_total_bytes: int = 256 * 1024 * 1024
+    identity: str | None = None
+    insecure: bool = False
+    trust_dir: Path | None = None
+    deny_list: Path | None = None
+    allow: tuple[str, ...] = ()
+    share: float = 0.25
 
     def __post_init__(self) -> None:
         # Absolute: agents' working directories are below it, and they start elsewhere.
         object.__setattr__(self, "state_dir", Path(self.state_dir).expanduser().absolute())
+        object.__setattr__(self, "allow", tuple(self.allow))
+        for rule in self.allow:
+            who, _, what = rule.partition(":") if isinstance(rule, str) else ("", "", "")
+            if not who or not what:
+                raise ValueError(f"an allow rule is PRINCIPAL:AGENT_PATTERN (shell patterns, "
+                                 f"e.g. alice:ag_python or '*:ag_echo'), got {rule!r}")
+        if not isinstance(self.share, int | float) or not 0 < self.share <= 1:
+            raise ValueError(f"share must be a fraction above 0 and at most 1, got "
+                             f"{self.share!r}")
+        if self.insecure and self.identity is not None:
+            raise ValueError("an --insecure place uses no identity: give one or the other")
         if not isinstance(self.pool_size, int) or not 0 <= self.pool_size <= 64:
             raise ValueError(f"pool_size must be 0 to 64, got {self.pool_size!r}")
         if not isinstance(self.max_frame, int) or self.max_frame < 64 * 1024:

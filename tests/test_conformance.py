@@ -195,6 +195,21 @@ AGENTS: dict[str, dict[str, str]] = {
             '    return 0;\n'
             '}\n'),
     },
+    # Note who launched the meet, then go on along ITINERARY (if any): one entry per place.
+    "principal": {
+        "python": ('if not isinstance(principal, str):\n'
+                   '    fail(f"principal is a {type(principal).__name__}, not a str")\n'
+                   'bc.append("PRINCIPAL", principal)\n'
+                   'go_next()\n'),
+        "tcl": 'bc_append_text PRINCIPAL [principal]\ngo_next\n',
+        "scheme": '(bc-append "PRINCIPAL" (principal))\n(go-next)\n',
+        "c": ('#include <tacoma.h>\n'
+              'int main(void) {\n'
+              '    tc_append_text(TC_SELF, "PRINCIPAL", tc_principal());\n'
+              '    if (tc_go_next() != 0) tc_fail("go_next: %s", tc_error());\n'
+              '    return 0;\n'
+              '}\n'),
+    },
     "fail": {
         "python": 'fail("no luck today")\n',
         "tcl": 'fail "no luck today"\n',
@@ -307,6 +322,29 @@ def test_cabinets(place: RunningPlace, language: str) -> None:
     snoop = 'bc["F"] = cabinet_folders(bc.text("C")[0])\n'
     with pytest.raises(tacoma.AgentFailed, match="private"):
         tacoma.meet(place.target("ag_python"), {"C": [f"conf-{language}"]}, code=snoop)
+
+
+def _expected_principal() -> str:
+    """The name the test place authenticates this client as: its certificate's."""
+    from tacoma.client import current_principal
+
+    name = current_principal()
+    assert name  # the session's default identity, made with the first place
+    return name
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_principal_is_who_launched_the_meet(place: RunningPlace, language: str) -> None:
+    result = run(place, language, "principal")
+    assert result.text("PRINCIPAL") == [_expected_principal()]
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_a_moving_agents_principal_is_its_trips_launcher(place: RunningPlace,
+                                                         language: str) -> None:
+    """After a go (here, to the same place), the principal is still the trip's launcher."""
+    result = run(place, language, "principal", ITINERARY=[place.address.encode()])
+    assert result.text("PRINCIPAL") == [_expected_principal()] * 2
 
 
 #: Agents whose meet must fail: the case, the error, and what its message must say.

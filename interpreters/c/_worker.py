@@ -21,7 +21,7 @@ length and the bytes, and gets one in reply: `ok VALUES...` or `error KIND MESSA
     go PLACE                (then the agent exits)        go_next -> 1 (went) or 0 (no places)
     reside NAME                                           receive TIMEOUT -> a handle, 0: none
     reply MESSAGE_H REPLY_H                               send_ack TARGET H -> an ack handle
-    wait_ack HANDLE TIMEOUT
+    wait_ack HANDLE TIMEOUT                               principal -> who launched the meet, or ""
 
 Each call is a method `call_OP` of `_Agent`. The functions tacoma.h declares are checked, when
 the zygote starts, against the agent API's table (tacoma/agent/_api.py) as __init__.py spells
@@ -205,6 +205,9 @@ class _Agent:
 
     def call_place(self, args: list[bytes]) -> list[bytes]:
         return [self.channel.place.encode()]
+
+    def call_principal(self, args: list[bytes]) -> list[bytes]:
+        return [self.channel.principal.encode()]
 
     def call_go(self, args: list[bytes]) -> list[bytes]:
         self.channel.go(args[0].decode(), self.briefcases[0], leave=False)

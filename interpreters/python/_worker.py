@@ -14,6 +14,8 @@ spellings once, when the zygote starts, and checked then against the table:
     log         log(message, level="info"): a line in the place's log
     fail        fail(message): end the meet as failed with this message
     place       the address of the place the agent runs at
+    principal   who launched the meet (a moving agent's trip), as the place authenticated
+                them: the name in their certificate; "" at a place that authenticates nobody
     Briefcase   the briefcase type, to build briefcases for meets
     cabinet_read(cabinet, folder), cabinet_append(cabinet, folder, *elements, private=False),
     cabinet_replace(cabinet, folder, elements, private=False),
@@ -56,7 +58,8 @@ FILENAME = "<agent>"
 _SPELLINGS = interpreter.spellings
 #: go and go_next take the briefcase the agent holds when it moves: bound in `run`.
 _GO, _GO_NEXT = _SPELLINGS["go"], _SPELLINGS["go_next"]
-#: The agent's globals that are the channel's own methods (and `place`), by the same names.
+#: The agent's globals that are the channel's own methods (and its `place` and `principal`,
+#: strings), by the same names.
 _FROM_CHANNEL = tuple(sorted({name for name in _SPELLINGS.values()
                               if not name.startswith("bc.")} - {_GO, _GO_NEXT}))
 #: The names Python adds for its own values: the Briefcase type and the error classes.

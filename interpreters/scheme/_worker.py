@@ -25,6 +25,8 @@ checked against that table when the zygote starts:
     (cabinet-replace C F LIST #:private #t), (cabinet-remove C [F]),
     (cabinet-folders C), (cabinets)     the place's cabinets (see tacoma/place/_cabinets.py)
     (place)                             the address of this place
+    (principal)                         who launched the meet (a moving agent's trip), as the
+                                        place authenticated them; "" if it authenticates nobody
     (go PLACE)                          move to PLACE with the briefcase: the program ends
                                         here and starts again there (tacoma/place/_trips.py)
     (go-next)                           go to the first place of ITINERARY, taken off it;
@@ -94,6 +96,7 @@ PRELUDE = r"""
   *unspecified*)
 (define (fail message) (%tacoma-fail message) (throw 'tacoma-fail message))
 (define (place) (%tacoma-place))
+(define (principal) (%tacoma-principal))
 (define (%cabinet op cabinet . folders)
   (meet "ag_cabinet" (append (list (cons "OP" (list op)))
                              (if cabinet (list (cons "CABINET" (list cabinet))) '())
@@ -291,6 +294,10 @@ def _place(m: _Meet) -> int:
     return m.guile.string(m.channel.place)
 
 
+def _principal(m: _Meet) -> int:
+    return m.guile.string(m.channel.principal)
+
+
 def _go(m: _Meet, place: int) -> int:
     m.channel.go(m.text(place, "the place"), m.briefcases[0])
     return m.guile.from_int(0)
@@ -328,6 +335,7 @@ PRIMITIVES: dict[str, tuple[int, Callable[..., int]]] = {
     "%tacoma-log": (2, _log),
     "%tacoma-fail": (1, _fail),
     "%tacoma-place": (0, _place),
+    "%tacoma-principal": (0, _principal),
     "%tacoma-go": (1, _go),
     "%tacoma-go-next": (0, _go_next),
     "%tacoma-send-ack": (2, _send_ack),

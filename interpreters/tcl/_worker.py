@@ -22,6 +22,8 @@ that table when the zygote starts:
     log MESSAGE ?LEVEL?             a line in the place's log
     fail MESSAGE                    end the meet as failed
     place                           the address of this place
+    principal                       who launched the meet (a moving agent's trip), as the
+                                    place authenticated them; "" where it authenticates nobody
     cabinet_read CABINET FOLDER     a cabinet's folder (byte arrays)
     cabinet_append CABINET FOLDER BYTES ?-private?
     cabinet_replace CABINET FOLDER LIST ?-private?
@@ -104,6 +106,7 @@ proc meet {target args} {
 proc log {message {level info}} { _tacoma_call log $message $level }
 proc fail {message} { _tacoma_call fail $message }
 proc place {} { _tacoma_call place }
+proc principal {} { _tacoma_call principal }
 proc _cabinet {op cabinet args} {
     meet ag_cabinet [dict create OP $op CABINET $cabinet {*}$args]
 }
@@ -254,6 +257,9 @@ class _Calls:
     def place(self) -> object:
         return self.channel.place
 
+    def principal(self) -> object:
+        return self.channel.principal
+
     def go(self, place: str) -> object:
         self.channel.go(place, self.bc)
         return ""
@@ -269,8 +275,8 @@ class _Calls:
 #: The operations of `_tacoma`, by the call of the agent API each serves.
 OPS: dict[str, Callable[..., object]] = {
     name: getattr(_Calls, name) for name in ("folders", "folder", "append", "replace", "remove",
-                                             "meet", "log", "fail", "place", "go", "go_next",
-                                             "wait_ack")
+                                             "meet", "log", "fail", "place", "principal", "go",
+                                             "go_next", "wait_ack")
 }
 assert set(OPS) <= set(CALLS), f"not calls of the agent API: {set(OPS) - set(CALLS)}"
 

@@ -147,6 +147,9 @@ API: tuple[Call, ...] = (
     Call("fail", "the place", (Param("message", "text"),), "never", (),
          "end the meet as failed (AgentFailed) with this message and no trace"),
     Call("place", "the place", (), "place", (), "the address of the place the agent runs at"),
+    Call("principal", "the place", (), "text", (),
+         "the name of the identity that launched the meet (a moving agent's trip), as the "
+         "place authenticated its certificate; empty where the place authenticates nobody"),
     Call("go", "moving", (Param("place", "place"),), "never", _MOVE,
          "move to a place with the briefcase: the program ends here and starts there; if "
          "that place cannot take the agent, raises its error and the agent stays"),

@@ -130,12 +130,15 @@ TC__API int tc_send_ack(const char *target, tc_bc bc);
 TC__API int tc_wait_ack(int handle, double timeout);
 TC__API tc_bc tc_request(const char *target, tc_bc bc, double timeout);
 
-/* The place's log, failing, and where we are. */
+/* The place's log, failing, where we are, and for whom. tc_principal is the name of the
+ * identity that launched the meet (a moving agent's trip), as the place authenticated its
+ * certificate; "" where the place authenticates nobody. Both strings are static. */
 TC__API int tc_log(const char *level, const char *format, ...)
     __attribute__((format(printf, 2, 3)));
 TC__API void tc_fail(const char *format, ...)
     __attribute__((format(printf, 1, 2), noreturn));
 TC__API const char *tc_place(void);
+TC__API const char *tc_principal(void);
 
 /* The last failed call's message and kind. */
 TC__API const char *tc_error(void);
@@ -147,6 +150,9 @@ static int tc__fd = -1;
 static char tc__message[2048];
 static char tc__kind[64];
 static char tc__place[256];
+/* A principal is at most 200 characters (the wire's limit), so at most 800 bytes of UTF-8. */
+static char tc__principal[1024];
+static int tc__principal_known;
 
 TC__API void tc__die(const char *what) {
     fprintf(stderr, "tacoma: %s\n", what);
@@ -453,6 +459,21 @@ TC__API const char *tc_place(void) {
         }
     }
     return tc__place;
+}
+
+TC__API const char *tc_principal(void) {
+    if (!tc__principal_known) {
+        tc_elem parts[1] = {tc__str("principal")};
+        tc_list reply;
+        if (tc__call(1, parts, &reply) == 0) {
+            if (reply.count >= 1)
+                snprintf(tc__principal, sizeof tc__principal, "%s",
+                         (const char *)reply.items[0].data);
+            tc__principal_known = 1;
+            tc_list_free(&reply);
+        }
+    }
+    return tc__principal;
 }
 
 /* One ag_cabinet meet: OP, CABINET (unless NULL), then `extra` (a handle to add to, or

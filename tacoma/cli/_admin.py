@@ -1,7 +1,9 @@
 """`tacoma ps` and `tacoma kill`: a place's administrator looking at its agents, stopping one.
 
-Both are meets of the place's ag_admin, carrying the admin token that the place writes to
-its state directory each time it starts (or a copy of it, for a place on another host).
+Both are meets of the place's ag_admin, made by an identity with the admin role (the
+user's own identity is one: see tacoma trust), or carrying the admin token that the place
+writes to its state directory each time it starts (or a copy of it, for a place on another
+host).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import tacoma
 
 from ..place._settings import DEFAULT_LISTEN, default_state_dir
 from ._common import CommandFunction, fail, state_dir_option
+from ._trust import identity_options
 
 __all__ = ["kill", "ps"]
 
@@ -29,22 +32,25 @@ def _admin_options(f: CommandFunction) -> CommandFunction:
 
 def _admin(place: str, state_dir: Path | None, token_file: Path | None,
            **folders: list[bytes | str]) -> tacoma.Briefcase:
-    """A request to the place's ag_admin with its admin token."""
+    """A request to the place's ag_admin, with its admin token if it can be read (an
+    identity with the admin role needs none)."""
     path = token_file or tacoma.PlaceSettings(state_dir=state_dir or default_state_dir()) \
         .admin_token_file
     try:
-        token = path.read_text().strip()
+        token = [path.read_text().strip()]
     except OSError as exc:
-        raise click.UsageError(f"cannot read the place's admin token at {path}: "
-                               f"{exc.strerror or exc} (give the place's --state-dir, or "
-                               "--token-file)") from None
-    return tacoma.meet(f"ag_admin@{place}", tacoma.Briefcase(TOKEN=[token], **folders),
+        if token_file is not None:
+            raise click.UsageError(f"cannot read the place's admin token at {path}: "
+                                   f"{exc.strerror or exc}") from None
+        token = []  # the place may know this identity as an admin
+    return tacoma.meet(f"ag_admin@{place}", tacoma.Briefcase(TOKEN=token, **folders),
                        timeout=30)
 
 
 @click.command()
 @click.argument("place", default=DEFAULT_LISTEN, metavar="[PLACE]")
 @_admin_options
+@identity_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def ps(place: str, state_dir: Path | None, token_file: Path | None, as_json: bool) -> None:
     """List the agents running at PLACE (HOST:PORT), resident ones by name.
@@ -80,6 +86,7 @@ def ps(place: str, state_dir: Path | None, token_file: Path | None, as_json: boo
 @click.command()
 @click.argument("target", metavar="NAME@PLACE")
 @_admin_options
+@identity_options
 def kill(target: str, state_dir: Path | None, token_file: Path | None) -> None:
     """Stop an agent: NAME is a resident agent's name or a meet id (see tacoma ps).
 

@@ -44,6 +44,8 @@ EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (tacoma.MailboxFull, 13),
     (tacoma.MessageError, 14),
     (tacoma.NotAllowed, 15),
+    (tacoma.NotAuthorized, 16),
+    (tacoma.TrustError, 17),
     (tacoma.MeetError, 1),
     (tacoma.TacomaError, 1),
 ]

@@ -15,6 +15,7 @@ from ._bench import bench
 from ._cabinet import cabinet
 from ._meet import meet, send
 from ._place import doctor, install, place
+from ._trust import trust
 
 __all__ = ["main"]
 
@@ -25,5 +26,5 @@ def main() -> None:
     """tacoma: mobile agents. Run a place, meet agents at it."""
 
 
-for _command in (meet, send, ps, kill, bench, place, doctor, install, cabinet):
+for _command in (meet, send, ps, kill, bench, place, doctor, install, cabinet, trust):
     main.add_command(_command)

@@ -23,6 +23,7 @@ from ._common import (
     fail,
     print_briefcase,
 )
+from ._trust import identity_options
 
 __all__ = ["meet", "send"]
 
@@ -47,6 +48,7 @@ def _checked_target(target: str) -> str:
               help="Bound on the whole meet; the agent is killed when it passes.")
 @click.option("--json", "as_json", is_flag=True,
               help='Print exactly one JSON object: {"folders": {NAME: [ELEMENT, ...]}}.')
+@identity_options
 @click.option("--trace", "traced", is_flag=True,
               help="Also print the time of each step of the meet, on the client, the place "
                    "and the agent's worker (with --json: a \"trace\" list).")
@@ -105,6 +107,7 @@ def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
               help="Bound on waiting for the acknowledgement or the reply.")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@identity_options
 def send(target: str, folders: tuple[str, ...], kind: str | None, timeout: float | None,
          as_json: bool) -> None:
     """Send a message (a briefcase) to the resident agent TARGET (NAME@HOST:PORT).

@@ -86,14 +86,37 @@ _SETTINGS = tacoma.PlaceSettings()
 @click.option("--same-uid", is_flag=True,
               help="As root, run agents as root too (unsafe: they can then signal the place "
                    "and read whatever root may). By default each agent gets a uid of its own.")
+@click.option("--identity", metavar="NAME|FILE", default=None,
+              help="The place's identity: a name in the trust directory, or an identity "
+                   "file (tacoma trust issue NAME --place). [default on loopback: the "
+                   "user's local place identity, made with a CA on first start]")
+@click.option("--insecure", is_flag=True,
+              help="No TLS and no authentication: anyone who reaches the port can run code "
+                   "here. For a closed test network only; warned of at every start.")
+@click.option("--allow", "allow", multiple=True, metavar="PRINCIPAL:AGENT_PATTERN",
+              help="Let identities matching PRINCIPAL meet agents matching AGENT_PATTERN "
+                   "(shell patterns). Repeatable; once one is given, meets no rule allows "
+                   "are refused (NotAuthorized). [default: everyone may meet every agent]")
+@click.option("--share", type=click.FloatRange(0, 1, min_open=True),
+              default=_SETTINGS.share, show_default=True,
+              help="The fraction of --max-connections and of --max-meets any one identity "
+                   "may hold.")
+@click.option("--deny-list", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Revoked certificates (tacoma trust revoke writes them), reread while the "
+                   "place runs. [default: the trust directory's revoked file]")
 @click.option("-q", "--quiet", is_flag=True, help="Log warnings and errors only.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Log every meet too (its agent, its principal, its peer).")
 def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
           max_meets: int, max_connections: int, grace_seconds: float, mailbox_messages: int,
-          mailbox_bytes: int, mailbox_total_bytes: int, same_uid: bool, quiet: bool,
-          **limits: Any) -> None:
+          mailbox_bytes: int, mailbox_total_bytes: int, same_uid: bool,
+          identity: str | None, insecure: bool, allow: tuple[str, ...], share: float,
+          deny_list: Path | None, quiet: bool, verbose: bool, **limits: Any) -> None:
     """Run a place: accept meets and run agents until SIGINT or SIGTERM.
 
-    Prints one line on stdout once it accepts meets, then logs to stderr.
+    Every connection is mutual TLS: clients and other places must show a certificate of
+    this place's CA (see tacoma trust). Prints one line on stdout once it accepts meets,
+    then logs to stderr.
     """
     # Imported here, not at the top: no other command needs their 30 ms.
     import asyncio
@@ -108,16 +131,26 @@ def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
             max_frame=max_frame, max_meets=max_meets, max_connections=max_connections,
             grace_seconds=grace_seconds, mailbox_messages=mailbox_messages,
             mailbox_bytes=mailbox_bytes, mailbox_total_bytes=mailbox_total_bytes,
-            limits=tacoma.Limits(**limits), separate_uids=not same_uid)
+            limits=tacoma.Limits(**limits), separate_uids=not same_uid, identity=identity,
+            insecure=insecure, allow=allow, share=share, deny_list=deny_list)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, stream=sys.stderr,
+    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
+    logging.basicConfig(level=level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if verbose:  # the place's own meet log, not asyncio's and the rest's debug chatter
+        logging.getLogger().setLevel(logging.INFO)
+        logging.getLogger("tacoma").setLevel(logging.DEBUG)
+    if insecure:
+        click.echo("tacoma place: WARNING: --insecure: no TLS, no authentication; anyone "
+                   "who can reach this place can run code on it", err=True)
 
     async def serve() -> None:
         place = tacoma.Place(settings)
         try:
             address = await place.start()
+        except tacoma.TrustError as exc:
+            raise click.ClickException(str(exc)) from None
         except OSError as exc:
             if exc.filename:
                 raise click.ClickException(f"cannot use {exc.filename}: "

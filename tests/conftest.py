@@ -12,6 +12,8 @@ import re
 import selectors
 import shutil
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -23,6 +25,40 @@ from pathlib import Path
 import pytest
 
 READY = re.compile(r"tacoma place listening on (\S+) ")
+
+#: The tests' own trust directory: their places make their CA and local identities there on
+#: first start (as a user's first place does), and never touch the user's own. Set before
+#: any test runs, so every place and client of the session, in or out of this process,
+#: shares it.
+TRUST_DIR = Path(tempfile.mkdtemp(prefix="tacoma-test-trust-"))
+os.environ["TACOMA_TRUST_DIR"] = str(TRUST_DIR / "trust")
+os.environ.pop("TACOMA_IDENTITY", None)
+os.environ.pop("TACOMA_INSECURE", None)
+
+
+def tls_connection(address: str, context: ssl.SSLContext | None = None) -> socket.socket:
+    """A blocking socket to the place at `address`, its TLS handshake done as this session's
+    default identity (or with `context`): bytes sent on it then reach the tacoma protocol."""
+    from tacoma.client._identity import Credentials
+
+    host, port = address.rsplit(":", 1)
+    context = context or Credentials().context(address)
+    assert context is not None
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    return context.wrap_socket(sock, server_hostname=host)
+
+
+def issue_identity(name: str, *roles: str, addresses: tuple[str, ...] = ()) -> Path:
+    """An identity of the session's CA (made, with the CA, if need be): its file's path."""
+    from tacoma.trust import TrustStore, _certs
+
+    store = TrustStore()
+    _certs.ensure_local(store)
+    return _certs.issue(store, name, roles or ("client",), addresses)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(TRUST_DIR, ignore_errors=True)
 
 
 @dataclass
@@ -46,14 +82,17 @@ class RunningPlace:
 
 
 def launch_place(state_dir: Path, *flags: str, timeout: float = 30,
-                 quiet: bool = True) -> RunningPlace:
+                 quiet: bool = True, listen: str = "127.0.0.1:0",
+                 env: dict[str, str] | None = None) -> RunningPlace:
+    """Start `tacoma place` (with `env` added to the environment) and wait until it serves."""
     # The log goes to a file: a pipe nobody drains would block a chatty place.
     log_path = state_dir.parent / f"{state_dir.name}.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tacoma", "place", "--listen", "127.0.0.1:0",
+            [sys.executable, "-m", "tacoma", "place", "--listen", listen,
              "--state-dir", str(state_dir), *(["-q"] if quiet else []), *flags],
-            stdout=subprocess.PIPE, stderr=log, text=True)
+            stdout=subprocess.PIPE, stderr=log, text=True,
+            env={**os.environ, **env} if env else None)
     assert proc.stdout is not None
     selector = selectors.DefaultSelector()
     selector.register(proc.stdout, selectors.EVENT_READ)
@@ -73,8 +112,10 @@ def launch_place(state_dir: Path, *flags: str, timeout: float = 30,
 def start_place(tmp_path: Path) -> Iterator[Callable[..., RunningPlace]]:
     places: list[RunningPlace] = []
 
-    def start(*flags: str, state_dir: Path | None = None) -> RunningPlace:
-        place = launch_place(state_dir or tmp_path / f"place{len(places)}", *flags)
+    def start(*flags: str, state_dir: Path | None = None, quiet: bool = True,
+              listen: str = "127.0.0.1:0", env: dict[str, str] | None = None) -> RunningPlace:
+        place = launch_place(state_dir or tmp_path / f"place{len(places)}", *flags,
+                             quiet=quiet, listen=listen, env=env)
         places.append(place)
         return place
 

@@ -2,8 +2,9 @@
 
     wire     imported by every process: standard library and msgpack, nothing else of tacoma
     agent    the agent's worker image: wire and itself; never asyncio
-    client   wire and itself; never the place
-    place    wire, agent, client and itself
+    trust    wire and itself (certificates, TLS contexts, the deny list)
+    client   wire, trust and itself; never the place, never `cryptography`
+    place    wire, agent, client, trust and itself
     cli      a face over all of them; bench likewise
     interpreters/<lang>  wire and agent (their workers run in the agent's image)
 
@@ -27,10 +28,11 @@ ROOT = Path(__file__).resolve().parent.parent
 MAY_IMPORT: dict[str, set[str]] = {
     "wire": set(),
     "agent": {"wire"},
-    "client": {"wire"},
-    "place": {"wire", "agent", "client"},
-    "cli": {"wire", "agent", "client", "place", "bench"},
-    "bench": {"wire", "agent", "client", "place"},
+    "trust": {"wire"},
+    "client": {"wire", "trust"},
+    "place": {"wire", "agent", "client", "trust"},
+    "cli": {"wire", "agent", "client", "place", "bench", "trust"},
+    "bench": {"wire", "agent", "client", "place", "trust"},
     "interpreters": {"wire", "agent"},
 }
 #: What may lie directly in tacoma/ besides the packages.
@@ -157,3 +159,11 @@ def test_the_light_packages_load_only_the_standard_library_and_msgpack(package: 
 def test_the_client_loads_no_place() -> None:
     loaded = _loaded_after("import tacoma.client")
     assert not [m for m in loaded if m.split(".")[:2] in (["tacoma", "place"], ["tacoma", "cli"])]
+
+
+def test_the_client_loads_no_certificate_maker() -> None:
+    """Clients need only the standard library's ssl: `cryptography` (tacoma.trust._certs)
+    costs every `tacoma meet` tens of milliseconds, and only making certificates needs it."""
+    loaded = _loaded_after("import tacoma.client, tacoma.trust")
+    assert "cryptography" not in loaded
+    assert "tacoma.trust._certs" not in loaded

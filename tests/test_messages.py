@@ -15,7 +15,7 @@ import time
 import pytest
 import tacoma
 
-from conftest import RunningPlace, wait_until
+from conftest import RunningPlace, issue_identity, wait_until
 
 #: An echo resident in each language: takes messages until a request with STOP; answers
 #: requests with ECHO (the DATA folder); counts the one-way and acknowledged ones in TAKEN.
@@ -321,16 +321,22 @@ def test_ps_and_kill(pair: list[RunningPlace]) -> None:
     assert gone.returncode == 4 and "no agent 'victim'" in gone.stderr
 
 
-def test_ps_and_kill_need_the_admin_token(pair: list[RunningPlace], tmp_path) -> None:
+def test_ps_and_kill_need_an_admin_identity_or_the_admin_token(pair: list[RunningPlace],
+                                                               tmp_path) -> None:
     a, _ = pair
     token = a.state_dir / "admin.token"
     assert token.stat().st_mode & 0o777 == 0o600
     forged = tmp_path / "forged.token"
     forged.write_text("0" * 64)
-    refused = _cli("ps", a.address, "--token-file", str(forged))
+    clerk = str(issue_identity("clerk"))  # a client identity without the admin role
+    refused = _cli("ps", a.address, "--token-file", str(forged), "--identity", clerk)
     assert refused.returncode == 15 and "NotAllowed" in refused.stderr
-    missing = _cli("kill", f"x@{a.address}", "--state-dir", str(tmp_path))
-    assert missing.returncode == 2 and "admin token" in missing.stderr
+    missing = _cli("kill", f"x@{a.address}", "--state-dir", str(tmp_path), "--identity", clerk)
+    assert missing.returncode == 15 and "admin role" in missing.stderr
+    # The right token still works for anyone; an admin identity needs none.
+    assert _cli("ps", a.address, "--state-dir", str(a.state_dir), "--identity", clerk) \
+        .returncode == 0
+    assert _cli("ps", a.address, "--state-dir", str(tmp_path)).returncode == 0
     # An agent at the place has no token either (its uncaught error fails its meet).
     with pytest.raises(tacoma.AgentFailed, match="NotAllowed"):
         tacoma.meet(f"ag_python@{a.address}", timeout=30,

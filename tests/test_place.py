@@ -19,7 +19,7 @@ import tacoma
 from tacoma import Briefcase
 from tacoma.wire._protocol import PROTOCOL_VERSION
 
-from conftest import RunningPlace, pid_alive, wait_until
+from conftest import RunningPlace, pid_alive, tls_connection, wait_until
 
 V = PROTOCOL_VERSION  # in the hand-made Hello frames below
 
@@ -177,8 +177,8 @@ def test_many_clients_at_once(place: RunningPlace) -> None:
 
 # --------------------------------------------------------------------------- the wire
 def _raw_connection(place: RunningPlace) -> socket.socket:
-    host, port = place.address.rsplit(":", 1)
-    return socket.create_connection((host, int(port)), timeout=10)
+    """A connection to the place, past its TLS handshake: what is sent then is the test's."""
+    return tls_connection(place.address)
 
 
 def _frame(obj: object) -> bytes:
@@ -505,7 +505,8 @@ def test_an_agent_cannot_flood_the_log(start_place) -> None:
 
 
 def test_connections_past_the_maximum_are_refused(start_place) -> None:
-    p = start_place("--max-connections", "2")
+    # --share 1: one identity may hold them all (by default, a quarter: see test_trust).
+    p = start_place("--max-connections", "2", "--share", "1")
     with _raw_connection(p) as first, _raw_connection(p) as second:
         for sock in (first, second):
             sock.sendall(_frame([1, V, "client", 2**20, "x"]))

@@ -69,6 +69,17 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     yield from _serve(start_place(tmp_path_factory.mktemp("place") / "state"))
 
 
+@pytest.fixture(scope="session")
+def plaintext_place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A place started with --insecure (no TLS), met in plaintext: the baseline of the
+    TLS benchmarks, beside `place` (mutual TLS, the default)."""
+    from tacoma.client._identity import register_place
+
+    server = start_place(tmp_path_factory.mktemp("plaintext_place") / "state", "--insecure")
+    register_place(server.address, None)
+    yield from _serve(server)
+
+
 @pytest.fixture
 def cold_place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """A place without a worker pool: every Python meet starts its worker on the path."""

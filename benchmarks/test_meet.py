@@ -17,6 +17,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import tacoma
 from tacoma import Briefcase
 
@@ -39,6 +40,8 @@ MEMORY_WARMUP = 1_000
 #: the CPU with one starting.
 POOL_REFILL_PAUSE = 0.2
 PYTHON_ROUNDS = 20
+#: New connections timed per connection benchmark.
+CONNECT_ROUNDS = 100
 COLD_ROUNDS = 8
 
 
@@ -86,6 +89,49 @@ def test_meet_ag_echo_sync(benchmark: Any, loop: asyncio.AbstractEventLoop,
     loop.run_until_complete(null_meet())  # untimed first call (connects): see the header
     benchmark.pedantic(lambda: loop.run_until_complete(null_meet()),
                        rounds=ECHO_ROUNDS, warmup_rounds=ECHO_WARMUP, iterations=1)
+
+
+def test_meet_ag_echo_sync_plaintext(benchmark: Any, loop: asyncio.AbstractEventLoop,
+                                     plaintext_place: ServerProcess) -> None:
+    """The null meet without TLS (a place started with --insecure): the baseline of what
+    mutual TLS adds per meet on a warm connection (test_meet_ag_echo_sync)."""
+    target = f"ag_echo@{plaintext_place.address}"
+
+    async def null_meet() -> None:
+        result = await tacoma.ameet(target, PAYLOAD)
+        assert result == PAYLOAD, result
+
+    benchmark.extra_info.update(
+        measures="one sync tacoma.ameet to ag_echo at an --insecure place, in plaintext; "
+                 "cached connection", target="ag_echo", tls=False,
+        payload_bytes=_payload_bytes())
+    loop.run_until_complete(null_meet())
+    benchmark.pedantic(lambda: loop.run_until_complete(null_meet()),
+                       rounds=ECHO_ROUNDS, warmup_rounds=ECHO_WARMUP, iterations=1)
+
+
+@pytest.mark.parametrize("tls", [True, False], ids=["mutual-tls", "plaintext"])
+def test_connect_and_first_meet(benchmark: Any, loop: asyncio.AbstractEventLoop,
+                                place: ServerProcess, plaintext_place: ServerProcess,
+                                tls: bool) -> None:
+    """What a new connection costs: connect (the TLS 1.3 handshake with both certificates
+    verified, or a plain TCP connect), both Hellos, one null meet, close. Paid once per
+    peer: every later meet reuses the connection."""
+    address = place.address if tls else plaintext_place.address
+
+    async def first_meet() -> None:
+        client = await tacoma.PlaceClient.connect(address)
+        try:
+            result = await client.meet("ag_echo", Briefcase(PAYLOAD))
+            assert result == PAYLOAD, result
+        finally:
+            client.close()
+
+    benchmark.extra_info.update(
+        measures="a new connection to the place (handshake and Hellos) and one ag_echo meet "
+                 "on it", tls=tls)
+    benchmark.pedantic(lambda: loop.run_until_complete(first_meet()),
+                       rounds=CONNECT_ROUNDS, warmup_rounds=5, iterations=1)
 
 
 def test_meet_python_agent_pooled(benchmark: Any, loop: asyncio.AbstractEventLoop,

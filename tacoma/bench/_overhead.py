@@ -9,9 +9,11 @@ no agent) and with `ag_python` running `pass` (an agent in a pooled, confined wo
 is the median of its round trips; the agent meets are paced (the pool refills between
 them, untimed), as an unloaded place sees them.
 
-Isolation settings are the place's: as root, agents under uids of their own (the default)
-and `--same-uid`; and the pool (default) against `--pool-size 0`, where each meet forks
-and confines its worker inside the meet.
+Settings are the place's: as root, agents under uids of their own (the default) and
+`--same-uid`; the pool (default) against `--pool-size 0`, where each meet forks and confines
+its worker inside the meet; and mutual TLS (the default) against `--insecure` (plaintext),
+the cost of authentication and encryption on a warm connection. The passive echo is always
+plaintext: it is the bare transport.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import time
 from dataclasses import dataclass
 
 from .. import Briefcase, ameet, local_places
+from ..client._identity import register_place
 from ..client._runtime import run_blocking
 from ._passive import PassiveClient
 
@@ -61,7 +64,8 @@ def settings() -> list[tuple[str, tuple[str, ...]]]:
     if os.geteuid() == 0:
         pooled.append(("same uid (--same-uid), pooled", ("--same-uid",)))
     return [*pooled, ("own uid per agent, no pool (--pool-size 0)" if os.geteuid() == 0
-                      else "place's user, no pool (--pool-size 0)", ("--pool-size", "0"))]
+                      else "place's user, no pool (--pool-size 0)", ("--pool-size", "0")),
+            ("plaintext (--insecure), pooled", ("--insecure",))]
 
 
 def _start_passive() -> tuple[subprocess.Popen[str], str]:
@@ -118,6 +122,8 @@ def measure_overhead(quick: bool, progress: object = None) -> list[OverheadRow]:
         for setting, flags in settings():
             say(f"place: {setting}")
             with local_places(1, *flags) as places:
+                if "--insecure" in flags:
+                    register_place(places.addresses[0], None)
                 for size in (QUICK_SIZES if quick else SIZES):
                     say(f"  {size} bytes")
                     p, e, a = run_blocking(_round_trips(passive, places.addresses[0], size,

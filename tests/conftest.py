@@ -83,13 +83,15 @@ class RunningPlace:
 
 def launch_place(state_dir: Path, *flags: str, timeout: float = 30,
                  quiet: bool = True, listen: str = "127.0.0.1:0",
-                 env: dict[str, str] | None = None) -> RunningPlace:
-    """Start `tacoma place` (with `env` added to the environment) and wait until it serves."""
+                 env: dict[str, str] | None = None,
+                 prefix: tuple[str, ...] = ()) -> RunningPlace:
+    """Start `tacoma place` (with `env` added to the environment, run by the `prefix`
+    command if any: nsenter into a network namespace) and wait until it serves."""
     # The log goes to a file: a pipe nobody drains would block a chatty place.
     log_path = state_dir.parent / f"{state_dir.name}.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tacoma", "place", "--listen", listen,
+            [*prefix, sys.executable, "-m", "tacoma", "place", "--listen", listen,
              "--state-dir", str(state_dir), *(["-q"] if quiet else []), *flags],
             stdout=subprocess.PIPE, stderr=log, text=True,
             env={**os.environ, **env} if env else None)

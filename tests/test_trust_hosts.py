@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import tacoma
+from tacoma.client import current_principal
 
 from conftest import RunningPlace, issue_identity, launch_place
 
@@ -120,7 +121,7 @@ def test_a_client_meets_places_on_other_hosts(places: dict[str, RunningPlace]) -
 def test_a_moving_agent_keeps_its_launchers_principal_across_hosts(
         places: dict[str, RunningPlace]) -> None:
     a, b = places["a"], places["b"]
-    me = tacoma.client.current_principal()
+    me = current_principal()
     result = tacoma.meet(a.target("ag_python"), {"ITINERARY": [b.address, a.address]},
                          code=ROAMER, timeout=60)
     assert result.text("SEEN") == [f"{a.address} {me}", f"{b.address} {me}",
@@ -130,7 +131,7 @@ def test_a_moving_agent_keeps_its_launchers_principal_across_hosts(
 def test_an_agents_meet_at_another_host_is_made_for_its_principal(
         places: dict[str, RunningPlace]) -> None:
     a, b = places["a"], places["b"]
-    me = tacoma.client.current_principal()
+    me = current_principal()
     code = (f"r = meet({b.target('ag_python')!r}, "
             "Briefcase(CODE=['bc.append(\"WHO\", principal)']))\n"
             "bc.replace(\"WHO\", r.folder(\"WHO\"))")

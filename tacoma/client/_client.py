@@ -149,8 +149,12 @@ class ClientCache:
     API's, with this process's (None: `use_identity`, the environment, the default).
     """
 
-    def __init__(self, credentials: Credentials | None = None) -> None:
+    def __init__(self, credentials: Credentials | None = None,
+                 vet: Callable[[PlaceClient], None] | None = None) -> None:
         self.credentials = credentials
+        #: Called with each new connection before it is used; raises to refuse the peer
+        #: (a place refuses to hand meets to a place whose certificate it has revoked).
+        self.vet = vet
         self.clients: dict[str, PlaceClient] = {}
         self.connecting: dict[str, asyncio.Future[PlaceClient]] = {}
 
@@ -161,14 +165,23 @@ class ClientCache:
         pending = self.connecting.get(address)
         if pending is not None:
             return await asyncio.shield(pending)
-        task = asyncio.ensure_future(PlaceClient.connect(address, timeout,
-                                                         credentials=self.credentials))
+        task = asyncio.ensure_future(self._connect(address, timeout))
         self.connecting[address] = task
         try:
             client = await asyncio.shield(task)
         finally:
             self.connecting.pop(address, None)
         self.clients[address] = client
+        return client
+
+    async def _connect(self, address: str, timeout: float | None) -> PlaceClient:
+        client = await PlaceClient.connect(address, timeout, credentials=self.credentials)
+        if self.vet is not None:
+            try:
+                self.vet(client)
+            except BaseException:
+                client.close()
+                raise
         return client
 
     def close(self) -> None:

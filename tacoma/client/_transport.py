@@ -196,6 +196,9 @@ async def connect(address: str, role: Role, handler: EventHandler, max_frame: in
                     lambda: Channel(role, handler, max_frame, software), host, port,
                     ssl=context, server_hostname=host if tls else None,
                     ssl_handshake_timeout=HANDSHAKE_TIMEOUT if tls else None)
+            except ConnectionResetError as exc:  # reset before the handshake ended
+                raise ConnectError(f"{where}: the connection was reset before the place "
+                                   f"answered ({exc}); it may be overloaded") from None
             except ssl.SSLCertVerificationError as exc:
                 raise ConnectError(f"{where}: its certificate is not trusted here "
                                    f"({exc.verify_message}): is it a place of this "

@@ -26,6 +26,7 @@ import ipaddress
 import logging
 from dataclasses import dataclass
 
+from ..client._client import PlaceClient
 from ..client._identity import Credentials
 from ..client._transport import Channel
 from ..trust._store import LOCAL_PLACE, Bundle, TrustStore
@@ -144,6 +145,15 @@ class Access:
     def _refuse(self, channel: Channel, why: str, prefix: str = "") -> str:
         self.refusals.log(channel.peer, why)
         return prefix + why
+
+    def vet_place(self, client: PlaceClient) -> None:
+        """NotAuthorized if the place `client` reached shows a revoked certificate: no
+        meet, code or principal is handed to it."""
+        peer = client.channel.identity if client.channel is not None else None
+        if self.tls is not None and peer is not None and self.tls.deny_list.denies(peer):
+            self.refusals.log(client.address, f"place identity {peer.name} is revoked")
+            raise NotAuthorized(f"place {client.address} shows identity {peer.name} "
+                                f"(certificate {peer.serial}), which is revoked here")
 
     def revoked_sessions(self, peers: list[Peer]) -> list[Peer]:
         """Those of `peers` the deny list now names (it is reread if it changed)."""

@@ -74,7 +74,7 @@ class Dispatch:
         self.address = meets.address
         self.access = access
         # Connections to other places, for agents' meets, made as this place's identity.
-        self.clients = ClientCache(access.credentials)
+        self.clients = ClientCache(access.credentials, access.vet_place)
         self.background: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ the meet path

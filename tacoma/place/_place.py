@@ -200,6 +200,14 @@ class Place:
                 log.warning("closing the connection of %s from %s: its certificate is now "
                             "revoked", peer.name, session.channel.peer)
                 session.channel.close(f"not authorized: identity {peer.name} is revoked")
+        if self.dispatch is not None:  # and this place's own connections to revoked places
+            for address, client in list(self.dispatch.clients.clients.items()):
+                place = client.channel.identity if client.channel is not None else None
+                if place is not None and self.access.revoked_sessions([place]):
+                    log.warning("closing the connection to place %s: its certificate (%s) "
+                                "is now revoked", address, place.name)
+                    client.close()
+                    self.dispatch.clients.clients.pop(address, None)
         self._recheck = asyncio.get_running_loop().call_later(REVOKED_RECHECK,
                                                                self._recheck_revoked)
 

@@ -19,6 +19,7 @@ import fcntl
 import getpass
 import ipaddress
 import os
+import secrets
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,8 +131,11 @@ def _init(store: TrustStore) -> bool:
     user = getpass.getuser()
     name = x509.Name([
         x509.NameAttribute(NameOID.ORGANIZATION_NAME, "tacoma"),
+        # A random part: two CAs of one user on one host are told apart by name too, so a
+        # peer of the other cluster hears "unknown issuer", not a signature failure.
         x509.NameAttribute(NameOID.COMMON_NAME,
-                           f"tacoma CA of {user}@{os.uname().nodename}"[:64]),
+                           f"tacoma CA {secrets.token_hex(3)} of {user}@"
+                           f"{os.uname().nodename}"[:64]),
     ])
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
@@ -179,6 +183,9 @@ def _issue(store: TrustStore, name: str, roles: Iterable[str], addresses: Iterab
     if not 1 <= days <= CA_DAYS:
         raise TrustError(f"an identity lasts 1 to {CA_DAYS} days, not {days}")
     addresses = tuple(addresses)
+    if name == LOCAL_PLACE and roles != ("place",):
+        raise TrustError(f"{LOCAL_PLACE} is the place identity of this user's local places; "
+                         "issue another name")
     if addresses and "place" not in roles:
         raise TrustError("only a place's identity names addresses (--place)")
     ca_cert, ca_key = _load_ca(store)

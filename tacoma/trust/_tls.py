@@ -149,19 +149,27 @@ class RateLimitedLog:
 
     def __init__(self, logger: logging.Logger = log) -> None:
         self._log = logger
-        self._last: dict[tuple[str, str], float] = {}
+        self._last: dict[tuple[str, str], tuple[float, int]] = {}
         self.count = 0
 
     def log(self, address: str, reason: str) -> None:
+        """Log that `address` (HOST:PORT) was refused for `reason`, unless that host was
+        refused for it within the window (a retrying peer comes from a new port each
+        time); say how many were not logged when the host is next logged."""
         self.count += 1
         now = time.monotonic()
-        key = (address, reason)
-        if now - self._last.get(key, -self.WINDOW) < self.WINDOW:
+        key = (address.rpartition(":")[0] or address, reason)
+        last, dropped = self._last.get(key, (-self.WINDOW, 0))
+        if now - last < self.WINDOW:
+            self._last[key] = (last, dropped + 1)
             return
-        if len(self._last) >= self.KEEP:
-            self._last = {k: t for k, t in self._last.items() if now - t < self.WINDOW}
-        self._last[key] = now
-        self._log.warning("refused %s: %s", address, reason)
+        if len(self._last) >= self.KEEP:  # forget what is past its window, then the oldest
+            self._last = {k: v for k, v in self._last.items() if now - v[0] < self.WINDOW}
+            while len(self._last) >= self.KEEP:
+                del self._last[next(iter(self._last))]
+        self._last[key] = (now, 0)
+        more = f" (and {dropped} more like it in the last minute)" if dropped else ""
+        self._log.warning("refused %s: %s%s", address, reason, more)
 
 
 def _ssl_protocol_class(loop: asyncio.AbstractEventLoop) -> type[Any]:

@@ -189,20 +189,25 @@ def test_go_to_the_same_place_and_in_an_async_meet(three: list[RunningPlace]) ->
     assert meet_id
 
 
-def test_hops_from_clients_need_a_trip(three: list[RunningPlace]) -> None:
-    """The go mode is for places handing agents on: a bare one is refused, typed."""
+def test_hops_come_from_places_and_need_a_trip(three: list[RunningPlace]) -> None:
+    """The go mode is for places handing agents on: a client may not use it at all, and a
+    place's hop without a trip is refused; both typed."""
     from tacoma.client._client import PlaceClient
+    from tacoma.client._identity import Credentials
     from tacoma.client._runtime import run_blocking
+    from tacoma.trust import LOCAL_PLACE
 
-    async def bare_hop() -> object:
-        client = await PlaceClient.connect(three[0].address)
+    async def bare_hop(credentials: Credentials | None) -> object:
+        client = await PlaceClient.connect(three[0].address, credentials=credentials)
         try:
             return await client.meet("ag_python", Briefcase(CODE=["pass"]), "go", 5)
         finally:
             client.close()
 
+    with pytest.raises(tacoma.NotAuthorized, match="only a place may move an agent"):
+        run_blocking(bare_hop(None))
     with pytest.raises(tacoma.MeetError, match="HOME"):
-        run_blocking(bare_hop())
+        run_blocking(bare_hop(Credentials(LOCAL_PLACE)))
 
 
 def _ps(place: RunningPlace) -> list[dict[str, object]]:

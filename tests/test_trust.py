@@ -35,6 +35,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from tacoma import Briefcase
 from tacoma.client import PlaceClient, current_principal
 from tacoma.client._identity import Credentials
+from tacoma.client._runtime import run_blocking
 from tacoma.trust import _certs
 from tacoma.trust._store import Bundle, TrustStore
 from tacoma.trust._tls import HANDSHAKE_TIMEOUT
@@ -957,3 +958,78 @@ def test_a_peer_retrying_in_a_loop_is_logged_once(start_place) -> None:
     time.sleep(0.5)
     logged = len(refusals(p, "a plaintext client?"))
     assert logged == 1, f"{logged} log lines for 20 refusals of one peer"
+
+
+# --------------------------------------------------------------------------- review fixes
+def test_an_agents_async_meets_count_against_its_principals_share(start_place) -> None:
+    p = start_place("--max-meets", "8", "--share", "0.25")  # a share of 2
+    code = textwrap.dedent("""
+        import tacoma
+        accepted = refused = 0
+        for _ in range(6):
+            try:
+                meet("ag_python", Briefcase(CODE=["import time; time.sleep(3)"]), mode="async")
+                accepted += 1
+            except tacoma.PlaceUnavailable:
+                refused += 1
+        bc["COUNTS"] = [str(accepted), str(refused)]
+    """)
+    result = tacoma.meet(p.target("ag_python"), code=code, timeout=60)
+    accepted, refused = (int(n) for n in result.text("COUNTS"))
+    assert (accepted, refused) == (1, 5)  # its own meet holds the other slot of the share
+    serves(p)
+
+
+def test_a_place_cannot_name_a_principal_no_identity_could_have(place: RunningPlace) -> None:
+    from tacoma.client._identity import Credentials
+    from tacoma.trust import LOCAL_PLACE
+
+    async def scenario() -> None:
+        c = await tacoma.PlaceClient.connect(place.address,
+                                             credentials=Credentials(LOCAL_PLACE))
+        try:
+            with pytest.raises(tacoma.NotAuthorized, match="no identity can have"):
+                await c.meet("ag_echo", Briefcase(), principal="alice\nINFO forged line")
+            assert await c.meet("ag_echo", Briefcase(), principal="alice") == Briefcase()
+        finally:
+            c.close()
+
+    run_blocking(scenario())
+
+
+def test_one_place_has_one_spelling() -> None:
+    from tacoma.wire._address import canonical_address, parse_address
+
+    assert canonical_address("127.0.0.1:07707") == "127.0.0.1:7707"
+    assert canonical_address("[::1]:7707") == "[::1]:7707"
+    assert canonical_address("Host.Example:7707") == "host.example:7707"
+    with pytest.raises(ValueError, match="bad place address"):
+        parse_address("127.0.0.1:\u0967\u0968")  # Devanagari digits
+
+
+def test_revoking_a_name_revokes_every_certificate_it_was_issued(tmp_path: Path) -> None:
+    from tacoma.trust import TrustStore, _certs
+
+    store = TrustStore(tmp_path / "trust")
+    _certs.init(store)
+    first = _certs.read_certificate(
+        Bundle.read(_certs.issue(store, "laptop", ("client",))).certificate)
+    _certs.issue(store, "laptop", ("client",))  # issued again: the old one is still valid
+    second = _certs.revoke(store, "laptop")
+    revoked = store.revoked.read_text()
+    assert first.serial != second.serial
+    assert first.serial in revoked and second.serial in revoked
+
+
+def test_a_broken_deny_list_does_not_let_a_revoked_certificate_back(tmp_path: Path) -> None:
+    from tacoma.trust._tls import DenyList, Peer
+
+    path = tmp_path / "revoked"
+    path.write_text("ABC123 mallory\n")
+    deny = DenyList(path)
+    peer = Peer("mallory", frozenset({"client"}), "ABC123")
+    assert deny.denies(peer)
+    path.write_bytes(b"\xff\xfe garbage\nABC123 mallory\n")  # not UTF-8
+    assert deny.denies(peer)
+    path.unlink()  # gone: what was read before stays in force
+    assert deny.denies(peer)

@@ -33,16 +33,24 @@ def _admin_options(f: CommandFunction) -> CommandFunction:
 def _admin(place: str, state_dir: Path | None, token_file: Path | None,
            **folders: list[bytes | str]) -> tacoma.Briefcase:
     """A request to the place's ag_admin, with its admin token if it can be read (an
-    identity with the admin role needs none)."""
+    identity with the admin role needs none).
+
+    The token of the default state directory belongs to a place on this host: it is sent
+    only to a loopback address, never to a place elsewhere (which could collect it).
+    """
     path = token_file or tacoma.PlaceSettings(state_dir=state_dir or default_state_dir()) \
         .admin_token_file
-    try:
-        token = [path.read_text().strip()]
-    except OSError as exc:
-        if token_file is not None:
-            raise click.UsageError(f"cannot read the place's admin token at {path}: "
-                                   f"{exc.strerror or exc}") from None
-        token = []  # the place may know this identity as an admin
+    host = place.rpartition(":")[0].strip("[]")
+    token: list[bytes | str] = []
+    if token_file is not None or state_dir is not None or host in (
+            "127.0.0.1", "::1", "localhost") or host.startswith("127."):
+        try:
+            token = [path.read_text().strip()]
+        except OSError as exc:
+            if token_file is not None:
+                raise click.UsageError(f"cannot read the place's admin token at {path}: "
+                                       f"{exc.strerror or exc}") from None
+            # An identity with the admin role needs none.
     return tacoma.meet(f"ag_admin@{place}", tacoma.Briefcase(TOKEN=token, **folders),
                        timeout=30)
 

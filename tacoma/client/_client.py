@@ -20,9 +20,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from .._version import __version__
-from ..wire._address import split_target
+from ..wire._address import canonical_address, split_target
 from ..wire._briefcase import TRACE, Briefcase
-from ..wire._errors import ConnectionLost, MeetTimeout, TacomaError, error_from_wire
+from ..wire._errors import (
+    ConnectError,
+    ConnectionLost,
+    MeetTimeout,
+    TacomaError,
+    error_from_wire,
+)
 from ..wire._protocol import DEFAULT_MAX_FRAME, Accepted, Cancel, Event, Failed, Meet, Result, Role
 from ..wire._trace import read as read_trace
 from ..wire._trace import record
@@ -159,6 +165,10 @@ class ClientCache:
         self.connecting: dict[str, asyncio.Future[PlaceClient]] = {}
 
     async def get(self, address: str, timeout: float | None) -> PlaceClient:
+        try:
+            address = canonical_address(address)
+        except ValueError as exc:
+            raise ConnectError(str(exc)) from None
         client = self.clients.get(address)
         if client is not None and client.usable:
             return client

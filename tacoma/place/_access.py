@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from ..client._client import PlaceClient
 from ..client._identity import Credentials
 from ..client._transport import Channel
-from ..trust._store import LOCAL_PLACE, Bundle, TrustStore
+from ..trust._store import LOCAL_PLACE, Bundle, TrustStore, check_name
 from ..trust._tls import DenyList, Peer, RateLimitedLog, ServerTLS
 from ..wire._errors import NotAuthorized, TrustError
 from ..wire._names import HOME_AGENT
@@ -82,6 +82,9 @@ class Access:
         store = TrustStore(settings.trust_dir)
         bundle = self._identity(store, host)
         self.tls = ServerTLS(bundle, DenyList(settings.deny_list or store.revoked))
+        if settings.deny_list is not None and not settings.deny_list.exists():
+            log.warning("the deny list %s does not exist (yet): no certificate is revoked "
+                        "until it does", settings.deny_list)
         self.tls.deny_list.refresh()
         # The place meets other places (agents' meets, moves, trips' ends) as itself.
         self.credentials = Credentials(bundle)
@@ -91,12 +94,13 @@ class Access:
 
         spec = self.settings.identity
         if spec is None:
-            if not (is_loopback(host) or host == ""):
+            if not is_loopback(host):
+                dialled = "ADDRESS (each address clients dial)" if is_wildcard(host) else host
                 raise TrustError(
                     f"a place listening on {host} (not loopback) needs an identity: make a CA "
                     f"and one for this place (tacoma trust init; tacoma trust issue NAME "
-                    f"--place --address {host}) and start it with --identity NAME; or, on a "
-                    "closed test network only, --insecure")
+                    f"--place --address {dialled}) and start it with --identity NAME; or, on "
+                    "a closed test network only, --insecure")
             if _certs.ensure_local(store):
                 log.info("made the CA and the local identities in %s", store.root)
             spec = LOCAL_PLACE
@@ -168,12 +172,25 @@ class Access:
             return Principal(peer.name if peer is not None else "")
         if peer is None or not peer.is_place:
             raise NotAuthorized(f"only a place of the cluster may make a meet for another "
-                                f"principal ({claimed}); "
+                                f"principal ({claimed[:80]!r}); "
                                 f"{peer.name if peer else 'this peer'} is not one")
+        try:
+            check_name(claimed)
+        except TrustError:
+            raise NotAuthorized(f"place {peer.name} names a principal that no identity can "
+                                f"have: {claimed[:80]!r}") from None
         return Principal(claimed, peer.name)
 
+    def may_move(self, peer: Peer | None) -> None:
+        """NotAuthorized unless `peer` may hand this place a moving agent (a `go` meet):
+        only a place of the cluster may (a trip's hop is admitted as the meet it goes on
+        from, and its end is sent to the home it names)."""
+        if self.tls is not None and (peer is None or not peer.is_place):
+            raise NotAuthorized(f"only a place may move an agent here; "
+                                f"{peer.name if peer else 'this peer'} is not one")
+
     def authorize(self, principal: Principal, agent: str, address: str,
-                  peer: Peer | None = None) -> None:
+                  peer: Peer | None = None, peer_address: str = "") -> None:
         """NotAuthorized unless `principal` may meet `agent` here (the --allow rules)."""
         if not self.rules:
             return
@@ -183,7 +200,10 @@ class Access:
         for who, what in self.rules:
             if fnmatch.fnmatchcase(name, who) and fnmatch.fnmatchcase(agent, what):
                 return
-        self.refusals.log(principal.via or "-", f"{name or 'anonymous'} may not meet {agent}")
+        self.refusals.log(peer_address or f"an agent of {name or 'anonymous'}",
+                          f"{name or 'anonymous'}"
+                          f"{f' (via {principal.via})' if principal.via else ''} may not "
+                          f"meet {agent}")
         raise NotAuthorized(f"{name or 'an anonymous peer'} may not meet {agent} at place "
                             f"{address}", "its --allow rules do not let it")
 

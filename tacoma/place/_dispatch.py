@@ -29,7 +29,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ..client._client import ClientCache, PlaceClient
-from ..wire._address import split_target
+from ..wire._address import canonical_address, split_target
 from ..wire._briefcase import CODE, TRACE, Briefcase
 from ..wire._errors import (
     MeetError,
@@ -257,6 +257,8 @@ class Dispatch:
                 await self._go(worker, meet, event)
                 return
             agent, address = split_target(event.agent)
+            if address is not None:
+                address = canonical_address(address)
             if address is not None and address != self.address:
                 # The other place authorizes it: this place vouches for the principal.
                 client = await self.client(address)
@@ -276,7 +278,10 @@ class Dispatch:
                 answer = await self.builtins.serve(agent, event.briefcase, meet.identity)
             else:
                 # An agent's meets count against --max-meets like anyone's, and can be killed.
-                self.meets.admit()
+                # Its async ones against its principal's share too (a sync one waits for
+                # its answer, within the meet that was admitted: checking it could only
+                # deadlock the parent on its own slot).
+                self.meets.admit("", meet.principal if event.mode == "async" else "")
                 inner = self.meets.new(agent, event.briefcase, event.timeout, meet.principal,
                                        meet.identity)
                 if event.mode == "async":
@@ -312,7 +317,7 @@ class Dispatch:
         """
         if meet.going:
             raise MeetError("the agent is already going to another place")
-        target = event.agent
+        target = canonical_address(event.agent)
         agent = worker.pool.interpreter.agent
         trip = meet.trip or self.trips.start()
         meet.going = True

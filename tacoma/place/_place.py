@@ -188,28 +188,32 @@ class Place:
 
     def _recheck_revoked(self) -> None:
         """Every few seconds: reread the deny list if it changed, and drop the connections
-        of identities it now names."""
+        of identities it now names (and this place's own connections to revoked places)."""
         assert self.access is not None
         if self.access.tls is None or self._stopping:
             return
-        by_peer = {s: s.channel.identity for s in self.sessions
-                   if s.channel.identity is not None}
-        revoked = set(self.access.revoked_sessions(list(set(by_peer.values()))))
-        for session, peer in by_peer.items():
-            if peer in revoked:
-                log.warning("closing the connection of %s from %s: its certificate is now "
-                            "revoked", peer.name, session.channel.peer)
-                session.channel.close(f"not authorized: identity {peer.name} is revoked")
-        if self.dispatch is not None:  # and this place's own connections to revoked places
-            for address, client in list(self.dispatch.clients.clients.items()):
+        try:
+            by_peer = {s: s.channel.identity for s in self.sessions
+                       if s.channel.identity is not None}
+            revoked = set(self.access.revoked_sessions(list(set(by_peer.values()))))
+            for session, peer in by_peer.items():
+                if peer in revoked:
+                    log.warning("closing the connection of %s from %s: its certificate is "
+                                "now revoked", peer.name, session.channel.peer)
+                    session.channel.close(f"not authorized: identity {peer.name} is revoked")
+            clients = self.dispatch.clients.clients if self.dispatch is not None else {}
+            for address, client in list(clients.items()):
                 place = client.channel.identity if client.channel is not None else None
                 if place is not None and self.access.revoked_sessions([place]):
                     log.warning("closing the connection to place %s: its certificate (%s) "
                                 "is now revoked", address, place.name)
                     client.close()
-                    self.dispatch.clients.clients.pop(address, None)
-        self._recheck = asyncio.get_running_loop().call_later(REVOKED_RECHECK,
-                                                               self._recheck_revoked)
+                    clients.pop(address, None)
+        except Exception:  # the check must go on, whatever one round met
+            log.exception("checking the deny list failed; trying again")
+        finally:
+            self._recheck = asyncio.get_running_loop().call_later(REVOKED_RECHECK,
+                                                                   self._recheck_revoked)
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()

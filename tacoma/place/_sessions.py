@@ -77,7 +77,10 @@ class Session:
                 else self.access.principal(peer, event.principal)
             if not event.principal:
                 self._own = principal
-            self.access.authorize(principal, event.agent, self.dispatch.address, peer)
+            self.access.authorize(principal, event.agent, self.dispatch.address, peer,
+                                  self.channel.peer)
+            if event.mode == "go":
+                self.access.may_move(peer)
         except MeetError as exc:
             self._reply(failed(event.rid, exc))
             return
@@ -85,11 +88,13 @@ class Session:
             self._accept_message(event)
             return
         try:
-            # A principal's share is checked at its own door: the meets its client makes.
-            # Its agents' meets and moves count against it, but are not refused for it
-            # (the meet that started them was admitted; a trip's hop is that meet going on).
+            # A principal's share is checked for the meets its client makes, and for the
+            # async meets its agents make through other places; not for a forwarded sync
+            # meet (its agent's meet waits on it) nor a trip's hop (the admitted meet, going
+            # on).
+            shared = event.mode != "go" and (not principal.via or event.mode == "async")
             self.meets.admit(event.agent if event.mode == "sync" else "",
-                             principal.name if not principal.via and event.mode != "go" else "")
+                             principal.name if shared else "")
             if event.mode == "ack":
                 raise MessageError(f"the ack mode is for messages to resident agents, and "
                                    f"{event.agent} is not one here")

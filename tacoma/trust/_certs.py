@@ -217,9 +217,17 @@ def _issue(store: TrustStore, name: str, roles: Iterable[str], addresses: Iterab
     cert = builder.sign(ca_key, hashes.SHA256())
     bundle = _key_pem(key) + _cert_pem(cert) + _cert_pem(ca_cert)
     path = store.identity_file(name)
-    _write_private(path, bundle)
-    if out is not None:
-        _write_private(out, bundle)
+    try:
+        if out is not None:  # first: a bad --out leaves nothing half made
+            _write_private(out, bundle)
+        _write_private(path, bundle)
+        # Every certificate issued, so that revoking a name revokes its earlier ones too.
+        with open(store.root / "issued", "a") as record:
+            record.write(f"{cert.serial_number:X} {name} {','.join(roles)} "
+                         f"{not_after:%Y-%m-%dT%H:%M:%SZ}\n")
+    except OSError as exc:
+        raise TrustError(f"cannot write identity {name}: {exc.strerror or exc} "
+                         f"({exc.filename or path})") from None
     return path
 
 
@@ -261,13 +269,14 @@ def read_certificate(pem: bytes, path: Path | None = None,
         addresses = tuple(str(v) for v in (*sans.get_values_for_type(x509.IPAddress),
                                            *sans.get_values_for_type(x509.DNSName)))
     serial = f"{cert.serial_number:X}"
+    serial = serial.lstrip("0")
     return IdentityInfo(name, roles, addresses, serial, cert.not_valid_after_utc, path,
                         serial in revoked)
 
 
 def _revoked_serials(store: TrustStore) -> frozenset[str]:
     try:
-        lines = store.revoked.read_text().splitlines()
+        lines = store.revoked.read_text(errors="replace").splitlines()
     except OSError:
         return frozenset()
     return frozenset(line.split()[0].upper().lstrip("0") for line in lines
@@ -288,11 +297,25 @@ def describe(store: TrustStore) -> tuple[IdentityInfo | None, list[IdentityInfo]
 
 
 def revoke(store: TrustStore, name: str) -> IdentityInfo:
-    """Put identity `name`'s certificate on the deny list (places reread it)."""
+    """Put every certificate ever issued as `name` on the deny list (places reread it):
+    its current one, and any it had before being issued again."""
     path = store.find(check_name(name))
     info = read_certificate(Bundle.read(path).certificate, path)
-    with _locked(store):
-        if info.serial not in _revoked_serials(store):
+    serials = {info.serial}
+    try:
+        for line in (store.root / "issued").read_text(errors="replace").splitlines():
+            parts = line.split()
+            if len(parts) >= 2 and parts[1] == name:
+                serials.add(parts[0].upper().lstrip("0"))
+    except OSError:
+        pass  # identities issued before the record was kept: the current one only
+    try:
+        with _locked(store):
+            already = _revoked_serials(store)
             with open(store.revoked, "a") as out:
-                out.write(f"{info.serial} {info.name} revoked {_now():%Y-%m-%dT%H:%M:%SZ}\n")
+                for serial in sorted(serials - already):
+                    out.write(f"{serial} {name} revoked {_now():%Y-%m-%dT%H:%M:%SZ}\n")
+    except OSError as exc:
+        raise TrustError(f"cannot write the deny list {store.revoked}: "
+                         f"{exc.strerror or exc}") from None
     return info

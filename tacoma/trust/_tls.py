@@ -111,7 +111,9 @@ class DenyList:
         self.names: dict[str, str] = {}
 
     def refresh(self) -> bool:
-        """Reread the file if it changed; True if it did."""
+        """Reread the file if it changed; True if it did. A file that cannot be read or
+        parsed keeps the serials read before (and is tried again at the next check): a
+        broken deny list must not let a revoked certificate back in."""
         try:
             st = os.stat(self.path)
             seen = (st.st_mtime_ns, st.st_size)
@@ -119,11 +121,10 @@ class DenyList:
             seen = None
         if seen == self._seen:
             return False
-        self._seen = seen
         names: dict[str, str] = {}
         if seen is not None:
             try:
-                text = self.path.read_text()
+                text = self.path.read_bytes().decode("utf-8", errors="replace")
             except OSError as exc:
                 log.error("cannot read the deny list %s: %s", self.path, exc)
                 return False
@@ -131,6 +132,12 @@ class DenyList:
                 parts = line.split()
                 if parts and not parts[0].startswith("#"):
                     names[parts[0].upper().lstrip("0")] = parts[1] if len(parts) > 1 else "?"
+        elif self.serials:
+            log.error("the deny list %s is gone: keeping the %d revoked certificates read "
+                      "before", self.path, len(self.serials))
+            self._seen = seen
+            return False
+        self._seen = seen
         self.names = names
         self.serials = frozenset(names)
         return True

@@ -411,7 +411,8 @@ def test_agent_log_lines_are_cut(start_place) -> None:
 
 
 def test_an_agents_own_meets_count_against_max_meets(start_place) -> None:
-    p = start_place("--max-meets", "3")
+    # --share 1: the place's limit alone (each principal's share is tested in test_trust).
+    p = start_place("--max-meets", "3", "--share", "1")
     result = tacoma.meet(p.target("ag_python"), code=textwrap.dedent("""
         import tacoma
         accepted = refused = 0

@@ -1033,3 +1033,23 @@ def test_a_broken_deny_list_does_not_let_a_revoked_certificate_back(tmp_path: Pa
     assert deny.denies(peer)
     path.unlink()  # gone: what was read before stays in force
     assert deny.denies(peer)
+
+
+def test_a_connection_is_not_counted_twice_as_its_handshake_ends(start_place) -> None:
+    """A connection that has just become a session is no longer counted as handshaking: at
+    --max-connections 2, two connections made one right after the other both get in, every
+    time (a race that once refused the second and let a third in)."""
+    def first_event_tag(sock: socket.socket) -> int:
+        sock.settimeout(10)
+        data = b""
+        while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+            chunk = sock.recv(4096)
+            assert chunk, f"closed after {data!r}"
+            data += chunk
+        return int(msgpack.unpackb(data[4:4 + int.from_bytes(data[:4], "big")])[0])
+
+    for _ in range(5):  # a new place each time: the last round's closes are not yet seen
+        p = start_place("--max-connections", "2", "--share", "1")
+        with tls_connection(p.address) as first, tls_connection(p.address) as second:
+            assert [first_event_tag(first), first_event_tag(second)] == [1, 1]  # Hellos
+        p.stop()

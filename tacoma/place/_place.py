@@ -27,6 +27,7 @@ import os
 import secrets
 import shutil
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
@@ -182,9 +183,21 @@ class Place:
                 # hold a descriptor per peer for the handshake's time. Close at once.
                 self.access.refusals.log("a peer", refuse)
                 return _Closed()
+        if tls is None:
+            session.channel = Channel(Role.PLACE, session, self.settings.max_frame,
+                                      _SOFTWARE, refuse, admit=session.admit)
+            return session.channel
+        handshake: list[Callable[[], None]] = []
+
+        def admit(channel: Channel) -> str:
+            handshake[0]()  # a handshaking connection no more, as it becomes a session
+            return session.admit(channel)
+
         session.channel = Channel(Role.PLACE, session, self.settings.max_frame, _SOFTWARE,
-                                  refuse, admit=session.admit)
-        return session.channel if tls is None else tls.wrap(session.channel)
+                                  refuse, admit=admit)
+        protocol, finished = tls.wrap(session.channel)
+        handshake.append(finished)
+        return protocol
 
     def _recheck_revoked(self) -> None:
         """Every few seconds: reread the deny list if it changed, and drop the connections

@@ -202,11 +202,15 @@ class ServerTLS:
         self.handshaking = 0  # connections accepted whose handshake is not over
         self._protocol: type[Any] | None = None
 
-    def wrap(self, app: asyncio.Protocol,
-             done: Callable[[], None] | None = None) -> asyncio.BaseProtocol:
+    def wrap(self, app: asyncio.Protocol) -> tuple[asyncio.BaseProtocol, Callable[[], None]]:
         """The protocol to give the server for one new connection: TLS around `app`, whose
         connection_made runs once the peer's certificate is verified. A refused handshake
-        is logged with the peer's address."""
+        is logged with the peer's address.
+
+        Also returns `finished`, to call from `app`'s connection_made: the connection stops
+        counting as handshaking there and then (the TLS layer says so only a loop
+        iteration later, when the place may already count it as a session).
+        """
         loop = asyncio.get_running_loop()
         if self._protocol is None:
             base = _ssl_protocol_class(loop)
@@ -227,11 +231,16 @@ class ServerTLS:
         gate = self._protocol(loop, app, self.context, waiter, server_side=True,
                               ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
         self.handshaking += 1
+        counted = True
+
+        def finished() -> None:
+            nonlocal counted
+            if counted:
+                counted = False
+                self.handshaking -= 1
 
         def handshake_over(future: asyncio.Future[None]) -> None:
-            self.handshaking -= 1
-            if done is not None:
-                done()
+            finished()
             if future.cancelled():
                 return
             exc = future.exception()
@@ -239,7 +248,7 @@ class ServerTLS:
                 self.refusals.log(gate.peer, _why(exc))
 
         waiter.add_done_callback(handshake_over)
-        return gate
+        return gate, finished
 
 
 def _why(exc: BaseException) -> str:
@@ -256,4 +265,7 @@ def _why(exc: BaseException) -> str:
         return f"TLS: {reason}"
     if isinstance(exc, ConnectionAbortedError):
         return f"TLS: no handshake within {HANDSHAKE_TIMEOUT:g} s"
+    if isinstance(exc, ConnectionResetError | BrokenPipeError):
+        return ("TLS: the peer broke off the handshake (does it trust this place's "
+                "certificate? a client of another cluster does not)")
     return f"TLS handshake failed: {type(exc).__name__}: {exc}".rstrip(": ")

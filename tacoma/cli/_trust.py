@@ -13,7 +13,14 @@ from pathlib import Path
 
 import click
 
-from ..trust._store import IDENTITY_ENV, INSECURE_ENV, LOCAL_PLACE, TRUST_ENV, TrustStore
+from ..trust._store import (
+    IDENTITY_ENV,
+    INSECURE_ENV,
+    LOCAL_PLACE,
+    TRUST_ENV,
+    Bundle,
+    TrustStore,
+)
 from ..wire._errors import TrustError
 from ._common import CommandFunction, fail
 
@@ -92,7 +99,7 @@ def issue(name: str, is_place: bool, addresses: tuple[str, ...], admin: bool, da
     store = _store(trust_dir)
     try:
         path = _certs.issue(store, name, roles, addresses, days, out)
-        info = _certs.read_certificate(path.read_bytes().split(b"-----END PRIVATE KEY-----")[1])
+        info = _certs.read_certificate(Bundle.read(path).certificate)
     except TrustError as exc:
         fail(exc)
     where = f" for {', '.join(info.addresses)}" if info.addresses else ""
@@ -118,8 +125,10 @@ def show(as_json: bool, trust_dir: Path | None) -> None:
     store = _store(trust_dir)
     try:
         ca, identities = _certs.describe(store)
-    except (TrustError, ValueError) as exc:
-        fail(TrustError(str(exc)))
+    except TrustError as exc:
+        fail(exc)
+    except (OSError, ValueError) as exc:  # an unreadable or damaged file in the directory
+        fail(TrustError(f"cannot read the trust directory {store.root}: {exc}"))
     if ca is None:
         if as_json:
             click.echo(json.dumps({"trust_dir": str(store.root), "ca": None,

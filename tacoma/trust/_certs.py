@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ..wire._errors import TrustError
-from ._store import LOCAL_PLACE, Bundle, TrustStore, check_name
+from ._store import LOCAL_PLACE, Bundle, TrustStore, check_name, parse_serials, serial_text
 
 __all__ = ["ROLES", "IdentityInfo", "describe", "ensure_local", "init", "issue",
            "local_client_name", "read_certificate", "revoke"]
@@ -223,7 +223,7 @@ def _issue(store: TrustStore, name: str, roles: Iterable[str], addresses: Iterab
         _write_private(path, bundle)
         # Every certificate issued, so that revoking a name revokes its earlier ones too.
         with open(store.root / "issued", "a") as record:
-            record.write(f"{cert.serial_number:X} {name} {','.join(roles)} "
+            record.write(f"{serial_text(cert.serial_number)} {name} {','.join(roles)} "
                          f"{not_after:%Y-%m-%dT%H:%M:%SZ}\n")
     except OSError as exc:
         raise TrustError(f"cannot write identity {name}: {exc.strerror or exc} "
@@ -268,19 +268,17 @@ def read_certificate(pem: bytes, path: Path | None = None,
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         addresses = tuple(str(v) for v in (*sans.get_values_for_type(x509.IPAddress),
                                            *sans.get_values_for_type(x509.DNSName)))
-    serial = f"{cert.serial_number:X}"
-    serial = serial.lstrip("0")
+    serial = serial_text(cert.serial_number)
     return IdentityInfo(name, roles, addresses, serial, cert.not_valid_after_utc, path,
                         serial in revoked)
 
 
-def _revoked_serials(store: TrustStore) -> frozenset[str]:
+def _serials(path: Path) -> dict[str, str]:
+    """The serials a `revoked` or `issued` file names (none if there is no such file)."""
     try:
-        lines = store.revoked.read_text(errors="replace").splitlines()
+        return parse_serials(path.read_text(errors="replace"))
     except OSError:
-        return frozenset()
-    return frozenset(line.split()[0].upper().lstrip("0") for line in lines
-                     if line.strip() and not line.startswith("#"))
+        return {}
 
 
 def describe(store: TrustStore) -> tuple[IdentityInfo | None, list[IdentityInfo]]:
@@ -288,7 +286,7 @@ def describe(store: TrustStore) -> tuple[IdentityInfo | None, list[IdentityInfo]
     if not store.exists():
         return None, []
     ca = read_certificate(store.ca_cert.read_bytes(), store.ca_cert)
-    revoked = _revoked_serials(store)
+    revoked = frozenset(_serials(store.revoked))
     identities = []
     for name in store.names():
         path = store.identity_file(name)
@@ -301,17 +299,12 @@ def revoke(store: TrustStore, name: str) -> IdentityInfo:
     its current one, and any it had before being issued again."""
     path = store.find(check_name(name))
     info = read_certificate(Bundle.read(path).certificate, path)
-    serials = {info.serial}
-    try:
-        for line in (store.root / "issued").read_text(errors="replace").splitlines():
-            parts = line.split()
-            if len(parts) >= 2 and parts[1] == name:
-                serials.add(parts[0].upper().lstrip("0"))
-    except OSError:
-        pass  # identities issued before the record was kept: the current one only
+    # The current one, and those the record names (kept since its first issue).
+    serials = {info.serial} | {s for s, who in _serials(store.root / "issued").items()
+                               if who == name}
     try:
         with _locked(store):
-            already = _revoked_serials(store)
+            already = _serials(store.revoked).keys()
             with open(store.revoked, "a") as out:
                 for serial in sorted(serials - already):
                     out.write(f"{serial} {name} revoked {_now():%Y-%m-%dT%H:%M:%SZ}\n")

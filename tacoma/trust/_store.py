@@ -25,7 +25,8 @@ import platformdirs
 from ..wire._errors import TrustError
 
 __all__ = ["IDENTITY_ENV", "INSECURE_ENV", "LOCAL_PLACE", "TRUST_ENV", "Bundle", "TrustStore",
-           "check_name", "default_trust_dir", "insecure_from_env"]
+           "check_name", "default_trust_dir", "insecure_from_env", "parse_serials",
+           "serial_text"]
 
 #: Environment variables: the trust directory, the client identity (a name or a file) and
 #: whether clients speak plaintext (for a closed test network only).
@@ -47,6 +48,24 @@ def check_name(name: str) -> str:
         raise TrustError(f"{name!r} cannot name an identity: use 1 to 64 letters, digits and "
                          "._@- (starting with a letter or digit)")
     return name
+
+
+def serial_text(serial: str | int) -> str:
+    """A certificate's serial number as tacoma writes it: upper-case hex, no leading zeros
+    (OpenSSL pads it to whole bytes, `cryptography` does not)."""
+    text = f"{serial:X}" if isinstance(serial, int) else serial.upper()
+    return text.lstrip("0") or "0"
+
+
+def parse_serials(text: str) -> dict[str, str]:
+    """The `SERIAL NAME ...` lines of the deny list (`revoked`) or the record of issued
+    certificates (`issued`): serial -> name; `#` lines and blank ones are skipped."""
+    serials: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if parts and not parts[0].startswith("#"):
+            serials[serial_text(parts[0])] = parts[1] if len(parts) > 1 else "?"
+    return serials
 
 
 def default_trust_dir() -> Path:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..wire._errors import TrustError
-from ._store import Bundle
+from ._store import Bundle, parse_serials, serial_text
 
 __all__ = ["HANDSHAKE_TIMEOUT", "DenyList", "Peer", "RateLimitedLog", "ServerTLS",
            "client_context",
@@ -97,7 +97,7 @@ def peer_of(transport: asyncio.BaseTransport) -> Peer | None:
                 name = value
             elif key == "organizationalUnitName":
                 roles.add(value)
-    return Peer(name, frozenset(roles), str(cert.get("serialNumber", "")).upper().lstrip("0"))
+    return Peer(name, frozenset(roles), serial_text(str(cert.get("serialNumber", ""))))
 
 
 class DenyList:
@@ -124,14 +124,10 @@ class DenyList:
         names: dict[str, str] = {}
         if seen is not None:
             try:
-                text = self.path.read_bytes().decode("utf-8", errors="replace")
+                names = parse_serials(self.path.read_text(errors="replace"))
             except OSError as exc:
                 log.error("cannot read the deny list %s: %s", self.path, exc)
                 return False
-            for line in text.splitlines():
-                parts = line.split()
-                if parts and not parts[0].startswith("#"):
-                    names[parts[0].upper().lstrip("0")] = parts[1] if len(parts) > 1 else "?"
         elif self.serials:
             log.error("the deny list %s is gone: keeping the %d revoked certificates read "
                       "before", self.path, len(self.serials))

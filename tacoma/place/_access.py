@@ -127,7 +127,7 @@ class Access:
         peer = channel.identity
         if self.tls is None or peer is None:
             return ""
-        if self.tls.deny_list.denies(peer):
+        if self.revoked(peer):
             return self._refuse(channel, f"identity {peer.name} (certificate {peer.serial}) "
                                          "is revoked", NotAuthorized.BYE_PREFIX)
         if self.connections[peer.name] >= self.connection_share:
@@ -154,22 +154,20 @@ class Access:
         """NotAuthorized if the place `client` reached shows a revoked certificate: no
         meet, code or principal is handed to it."""
         peer = client.channel.identity if client.channel is not None else None
-        if self.tls is not None and peer is not None and self.tls.deny_list.denies(peer):
+        if peer is not None and self.revoked(peer):
             self.refusals.log(client.address, f"place identity {peer.name} is revoked")
             raise NotAuthorized(f"place {client.address} shows identity {peer.name} "
                                 f"(certificate {peer.serial}), which is revoked here")
 
-    def revoked_sessions(self, peers: list[Peer]) -> list[Peer]:
-        """Those of `peers` the deny list now names (it is reread if it changed)."""
-        if self.tls is None:
-            return []
-        return [p for p in peers if self.tls.deny_list.denies(p)]
+    def revoked(self, peer: Peer) -> bool:
+        """Whether the deny list names `peer`'s certificate (reread if it changed)."""
+        return self.tls is not None and self.tls.deny_list.denies(peer)
 
     # -- meets
     def principal(self, peer: Peer | None, claimed: str) -> Principal:
-        """Whom a meet from `peer` is for: `claimed` if a place forwards it, else the peer."""
-        if not claimed:
-            return Principal(peer.name if peer is not None else "")
+        """Whom a meet from `peer` that names principal `claimed` is for: `claimed`, if
+        `peer` is a place of the cluster forwarding it (a meet naming none is its peer's:
+        the session knows that one)."""
         if peer is None or not peer.is_place:
             raise NotAuthorized(f"only a place of the cluster may make a meet for another "
                                 f"principal ({claimed[:80]!r}); "

@@ -259,14 +259,19 @@ class Dispatch:
             agent, address = split_target(event.agent)
             if address is not None:
                 address = canonical_address(address)
-            if address is not None and address != self.address:
+                if address == self.address:
+                    address = None  # here, as a bare name
+            if address is None and agent != MAILBOX_AGENT:  # its own mailbox meets nobody
+                # Here, the --allow rules hold for the principal whichever agent meets.
+                self.access.authorize(Principal(meet.principal), agent, self.address)
+            if address is not None:
                 # The other place authorizes it: this place vouches for the principal.
                 client = await self.client(address)
                 answer = await client.meet(agent, event.briefcase, event.mode, event.timeout,
                                            meet.principal)
-            elif agent == MAILBOX_AGENT:  # its own mailbox: no other agent is met
+            elif agent == MAILBOX_AGENT:
                 answer = await self.residents.serve(meet, event.briefcase)
-            elif self._authorize(meet, agent) and self.residents.get(agent) is not None:
+            elif self.residents.get(agent) is not None:
                 sender = f"{meet.resident}@{self.address}" if meet.resident else meet.identity
                 answer = await self.message(agent, event, sender)
             elif event.mode == "ack":
@@ -302,12 +307,6 @@ class Dispatch:
                           else Result(event.rid, answer))
         except Exception as exc:  # noqa: BLE001 - the agent is waiting for an answer
             worker.answer(failed(event.rid, exc))
-
-    def _authorize(self, meet: RunningMeet, agent: str) -> bool:
-        """True, or NotAuthorized: an agent's meet at its own place is authorized as its
-        principal's (the --allow rules hold whichever agent makes the meet)."""
-        self.access.authorize(Principal(meet.principal), agent, self.address)
-        return True
 
     async def _go(self, worker: Worker, meet: RunningMeet, event: Meet) -> None:
         """Hand a moving agent on to the place `event.agent` (see _trips).

@@ -206,18 +206,16 @@ class Place:
         if self.access.tls is None or self._stopping:
             return
         try:
-            by_peer = {s: s.channel.identity for s in self.sessions
-                       if s.channel.identity is not None}
-            revoked = set(self.access.revoked_sessions(list(set(by_peer.values()))))
-            for session, peer in by_peer.items():
-                if peer in revoked:
+            for session in list(self.sessions):
+                peer = session.channel.identity
+                if peer is not None and self.access.revoked(peer):
                     log.warning("closing the connection of %s from %s: its certificate is "
                                 "now revoked", peer.name, session.channel.peer)
                     session.channel.close(f"not authorized: identity {peer.name} is revoked")
             clients = self.dispatch.clients.clients if self.dispatch is not None else {}
             for address, client in list(clients.items()):
                 place = client.channel.identity if client.channel is not None else None
-                if place is not None and self.access.revoked_sessions([place]):
+                if place is not None and self.access.revoked(place):
                     log.warning("closing the connection to place %s: its certificate (%s) "
                                 "is now revoked", address, place.name)
                     client.close()

@@ -38,14 +38,18 @@ class Session:
         self.access = access
         self.channel: Channel
         self.tasks: dict[int, asyncio.Task[None]] = {}  # by request id
-        self.admitted = False
-        self._own: Principal | None = None  # its peer's, for the meets it makes itself
+        #: Its peer, as the principal of the meets it makes for itself, and whether that
+        #: peer may use ag_admin (both known once its certificate is: see admit).
+        self.own = Principal("")
+        self.admin = False
 
     def admit(self, channel: Channel) -> str:
         """Channel admission (see _transport.Admission): the place's access rules."""
         refused = self.access.admit(channel)
         if not refused:
-            self.admitted = True
+            peer = channel.identity
+            self.own = Principal(peer.name if peer is not None else "")
+            self.admin = peer is not None and peer.is_admin
             self.sessions.add(self)
         return refused
 
@@ -60,9 +64,8 @@ class Session:
         self.accept(event)
 
     def channel_closed(self, channel: Channel, exc: BaseException | None) -> None:
-        self.sessions.discard(self)
-        if self.admitted:
-            self.admitted = False
+        if self in self.sessions:  # admitted, and not yet closed
+            self.sessions.discard(self)
             self.access.closed(channel)
         for task in self.tasks.values():
             task.cancel()  # sync meets nobody waits for any more: kill their agents
@@ -73,10 +76,8 @@ class Session:
         accepted = time.perf_counter_ns() if TRACE in event.briefcase else 0
         peer = self.channel.identity
         try:
-            principal = self._own if not event.principal and self._own is not None \
-                else self.access.principal(peer, event.principal)
-            if not event.principal:
-                self._own = principal
+            principal = (self.access.principal(peer, event.principal) if event.principal
+                         else self.own)
             self.access.authorize(principal, event.agent, self.dispatch.address, peer,
                                   self.channel.peer)
             if event.mode == "go":
@@ -107,7 +108,7 @@ class Session:
         meet = self.meets.new(event.agent, event.briefcase, event.timeout, principal.name,
                               trip=trip, traced_at=accepted if event.mode == "sync" else 0,
                               via=principal.via)
-        meet.admin = peer is not None and peer.is_admin and not principal.via
+        meet.admin = self.admin and not principal.via
         if log.isEnabledFor(logging.DEBUG):
             log.debug("meet %s: %s (%s) for %s%s from %s", meet.id, event.agent, event.mode,
                       principal.name or "anonymous",

@@ -167,3 +167,16 @@ def test_the_client_loads_no_certificate_maker() -> None:
     loaded = _loaded_after("import tacoma.client, tacoma.trust")
     assert "cryptography" not in loaded
     assert "tacoma.trust._certs" not in loaded
+
+
+def test_every_package_is_installed() -> None:
+    """setup.cfg lists the packages a (non-editable) install copies: a package missing there
+    works in the editable install of a clone and fails in every user's `pip install .`."""
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    listed = set(config["options"]["packages"].split())
+    found = {module_name(init) for init in (ROOT / "tacoma").rglob("__init__.py")}
+    found |= {module_name(init) for init in (ROOT / "interpreters").rglob("__init__.py")}
+    assert found <= listed, f"packages missing from setup.cfg: {sorted(found - listed)}"

@@ -155,6 +155,31 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 20.0,
         time.sleep(0.02)
 
 
+def processes_of_uid(uid: int) -> list[int]:
+    """The host's live processes running under `uid` (an agent's: its uid is its own)."""
+    pids = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = Path(entry.path, "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if fields.get("State", "").split()[:1] != ["Z"] and \
+                int(fields.get("Uid", "-1 ").split()[0]) == uid:
+            pids.append(int(entry.name))
+    return pids
+
+
+def children_of(pid: int) -> list[int]:
+    """The direct children of process `pid`."""
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

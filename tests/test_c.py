@@ -14,7 +14,14 @@ from tacoma import Briefcase
 from tacoma.agent._interpreter import discover_interpreters
 from tacoma.wire._program import artifact_key
 
-from conftest import RunningPlace, launch_place, needs_root, pid_alive, wait_until
+from conftest import (
+    RunningPlace,
+    is_root,
+    launch_place,
+    needs_root,
+    processes_of_uid,
+    wait_until,
+)
 
 C = discover_interpreters().get("ag_c")
 pytestmark = pytest.mark.skipif(C is None or C.check() is not None,
@@ -139,22 +146,21 @@ def test_meets_from_c_pass_whole_briefcases_both_ways(place: RunningPlace) -> No
     assert result["OUT"] == [b"", blob]
 
 
-def test_a_child_left_holding_the_channel_does_not_hold_the_meet(place: RunningPlace,
-                                                                 drop_box: Path) -> None:
-    pid_file = drop_box / "child.pid"
-    code = ('#include <tacoma.h>\n'
+def test_a_child_left_holding_the_channel_does_not_hold_the_meet(place: RunningPlace
+                                                                 ) -> None:
+    code = ('#include <stdio.h>\n#include <unistd.h>\n#include <tacoma.h>\n'
             'int main(void) {\n'
             '    pid_t pid = fork();\n'
             '    if (pid == 0) { sleep(60); return 0; }\n'
-            f'    FILE *f = fopen("{pid_file}", "w");\n'
-            '    fprintf(f, "%d", (int)pid); fclose(f);\n'
+            '    tc_append_textf(TC_SELF, "UID", "%d", (int)getuid());\n'
             '    return 0;\n'
             '}\n')
     started = time.monotonic()
-    meet_c(place, code)
+    result = meet_c(place, code)
     assert time.monotonic() - started < 30  # not the child's 60 s: the meet ended at exit
-    child = int(pid_file.read_text())
-    wait_until(lambda: not pid_alive(child), what="the agent's child to be killed")
+    if is_root:  # the agent's uid is its own: nothing may run under it once its meet ended
+        uid = int(result.text("UID")[0])
+        wait_until(lambda: not processes_of_uid(uid), what="the agent's child to be killed")
 
 
 def test_installed_c_agents_are_met_by_name(place: RunningPlace) -> None:

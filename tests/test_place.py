@@ -19,7 +19,13 @@ import tacoma
 from tacoma import Briefcase
 from tacoma.wire._protocol import PROTOCOL_VERSION
 
-from conftest import RunningPlace, pid_alive, tls_connection, wait_until
+from conftest import (
+    RunningPlace,
+    needs_root,
+    processes_of_uid,
+    tls_connection,
+    wait_until,
+)
 
 V = PROTOCOL_VERSION  # in the hand-made Hello frames below
 
@@ -291,10 +297,20 @@ def test_sigterm_kills_meets_that_outlast_the_grace(start_place) -> None:
     assert not list((p.state_dir / "work").iterdir())  # working directories removed
 
 
-def test_agents_and_their_children_die_with_a_killed_place(start_place, drop_box: Path
-                                                           ) -> None:
+def agent_uid(place: RunningPlace, cabinet: str) -> int:
+    """The uid a running agent left in a cabinet (every agent's own, as root)."""
+    def left() -> bool:
+        return bool(tacoma.meet(place.target("ag_cabinet"), {
+            "OP": [b"read"], "CABINET": [cabinet.encode()], "FOLDER": [b"UID"]}).get("UID"))
+
+    wait_until(left, what="agent start")
+    return int(tacoma.meet(place.target("ag_cabinet"), {
+        "OP": [b"read"], "CABINET": [cabinet.encode()], "FOLDER": [b"UID"]})["UID"][0])
+
+
+@needs_root
+def test_agents_and_their_children_die_with_a_killed_place(start_place) -> None:
     p = start_place()
-    pid_file = drop_box / "agent.pids"
 
     async def scenario() -> None:
         meet = asyncio.ensure_future(tacoma.ameet(
@@ -305,18 +321,17 @@ def test_agents_and_their_children_die_with_a_killed_place(start_place, drop_box
                  "    os.setsid()\n"  # even out of the agent's process group
                  "    time.sleep(600)\n"
                  "    os._exit(0)\n"
-                 f"open({str(pid_file)!r}, 'w').write(f'{{os.getpid()}} {{child}}')\n"
+                 "cabinet_replace('killed-place', 'UID', [str(os.getuid()).encode()])\n"
                  "time.sleep(600)"))
-        await asyncio.to_thread(wait_until, lambda: pid_file.exists()
-                                and len(pid_file.read_text().split()) == 2, 20, "agent start")
+        uid = await asyncio.to_thread(agent_uid, p, "killed-place")
+        assert len(processes_of_uid(uid)) == 2
         p.proc.kill()
         with pytest.raises(tacoma.ConnectionLost):
             await meet
+        await asyncio.to_thread(wait_until, lambda: not processes_of_uid(uid), 20,
+                                "the agent and its child to die with their place")
 
     asyncio.run(scenario())
-    pids = [int(pid) for pid in pid_file.read_text().split()]
-    wait_until(lambda: not any(pid_alive(pid) for pid in pids),
-               what="the agent and its child to die with their place")
 
 
 def test_blocking_meet_works_inside_a_running_event_loop(place: RunningPlace) -> None:
@@ -531,20 +546,20 @@ def _echo_works(p: RunningPlace) -> bool:
         return False
 
 
-def test_a_cancelled_meet_stops_its_agent(place: RunningPlace, drop_box: Path) -> None:
-    pid_file = drop_box / "cancelled.pid"
-
+@needs_root
+def test_a_cancelled_meet_stops_its_agent(place: RunningPlace) -> None:
     async def scenario() -> None:
         meet = asyncio.ensure_future(tacoma.ameet(
             place.target("ag_python"),
-            code=f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+            code="import os, time\n"
+                 "cabinet_replace('cancelled', 'UID', [str(os.getuid()).encode()])\n"
                  "time.sleep(600)"))
-        await asyncio.to_thread(wait_until, lambda: pid_file.exists()
-                                and pid_file.read_text() != "", 20, "agent start")
+        uid = await asyncio.to_thread(agent_uid, place, "cancelled")
+        assert processes_of_uid(uid)
         meet.cancel()  # as a notebook's interrupt would; the connection stays open
         with pytest.raises(asyncio.CancelledError):
             await meet
-        await asyncio.to_thread(wait_until, lambda: not pid_alive(int(pid_file.read_text())),
+        await asyncio.to_thread(wait_until, lambda: not processes_of_uid(uid),
                                 20, "the cancelled agent to be killed")
         assert await tacoma.ameet(place.target("ag_echo"), {"OK": [b"1"]}) == {"OK": [b"1"]}
 

@@ -3,28 +3,39 @@
 Every worker process, whatever its language, calls `enter(plan)` first thing, before it says
 Hello to its place and long before any agent code runs (so none of this is on a meet's
 critical path: the pool pre-starts workers). The plan is made by the place
-(`place._containment.Containment.plan`, the outside of confinement) and passed as JSON on the
-command line. Later kernel layers (namespaces, Landlock, seccomp) belong here too, so there
-is exactly one place to read to know what confines an agent.
+(`place._containment.Containment.plan`, the outside of confinement) and passed to the
+zygote with the spawn request (or as JSON on the command line, for a build). What the
+zygote does before the fork belongs to the same story: it is in a network namespace of its
+own (empty: no interface but a loopback that is down), and forks each worker as the first
+process of a new PID namespace (`_zygote`).
 
-What is applied, in order:
-1. join the pids cgroup the place made for this worker (as root): caps its process count and
-   lets the place kill every process it made, even ones that left the process group;
-2. resource limits: no core dumps, open files, file size, address space, processes, and CPU
-   time counted from now (start-up costs are not charged to the agent);
-3. SIGXFSZ ignored, so writing past the file-size limit is an OSError the agent can report
-   rather than a silent death;
-4. as root, a uid and gid of the agent's own (no supplementary groups): the agent cannot
-   signal the place or other agents, nor read what only root may. Where the interpreter is
-   installed below a directory others may not enter (Python under a 0700 /root, say), the
-   worker first enters a private mount namespace in which each such directory is covered by
-   an empty read-only tmpfs holding bind mounts of just the paths the agent needs (`reveal`);
-5. no_new_privs: nothing exec'd later can gain privileges (set-uid binaries, file caps);
-6. parent-death signal: if the place dies, so does the worker (armed after the uid change,
-   which would clear it);
-7. a private umask; the working directory was made private by the place.
+What is applied, in order (each layer where the plan has it; the place's log and `tacoma
+doctor` say which apply on this host, and why not):
+1. the cgroups the place made for this worker (as root): pids (a fork bomb stops), memory
+   and CPU totals for all of the agent's processes together; the place kills them all
+   through the pids cgroup;
+2. resource limits per process: no core dumps, open files, file size, address space,
+   processes (where no cgroup counts them), and CPU time counted from now (start-up costs
+   are not charged to the agent); SIGXFSZ ignored, so writing past the file-size limit is an
+   OSError the agent can report rather than a silent death;
+3. a mount namespace (`_mounts`): the place's state directory and trust directory covered
+   but for the agent's own working directory, the data directory and the compile cache; one
+   private tmpfs of the agent's disk quota for its working directory, /tmp, /var/tmp and
+   /dev/shm; a /proc of its own PID namespace;
+4. no_new_privs: nothing exec'd later can gain privileges (set-uid binaries, file caps);
+5. Landlock (`_landlock`): reads the system, the interpreter and the data directory, writes
+   only its scratch tmpfs, runs only the system's programs (and, for C, the cached binary);
+   no TCP bind or connect unless the place gives agents the host's network; no signal to,
+   nor abstract socket of, a process outside its own domain;
+6. as root, a uid and gid of the agent's own (no supplementary groups): the agent cannot
+   signal the place or other agents, nor read what only root may; every capability gone;
+7. parent-death signal: if the zygote (or place) dies, so does the worker (armed after the
+   uid change, which would clear it);
+8. a seccomp filter, built by the place (`place._seccomp`): system calls an agent never
+   needs fail with EPERM;
+9. a private umask.
 
-The new session (setsid) is made by the place when it starts the process.
+The new session (setsid) is made by the zygote (or the place) when it starts the process.
 This module is imported inside agent processes: standard library only.
 """
 
@@ -35,25 +46,35 @@ import ctypes
 import json
 import os
 import resource
+import select
 import signal
 import sys
+
+from . import _landlock, _mounts
 
 # typing costs a worker ~9 ms to import; annotations are strings (PEP 563) anyway.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["cgroup_members", "close_inherited", "describe_exit", "die_with_parent", "enter",
-           "exec_plan",
-           "kill_cgroup", "plan_from_argv"]
+__all__ = ["CLONE_NEWNET", "CLONE_NEWPID", "CLONE_NEWUSER", "cgroup_members",
+           "close_inherited", "describe_exit", "die_with_parent", "enter", "exec_plan",
+           "kill_cgroup", "pidfd_open", "plan_from_argv", "setns", "unshare"]
 
 _PR_SET_PDEATHSIG = 1
+_PR_CAPBSET_DROP = 24
+_PR_SET_SECCOMP = 22
 _PR_SET_NO_NEW_PRIVS = 38
-_CLONE_NEWNS = 0x00020000
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV = 1, 2, 4
-_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+_SECCOMP_MODE_FILTER = 2
+_SYS_CAPSET = 126  # x86-64; the place builds no seccomp filter elsewhere either
+_SYS_PIDFD_OPEN = 434
+CLONE_NEWNET = 0x40000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWUSER = 0x10000000
 
 _libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
 
 
 def _check(result: int, what: str) -> None:
@@ -66,36 +87,60 @@ def _prctl(option: int, arg: int) -> None:
     _check(_libc.prctl(option, arg, 0, 0, 0), f"prctl({option})")
 
 
-def _mount(source: str | None, target: str, fstype: str | None, flags: int,
-           data: str | None = None) -> None:
-    def enc(s: str | None) -> bytes | None:
-        return None if s is None else os.fsencode(s)
-
-    _check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)),
-           f"mount {target}")
+def unshare(flags: int) -> None:
+    _check(_libc.unshare(flags), f"unshare({flags:#x})")
 
 
-def reveal(cover: list[tuple[str, list[str]]]) -> None:
-    """In a new mount namespace, cover each directory with a tmpfs showing only `paths`.
+def setns(fd: int, nstype: int) -> None:
+    _check(_libc.setns(fd, nstype), f"setns({nstype:#x})")
 
-    `cover` pairs a directory others may not enter with the paths below it the agent needs;
-    the tmpfs holds just enough directories to mount those paths on (bind mounts of the
-    originals, opened before the tmpfs hides them), and is then made read-only.
-    """
-    _check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
-    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
-    for directory, paths in cover:
-        originals = [(path, os.open(path, os.O_PATH)) for path in paths]
-        _mount("tmpfs", directory, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")
-        for path, fd in originals:
-            if os.path.isdir(f"/proc/self/fd/{fd}"):
-                os.makedirs(path, 0o755, exist_ok=True)
-            else:
-                os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
-                open(path, "a").close()
-            _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC)
-            os.close(fd)
-        _mount(None, directory, None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+
+def pidfd_open(pid: int) -> int:
+    """A descriptor that becomes readable when process `pid` ends."""
+    fd = int(_libc.syscall(_SYS_PIDFD_OPEN, pid, 0))
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"pidfd_open: {os.strerror(err)}")
+    return fd
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _load_seccomp(program: bytes) -> None:
+    """Load a seccomp filter (struct sock_filter[], as libseccomp exports it)."""
+    buffer = ctypes.create_string_buffer(program, len(program))
+    prog = _SockFprog(len(program) // 8, ctypes.addressof(buffer))
+    _check(_libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0),
+           "seccomp")
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def _drop_bounding_capabilities() -> None:
+    """Empty the bounding and ambient sets (needs CAP_SETPCAP: before the uid change)."""
+    _libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    for cap in range(64):
+        if _libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            break  # EINVAL past the last capability this kernel knows
+
+
+def _drop_capabilities() -> None:
+    """No capability left, effective, permitted or inheritable (a worker in a user namespace
+    of the place's has them all in it, and root keeps them where agents share its uid)."""
+    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+    data = (_CapData * 2)()
+    if _libc.syscall(_SYS_CAPSET, ctypes.byref(header), data) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"capset: {os.strerror(err)}")
 
 
 def _become(uid: int) -> None:
@@ -117,8 +162,7 @@ def _setrlimit(which: int, value: int, slack: int = 0) -> None:
 
 def enter(plan: dict[str, Any]) -> None:
     """Confine this process as `plan` says; raises OSError if a layer cannot be applied."""
-    cgroup = plan.get("cgroup")
-    if cgroup:
+    for cgroup in plan.get("cgroups") or []:
         with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
             f.write(str(os.getpid()))
     limits = plan["limits"]
@@ -131,22 +175,43 @@ def enter(plan: dict[str, Any]) -> None:
     used = resource.getrusage(resource.RUSAGE_SELF)
     spent = int(used.ru_utime + used.ru_stime) + 1
     # One second between soft and hard limit: the kernel sends SIGXCPU at the soft limit
-    # (reported as "CPU time limit reached") and SIGKILL only if that is ignored.
+    # (reported as "CPU time limit reached") and SIGKILL at the hard one: where SIGXCPU is
+    # blocked (Guile) or cannot kill (the first process of a PID namespace ignores it).
     _setrlimit(resource.RLIMIT_CPU, spent + int(limits["cpu_seconds"]), slack=1)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    if plan.get("reveal"):
-        reveal([(d, list(paths)) for d, paths in plan["reveal"]])
+    if plan.get("mounts"):
+        _mounts.enter_namespace(plan["mounts"])
+    _prctl(_PR_SET_NO_NEW_PRIVS, 1)
+    landlock = plan.get("landlock")
+    if landlock:
+        _landlock.restrict([(str(path), int(access)) for path, access in landlock["rules"]],
+                           deny_tcp=bool(landlock["deny_tcp"]), scope=True)
+    privileged = os.geteuid() == 0 or bool(plan.get("userns"))
+    if privileged:
+        _drop_bounding_capabilities()
     if plan.get("uid") is not None:
         _become(int(plan["uid"]))
-    _prctl(_PR_SET_NO_NEW_PRIVS, 1)
-    die_with_parent(int(plan["parent"]))
+    if privileged:
+        _drop_capabilities()
+    die_with_parent(int(plan["parent"]), pidfd=plan.get("parent_pidfd"))
+    if plan.get("seccomp"):
+        _load_seccomp(bytes.fromhex(str(plan["seccomp"])))
     os.umask(0o077)
 
 
-def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> None:
-    """Send `sig` to this process when `parent` dies (and exit now if it already has)."""
+def die_with_parent(parent: int, sig: int = signal.SIGKILL, pidfd: int | None = None) -> None:
+    """Send `sig` to this process when `parent` dies (and exit now if it already has).
+
+    `pidfd`: a pidfd of the parent, for a process that cannot see its parent's pid (the
+    first of a new PID namespace sees 0); it is closed here.
+    """
     _prctl(_PR_SET_PDEATHSIG, sig)
-    if os.getppid() != parent:
+    if pidfd is not None:
+        gone = select.select([pidfd], [], [], 0)[0]
+        os.close(pidfd)
+        if gone:
+            os._exit(70)  # the parent died before the death signal was armed
+    elif os.getppid() != parent:
         os._exit(70)  # the parent died before the death signal was armed
 
 
@@ -187,11 +252,25 @@ def exec_plan() -> None:
     """Confine this process as the plan on the command line says, then exec its `argv`.
 
     How the place runs a program other than a worker under an agent's confinement (a
-    compiler on an agent's source, say); never returns.
+    compiler on an agent's source, say); never returns. Where the plan asks for namespaces
+    ("namespaces", as root), this process stays outside as the waiter that mirrors the
+    program's exit, and the program runs as the first process of new PID and network
+    namespaces (so its /proc shows only itself, and it has no network).
     """
     plan = plan_from_argv()
     argv = [str(arg) for arg in plan["argv"]]
     close_inherited()
+    if plan.get("namespaces"):
+        die_with_parent(int(plan["parent"]))
+        unshare(CLONE_NEWPID | CLONE_NEWNET)
+        child = os.fork()
+        if child:
+            _, status = os.waitpid(child, 0)
+            code = os.waitstatus_to_exitcode(status)
+            os._exit(code if code >= 0 else 128 - code)
+        # The waiter is outside this PID namespace: getppid() is 0 here, and that is who
+        # the death signal is armed for.
+        plan = {**plan, "parent_pidfd": None, "parent": 0}
     enter(plan)
     try:
         os.execvp(argv[0], argv)  # noqa: S606 - the place's own command, confined

@@ -11,6 +11,15 @@ a minimal environment, then `_channel.serve_one`, which confines it and serves o
 The zygote never runs an agent and never sees a briefcase (those reach the child after the
 fork, over the channel it was handed), so every worker starts from the same clean image:
 a fresh address space per meet, with nothing of the place's memory, nor of another agent's.
+The zygote is the first layer of the sandbox (the rest is `_sandbox.enter`, in the child):
+before it forks anything it enters a network namespace of its own, empty, so that no worker
+has a network unless the place gives agents the host's (`--agent-network host`); as root it
+forks each worker as the first process of a new PID namespace (reset to its own with setns,
+then a new one with unshare, before each fork: cheaper than a second fork), so an agent sees
+only its own processes and all of them die with it. Without root it does the same in a user
+namespace of its own where the kernel allows that (no PID namespaces there: see
+`_sandbox`).
+
 The zygote reaps its children and reports how each ended. When the place dies, however it
 dies (SIGTERM as its parent-death signal, or the control socket's end), the zygote kills
 every process of its live workers, through their cgroups where they have them and their
@@ -18,7 +27,9 @@ process groups otherwise, and exits: an agent's own children do not outlive the 
 
 Control messages are msgpack maps: place -> zygote `{"op": "spawn", "id", "plan"}` with the
 worker's channel and output file descriptors attached (SCM_RIGHTS); zygote -> place
-`{"op": "ready"}`, `{"op": "spawned", "id", "pid"}`, `{"op": "exited", "pid", "status",
+`{"op": "ready"}` (or `{"op": "failed", "message"}` if it could not enter its namespaces),
+`{"op": "spawned", "id", "pid"}` (or `{"op": "spawn-failed", "id", "message"}`),
+`{"op": "exited", "pid", "status",
 "cpu"}` (status as subprocess reports it: an exit code, or minus the signal number; cpu:
 the seconds of CPU the worker used, so a kill at the CPU limit can be told as such).
 
@@ -78,7 +89,7 @@ def _kill_everything(live: dict[int, str | None]) -> None:
 
 
 def _become_worker(run: _channel.Runner, plan: dict[str, object], fds: list[int],
-                   zygote: int, prepare: Callable[[], None] | None) -> None:
+                   zygote: int, zygote_fd: int, prepare: Callable[[], None] | None) -> None:
     """In the forked child: shed the zygote's state and serve one meet."""
     channel_fd, output_fd = fds
     os.setsid()  # a session and process group of its own, for the place to kill whole
@@ -89,7 +100,35 @@ def _become_worker(run: _channel.Runner, plan: dict[str, object], fds: list[int]
     os.environ.clear()
     os.environ.update({str(k): str(v) for k, v in dict(plan["env"]).items()})  # type: ignore[call-overload]
     sys.argv = ["tacoma-agent"]
-    _channel.serve_one(run, {**plan, "fd": channel_fd, "parent": zygote}, prepare)
+    _channel.serve_one(run, {**plan, "fd": channel_fd, "parent": zygote,
+                             "parent_pidfd": zygote_fd}, prepare)
+
+
+def _own_namespaces(plan: dict[str, object]) -> int | None:
+    """Enter the namespaces the plan asks for, once; the descriptor of this process's own
+    PID namespace where each worker is to get a new one (else None)."""
+    if plan.get("userns"):
+        uid, gid = os.getuid(), os.getgid()
+        _sandbox.unshare(_sandbox.CLONE_NEWUSER | _sandbox.CLONE_NEWNET)
+        with open("/proc/self/setgroups", "w") as f:
+            f.write("deny")
+        with open("/proc/self/uid_map", "w") as f:
+            f.write(f"{uid} {uid} 1")
+        with open("/proc/self/gid_map", "w") as f:
+            f.write(f"{gid} {gid} 1")
+    elif plan.get("netns"):
+        _sandbox.unshare(_sandbox.CLONE_NEWNET)
+    if plan.get("pidns"):
+        return os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    return None
+
+
+def _fork(pidns: int | None) -> int:
+    """os.fork, the child first of a new PID namespace where `pidns` is given."""
+    if pidns is not None:
+        _sandbox.setns(pidns, _sandbox.CLONE_NEWPID)  # children in our own namespace again,
+        _sandbox.unshare(_sandbox.CLONE_NEWPID)       # so that a new one can be made
+    return os.fork()
 
 
 def main(run: _channel.Runner, warm_up: Meet | None = None,
@@ -106,6 +145,13 @@ def main(run: _channel.Runner, warm_up: Meet | None = None,
     _sandbox.die_with_parent(parent, signal.SIGTERM)
     control = socket.socket(fileno=int(plan["control_fd"]))
     os.set_inheritable(control.fileno(), False)
+    try:
+        pidns = _own_namespaces(plan)
+    except OSError as exc:  # the place said the kernel allows it: say what did not work
+        _send(control, {"op": "failed", "message": f"namespaces: {exc}"})
+        os._exit(1)
+    zygote_fd = _sandbox.pidfd_open(os.getpid())  # how a worker in a new PID namespace
+    #                                               knows the zygote still lives
     if warm_up is not None:
         _channel.warm_up(run, warm_up)
     # Every object so far is the image each worker starts from. Frozen, the collector never
@@ -141,17 +187,23 @@ def main(run: _channel.Runner, warm_up: Meet | None = None,
         request = msgpack.unpackb(data, raw=False)
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
+        try:
+            pid = _fork(pidns)
+        except OSError as exc:
+            for fd in fds:
+                os.close(fd)
+            _send(control, {"op": "spawn-failed", "id": request["id"], "message": str(exc)})
+            continue
         if pid == 0:
             status = 0
             try:
                 signal.set_wakeup_fd(-1)
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                for fd in (wake_r, wake_w):
+                for fd in (wake_r, wake_w, *([pidns] if pidns is not None else [])):
                     os.close(fd)
                 control.close()
-                _become_worker(run, request["plan"], fds, os.getppid(), prepare)
+                _become_worker(run, request["plan"], fds, os.getppid(), zygote_fd, prepare)
             except BaseException:  # noqa: BLE001 - whatever happens, never return to the loop
                 traceback.print_exc()
                 status = 71

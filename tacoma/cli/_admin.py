@@ -79,11 +79,12 @@ def ps(place: str, state_dir: Path | None, token_file: Path | None, as_json: boo
         click.echo(f"no agents running at {place}")
         return
     header = ("MEET", "NAME", "AGENT", "LANGUAGE", "PID", "PROCS", "AGE", "CPU", "MEMORY",
-              "MAILBOX")
+              "NET", "MAILBOX")
     table = [header] + [(
         r["meet"], r["name"] or "-", r["agent"], r["language"], str(r["pid"]),
         str(r["processes"]), f"{r['age']:.1f}s", f"{r['cpu']:.2f}s",
-        f"{r['rss'] / 2**20:.1f}M", "-" if r["mailbox"] is None else str(r["mailbox"]),
+        f"{r['rss'] / 2**20:.1f}M", r.get("network", "-"),
+        "-" if r["mailbox"] is None else str(r["mailbox"]),
     ) for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:

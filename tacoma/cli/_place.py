@@ -33,10 +33,19 @@ def _limits_options(f: CommandFunction) -> CommandFunction:
     options = [
         click.option("--cpu-seconds", type=click.IntRange(min=1),
                      default=defaults.cpu_seconds, show_default=True,
-                     help="CPU time limit of each agent process."),
+                     help="CPU time of each agent: of each of its processes, and (as "
+                          "root) of all of them together."),
         click.option("--memory", "memory_bytes", type=click.IntRange(min=64 * 2**20),
                      default=defaults.memory_bytes, show_default=True,
-                     help="Address-space limit of each agent process, in bytes."),
+                     help="Memory of each agent, in bytes: the address space of each of "
+                          "its processes, and (as root) the memory of all of them together."),
+        click.option("--disk", "disk_bytes", type=click.IntRange(min=2**20),
+                     default=defaults.disk_bytes, show_default=True,
+                     help="What each agent may write, in bytes: its working directory, "
+                          "/tmp, /var/tmp and /dev/shm together."),
+        click.option("--cpus", type=click.FloatRange(min=0.01),
+                     default=defaults.cpus, show_default=True,
+                     help="CPU rate of each agent, in cores (as root: a CPU cgroup)."),
         click.option("--file-size", "file_bytes", type=click.IntRange(min=1),
                      default=defaults.file_bytes, show_default=True,
                      help="Largest file an agent may write, in bytes."),
@@ -86,6 +95,10 @@ _SETTINGS = tacoma.PlaceSettings()
 @click.option("--same-uid", is_flag=True,
               help="As root, run agents as root too (unsafe: they can then signal the place "
                    "and read whatever root may). By default each agent gets a uid of its own.")
+@click.option("--agent-network", type=click.Choice(["none", "host"]), default="none",
+              show_default=True,
+              help="What network agents get: none (they reach other agents only through "
+                   "the agent API: meet, send, go), or the host's.")
 @click.option("--identity", metavar="NAME|FILE", default=None,
               help="The place's identity: a name in the trust directory, or an identity "
                    "file (tacoma trust issue NAME --place). [default on loopback: the "
@@ -110,8 +123,9 @@ _SETTINGS = tacoma.PlaceSettings()
 def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
           max_meets: int, max_connections: int, grace_seconds: float, mailbox_messages: int,
           mailbox_bytes: int, mailbox_total_bytes: int, same_uid: bool,
-          identity: str | None, insecure: bool, allow: tuple[str, ...], share: float,
-          deny_list: Path | None, quiet: bool, verbose: bool, **limits: Any) -> None:
+          agent_network: str, identity: str | None, insecure: bool,
+          allow: tuple[str, ...], share: float, deny_list: Path | None, quiet: bool,
+          verbose: bool, **limits: Any) -> None:
     """Run a place: accept meets and run agents until SIGINT or SIGTERM.
 
     Every connection is mutual TLS: clients and other places must show a certificate of
@@ -132,7 +146,8 @@ def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
             grace_seconds=grace_seconds, mailbox_messages=mailbox_messages,
             mailbox_bytes=mailbox_bytes, mailbox_total_bytes=mailbox_total_bytes,
             limits=tacoma.Limits(**limits), separate_uids=not same_uid, identity=identity,
-            insecure=insecure, allow=allow, share=share, deny_list=deny_list)
+            insecure=insecure, allow=allow, share=share, deny_list=deny_list,
+            agent_network=agent_network)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
@@ -171,12 +186,20 @@ def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead.")
-def doctor(as_json: bool) -> None:
-    """Which languages a place here can run, their versions, and why one cannot.
+@click.option("--same-uid", is_flag=True, help="Report for a place run with --same-uid.")
+@click.option("--agent-network", type=click.Choice(["none", "host"]), default="none",
+              show_default=True, help="Report for a place run with this --agent-network.")
+def doctor(as_json: bool, same_uid: bool, agent_network: str) -> None:
+    """Which languages a place here can run, and which layers of the sandbox it applies.
 
-    Exits 0 if every installed interpreter can run, 1 otherwise.
+    For each language: its version, or why it cannot run and how to fix that. For each
+    sandbox layer (uid per agent, namespaces, Landlock, seccomp, cgroups): applied, or why
+    not, tried for real as a place run by this user would. Exits 0 if every installed
+    interpreter can run, 1 otherwise (a layer that does not apply is reported, not an error:
+    without root several cannot).
     """
     from ..agent._interpreter import discover_interpreters
+    from ..place._layers import probe
 
     report = []
     for agent, interpreter in sorted(discover_interpreters().items()):
@@ -190,13 +213,20 @@ def doctor(as_json: bool) -> None:
         report.append({"agent": agent, "language": interpreter.language,
                        "suffixes": list(interpreter.suffixes), "ok": problem is None,
                        "version": version, "problem": problem or ""})
+    layers = [{"layer": layer.name, "applied": layer.applied, "detail": layer.detail}
+              for layer in probe(not same_uid, agent_network, create=False).report]
     if as_json:
-        click.echo(json.dumps({"interpreters": report}))
+        click.echo(json.dumps({"interpreters": report, "layers": layers}))
     else:
         for row in report:
             mark = click.style("ok", fg="green") if row["ok"] else click.style("no", fg="red")
             detail = row["version"] if row["ok"] else row["problem"]
             click.echo(f"{mark:>2}  {row['agent']:<12} {row['language']:<8} {detail}")
+        click.echo("sandbox layers for a place run here by this user:")
+        for layer in layers:
+            mark = click.style("ok", fg="green") if layer["applied"] \
+                else click.style("no", fg="yellow")
+            click.echo(f"{mark:>2}  {layer['layer']:<18} {layer['detail']}")
     if not all(row["ok"] for row in report):
         sys.exit(1)
 

@@ -25,6 +25,7 @@ import fnmatch
 import ipaddress
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..client._client import PlaceClient
 from ..client._identity import Credentials
@@ -73,6 +74,8 @@ class Access:
         self.connections: collections.Counter[str] = collections.Counter()
         self.connection_share = max(1, int(settings.max_connections * settings.share))
         self.refusals = RateLimitedLog(log)
+        #: What agents must never see: the trust directory, the place's identity file.
+        self.secrets: list[Path] = [TrustStore(settings.trust_dir).root]
         if settings.insecure:
             log.warning("--insecure: TLS is off. Nobody who connects is authenticated and "
                         "briefcases cross the network in clear: anyone who can reach this "
@@ -104,7 +107,9 @@ class Access:
             if _certs.ensure_local(store):
                 log.info("made the CA and the local identities in %s", store.root)
             spec = LOCAL_PLACE
-        bundle = Bundle.read(store.find(str(spec)))
+        found = store.find(str(spec))
+        self.secrets.append(Path(found).absolute())
+        bundle = Bundle.read(found)
         info = _certs.read_certificate(bundle.certificate)
         if "place" not in info.roles:
             raise TrustError(f"identity {info.name} is not a place's (its roles: "

@@ -81,7 +81,8 @@ class Builds:
     def worker_plan(self, interpreter: Interpreter) -> dict[str, Any]:
         """What a worker of a compiled language needs to find programs in the cache."""
         return {"artifacts": str(self.directory(interpreter)),
-                "build_id": self.build_id(interpreter)}
+                "build_id": self.build_id(interpreter),
+                "execute": [str(self.directory(interpreter))]}  # and only run, not read
 
     def prune(self, interpreter: Interpreter, leftovers: bool = False) -> None:
         """Keep the most recently used programs of a language, within MAX_CACHED entries

@@ -90,6 +90,7 @@ class BuiltIns:
                 "language": interpreter.language, "pid": worker.pid,
                 "processes": processes, "age": round(now - meet.started, 3),
                 "cpu": round(cpu, 3), "rss": rss,
+                "network": worker.pool.settings.agent_network,
                 "mailbox": len(resident.queue) if resident is not None else None,
             })
         return rows

@@ -1,17 +1,17 @@
 """Containment: the outside of an agent's confinement, kept by the place.
 
 An agent process confines itself on entry (`agent._sandbox.enter`, the inside); what must be
-set up for it from outside, and taken down after it, lives here:
-- a uid and gid of its own, as root (`AgentUids`): agents can neither signal the place nor
-  each other, nor read what only root may. If the interpreter lives below a directory
-  others may not enter, the plan says which paths to reveal (see agent._sandbox);
-- a pids cgroup of its own, as root (`PidsCgroups`): it caps the number of processes
-  (RLIMIT_NPROC does not bind root) and lists every process the agent made, including
-  ones that left its process group with setsid, so that all can be killed;
-- not as root, RLIMIT_NPROC counts the user's processes, so the limit is set to what the
-  user runs now plus the configured allowance;
-- the sandbox plan itself (`Containment.plan`), and `Containment.confined`, which runs a
-  program other than a worker (a compiler on an agent's source) under the same rules.
+set up for it from outside, and taken down after it, lives here and in the modules it uses:
+- the layers this host allows (`_layers.probe`, once at start), which every plan carries;
+- a uid and gid of its own, as root, from a block claimed host-wide (`_uids`);
+- cgroups of its own, as root (`_cgroups`): processes, memory and CPU of all of its
+  processes together, and the list of them all, so that all can be killed;
+- not as root and without cgroups, RLIMIT_NPROC counts the user's processes, so the limit is
+  set to what the user runs now plus the configured allowance;
+- the file system it sees (covers of the state and trust directories, its tmpfs) and the
+  Landlock rules it restricts itself to, both made here, in `Containment.plan`;
+- `Containment.confined`, which runs a program other than a worker (a compiler on an
+  agent's source) under the same rules.
 """
 
 from __future__ import annotations
@@ -30,12 +30,16 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ..agent import _sandbox
+from ..agent import _landlock
 from ..agent._interpreter import worker_sys_path
-from ..wire._errors import MeetTimeout, PlaceUnavailable
+from ..agent._mounts import TMP_DIRS, is_below
+from ..wire._errors import MeetTimeout
+from ._cgroups import Group
+from ._layers import Layers
 from ._settings import PlaceSettings
+from ._uids import AgentUids
 
-__all__ = ["AgentUids", "Containment", "PidsCgroups", "private_output", "tail"]
+__all__ = ["Containment", "cover_plan", "interpreter_paths", "private_output", "tail"]
 
 log = logging.getLogger("tacoma.place")
 
@@ -43,172 +47,32 @@ log = logging.getLogger("tacoma.place")
 OUTPUT_TAIL = 4096
 
 
-class PidsCgroups:
-    """Per-worker pids cgroups under `<hierarchy>/tacoma/<place pid>/`, when root.
+def interpreter_paths() -> list[str]:
+    """What a Python worker reads after it dropped root: the installation, sys.path."""
+    return [sys.prefix, sys.base_prefix, sys.exec_prefix,
+            *(p for p in sys.path if os.path.isabs(p))]
 
-    Works with a cgroup v1 pids hierarchy or a cgroup v2 one where the pids controller can
-    be enabled. `available()` returns None (with the reason logged) where neither works.
-    """
 
-    def __init__(self, base: Path, v2: bool) -> None:
-        self.base = base
-        self.v2 = v2
-        self._n = 0
-
-    @classmethod
-    def available(cls) -> PidsCgroups | None:
-        if os.geteuid() != 0:
-            return None
-        try:
-            root, v2 = cls._find_hierarchy()
-            top = root / "tacoma"
-            top.mkdir(exist_ok=True)
-            if v2:
-                cls._enable_pids(root)
-                cls._enable_pids(top)
-            cls._sweep(top)
-            base = top / str(os.getpid())
-            base.mkdir(exist_ok=True)
-            if v2:
-                cls._enable_pids(base)
-            return cls(base, v2)
-        except (OSError, LookupError) as exc:
-            log.warning("no pids cgroup for agents (%s); process counts rely on rlimits", exc)
-            return None
-
-    @staticmethod
-    def _find_hierarchy() -> tuple[Path, bool]:
-        v2_root = None
-        with open("/proc/self/mountinfo") as f:
-            for line in f:
-                left, _, right = line.partition(" - ")
-                fstype, _, options = right.split(" ", 2)
-                mount_point = Path(left.split(" ")[4])
-                if fstype == "cgroup" and "pids" in options.strip().split(","):
-                    return mount_point, False
-                if fstype == "cgroup2":
-                    v2_root = mount_point
-        if v2_root is not None and "pids" in (v2_root / "cgroup.controllers").read_text():
-            return v2_root, True
-        raise LookupError("no cgroup hierarchy with the pids controller is mounted")
-
-    @staticmethod
-    def _enable_pids(path: Path) -> None:
-        if "pids" not in (path / "cgroup.subtree_control").read_text().split():
-            (path / "cgroup.subtree_control").write_text("+pids")
-
-    @classmethod
-    def _sweep(cls, top: Path) -> None:
-        """Kill and remove cgroups left by places that died without cleaning up."""
-        for place_dir in top.iterdir():
-            if not place_dir.is_dir() or not place_dir.name.isdigit():
-                continue
-            alive = Path(f"/proc/{place_dir.name}").exists()
-            if alive and place_dir.name != str(os.getpid()):  # a place with our pid was
-                continue                                      # before us (containers)
-            for worker_dir in place_dir.iterdir():
-                if worker_dir.is_dir():
-                    cls._kill_sync(worker_dir)
-            with contextlib.suppress(OSError):
-                place_dir.rmdir()
-
-    @staticmethod
-    def _kill_sync(path: Path) -> None:
-        _sandbox.kill_cgroup(str(path))
-        with contextlib.suppress(OSError):
-            path.rmdir()
-
-    def create(self, processes: int) -> Path:
-        while True:
-            self._n += 1
-            path = self.base / f"w{self._n}"
-            try:
-                path.mkdir()
+def cover_plan(paths: list[str]) -> list[tuple[str, list[str]]]:
+    """For each outermost directory others may not enter, the needed paths below it."""
+    # A directory others may not enter is no use to reveal (the agent could not enter
+    # it anyway), and kept as a path it would hide the paths below it that are needed
+    # (the place's cwd, on sys.path, being a 0700 checkout holding tacoma, say).
+    real = sorted({os.path.realpath(p) for p in paths if os.path.exists(p)
+                   and (not os.path.isdir(p) or os.stat(p).st_mode & stat.S_IXOTH)})
+    kept: list[str] = []
+    for path in real:  # sorted, so an ancestor comes before what it contains
+        if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(path)
+    cover: dict[str, list[str]] = {}
+    for path in kept:
+        parts = Path(path).parts
+        for i in range(2, len(parts)):
+            ancestor = os.path.join(*parts[:i])
+            if not os.stat(ancestor).st_mode & stat.S_IXOTH:
+                cover.setdefault(ancestor, []).append(path)
                 break
-            except FileExistsError:  # left by a place that had our pid; swept, or in use
-                continue
-        (path / "pids.max").write_text(str(processes))
-        return path
-
-    async def destroy(self, path: Path) -> None:
-        """Kill every process in the cgroup, wait until it is empty, and remove it."""
-        for _ in range(500):
-            if not _sandbox.cgroup_members(str(path)):
-                break
-            _sandbox.kill_cgroup(str(path), rounds=1)
-            await asyncio.sleep(0.01)  # killed processes leave the cgroup once reaped
-        for _ in range(100):
-            try:
-                path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                await asyncio.sleep(0.01)
-        log.warning("could not remove cgroup %s", path)
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.base.rmdir()
-
-
-class AgentUids:
-    """Uids for agents: one per worker, from a block of 65,536 chosen by the place's pid.
-
-    The blocks start at 0x70000000, far above the uids of real users and services (Debian
-    hands out up to 60,000; 65,534 is nobody), and a place cycles through its own block.
-    """
-
-    BASE = 0x70000000
-
-    def __init__(self, settings: PlaceSettings, module_paths: list[str]) -> None:
-        self.base = self.BASE + (os.getpid() % 2048) * 65536
-        self._n = 0
-        self.live: set[int] = set()
-        self.cover = self.cover_plan([*self.interpreter_paths(), *module_paths,
-                                      str(settings.work_dir), str(settings.cache_dir),
-                                      str(settings.data_dir)])
-
-    def next(self) -> int:
-        """A uid no live agent (nor compile) of this place has."""
-        for _ in range(65535):
-            self._n = self._n % 65535 + 1
-            uid = self.base + self._n
-            if uid not in self.live:
-                self.live.add(uid)
-                return uid
-        raise PlaceUnavailable("every agent uid of this place is in use")
-
-    def release(self, uid: int) -> None:
-        self.live.discard(uid)
-
-    @staticmethod
-    def interpreter_paths() -> list[str]:
-        """What a Python worker reads after it dropped root: the installation, sys.path."""
-        return [sys.prefix, sys.base_prefix, sys.exec_prefix,
-                *(p for p in sys.path if os.path.isabs(p))]
-
-    @staticmethod
-    def cover_plan(paths: list[str]) -> list[tuple[str, list[str]]]:
-        """For each outermost directory others may not enter, the needed paths below it."""
-        # A directory others may not enter is no use to reveal (the agent could not enter
-        # it anyway), and kept as a path it would hide the paths below it that are needed
-        # (the place's cwd, on sys.path, being a 0700 checkout holding tacoma, say).
-        real = sorted({os.path.realpath(p) for p in paths if os.path.exists(p)
-                       and (not os.path.isdir(p) or os.stat(p).st_mode & stat.S_IXOTH)})
-        kept: list[str] = []
-        for path in real:  # sorted, so an ancestor comes before what it contains
-            if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
-                kept.append(path)
-        cover: dict[str, list[str]] = {}
-        for path in kept:
-            parts = Path(path).parts
-            for i in range(2, len(parts)):
-                ancestor = os.path.join(*parts[:i])
-                if not os.stat(ancestor).st_mode & stat.S_IXOTH:
-                    cover.setdefault(ancestor, []).append(path)
-                    break
-        return sorted(cover.items())
+    return sorted(cover.items())
 
 
 def _user_process_count() -> int:
@@ -222,38 +86,106 @@ def _user_process_count() -> int:
     return count
 
 
+#: System directories an agent may read and run programs from.
+SYSTEM_RUN = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+#: And read only.
+SYSTEM_READ = ("/etc", "/sys/devices/system/cpu", "/proc")
+#: Devices an agent may read and write.
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+
+
 class Containment:
     """What confines every process a place starts for its agents: the plan each one
-    enters, and the uids and cgroups it gets; shared by the worker pools and the builds."""
+    enters, and the uids and cgroups it gets; shared by the worker pools and the builds.
 
-    def __init__(self, settings: PlaceSettings, cgroups: PidsCgroups | None,
-                 uids: AgentUids | None, place_address: str) -> None:
+    The layers are those the place found it can apply here (`_layers.probe`); each plan
+    carries all of them, and a process that cannot apply one does not start.
+    """
+
+    def __init__(self, settings: PlaceSettings, layers: Layers, uids: AgentUids | None,
+                 place_address: str, module_paths: list[str], hidden: list[Path]) -> None:
         self.settings = settings
-        self.cgroups = cgroups
+        self.layers = layers
+        self.cgroups = layers.cgroups
         self.uids = uids
         self.place_address = place_address
+        self.needed = [*interpreter_paths(), *module_paths]
+        self.seccomp = layers.seccomp.hex() if layers.seccomp is not None else None
+        state = settings.state_dir
+        # Covers, outermost first: directories others may not enter showing only what an
+        # agent needs (Python below a 0700 /root); the state directory showing the work,
+        # data and cache directories; then whatever else the place must hide (its trust
+        # directory; its identity file, if it lies elsewhere).
+        self.covers: list[tuple[str, list[str]]] = [
+            *(cover_plan([*self.needed, str(state)]) if uids is not None else []),
+            (str(state), [str(settings.work_dir), str(settings.data_dir),
+                          str(settings.cache_dir)])]
+        self.hide_files: list[str] = []
+        for path in hidden:
+            if path.is_dir() and not is_below(str(state), str(path)):
+                self.covers.append((str(path), []))
+            elif path.is_file():
+                self.hide_files.append(str(path))
+        self.keep = [*self.needed, str(state)]
 
-    def plan(self, workdir: Path, uid: int | None, cgroup: Path | None) -> dict[str, Any]:
-        """What `agent._sandbox.enter` applies to an agent's process (or a build's)."""
-        limits = self.settings.limits
-        return {
+    def zygote_plan(self) -> dict[str, Any]:
+        """What a language's zygote enters once, for all its workers."""
+        layers = self.layers
+        return {"netns": layers.netns and not layers.userns, "pidns": layers.pidns,
+                "userns": layers.userns}
+
+    def plan(self, workdir: Path, uid: int | None, group: Group | None,
+             execute: tuple[str, ...] = (), build: bool = False) -> dict[str, Any]:
+        """What `agent._sandbox.enter` applies to an agent's process (or a build's).
+
+        execute: paths beneath which the agent may run programs besides the system's (the
+        compile cache, for a compiled language). build: a program the place runs on an
+        agent's behalf (a compiler), whose working directory stays on disk for the place
+        to read back, and whose PID and network namespaces it makes itself.
+        """
+        settings, layers, limits = self.settings, self.layers, self.settings.limits
+        stage = workdir.with_name(workdir.name + ".tmp") if build else workdir
+        plan: dict[str, Any] = {
             "workdir": str(workdir),
             "env": {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir),
                     "TMPDIR": str(workdir), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-                    "TACOMA_DATA": str(self.settings.data_dir)},
+                    "TACOMA_DATA": str(settings.data_dir)},
             "place": self.place_address,
-            "max_frame": self.settings.max_frame,
-            "cgroup": str(cgroup) if cgroup is not None else None,
+            "max_frame": settings.max_frame,
+            "cgroups": group.procs_dirs if group is not None else [],
             "uid": uid,
-            "reveal": self.uids.cover if self.uids is not None else [],
+            "userns": layers.userns,
             "nproc": (limits.processes if uid is not None
-                      else None if os.geteuid() == 0
+                      else None if os.geteuid() == 0 or group is not None
                       else _user_process_count() + limits.processes),
             "limits": {"cpu_seconds": limits.cpu_seconds,
                        "memory_bytes": limits.memory_bytes,
                        "file_bytes": limits.file_bytes,
                        "open_files": limits.open_files},
+            "seccomp": self.seccomp,
+            "namespaces": build and layers.pidns,
         }
+        if layers.mounts:
+            work = str(settings.work_dir)
+            plan["mounts"] = {
+                "covers": [*self.covers, (work, [str(workdir), str(stage)])],
+                "hide_files": self.hide_files,
+                "stage": str(stage), "quota": limits.disk_bytes,
+                "workdir": None if build else str(workdir),
+                "keep": self.keep, "uid": uid,
+                "proc": layers.pidns,
+            }
+        if layers.landlock_abi:
+            writable = [str(workdir), *(d for d, _ in TMP_DIRS)] if layers.mounts \
+                else [str(workdir)]
+            rules = [*((p, _landlock.RUN) for p in [*SYSTEM_RUN, *self.needed]),
+                     *((p, _landlock.READ) for p in [*SYSTEM_READ, str(settings.data_dir)]),
+                     *((p, _landlock.DEVICE) for p in DEVICES),
+                     *((p, _landlock.WRITE) for p in writable),
+                     *((p, _landlock.EXECUTE) for p in execute)]
+            plan["landlock"] = {"rules": rules,
+                                "deny_tcp": settings.agent_network == "none"}
+        return plan
 
     def new_uid(self) -> int | None:
         return self.uids.next() if self.uids is not None else None
@@ -262,13 +194,12 @@ class Containment:
         if uid is not None and self.uids is not None:
             self.uids.release(uid)
 
-    def new_cgroup(self) -> Path | None:
-        return self.cgroups.create(self.settings.limits.processes) \
-            if self.cgroups is not None else None
+    def new_group(self) -> Group | None:
+        return self.cgroups.create(self.settings.limits) if self.cgroups is not None else None
 
-    async def destroy_cgroup(self, cgroup: Path | None) -> None:
-        if cgroup is not None and self.cgroups is not None:
-            await self.cgroups.destroy(cgroup)
+    async def destroy_group(self, group: Group | None) -> None:
+        if group is not None and self.cgroups is not None:
+            await self.cgroups.destroy(group)
 
     @contextlib.asynccontextmanager
     async def confined(self, name: str, argv: list[str], files: dict[str, bytes],
@@ -282,18 +213,21 @@ class Containment:
         """
         workdir = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.settings.work_dir))
         output = workdir.with_name(workdir.name + ".out")
-        cgroup: Path | None = None
+        stage = workdir.with_name(workdir.name + ".tmp")
+        group: Group | None = None
         proc: asyncio.subprocess.Process | None = None
         uid = self.new_uid()
         try:
+            stage.mkdir(mode=0o700)
             for filename, data in files.items():
                 (workdir / filename).write_bytes(data)
                 if uid is not None:
                     os.chown(workdir / filename, uid, uid)
             if uid is not None:
                 os.chown(workdir, uid, uid)
-            cgroup = self.new_cgroup()
-            plan = {**self.plan(workdir, uid, cgroup), "argv": argv, "parent": os.getpid()}
+            group = self.new_group()
+            plan = {**self.plan(workdir, uid, group, build=True), "argv": argv,
+                    "parent": os.getpid()}
             boot = (f"import sys; sys.path[:0] = {worker_sys_path()!r}; "
                     "from tacoma.agent._sandbox import exec_plan; exec_plan()")
             with private_output(output) as out:
@@ -306,16 +240,18 @@ class Containment:
             except TimeoutError:
                 raise MeetTimeout(f"{argv[0]} did not finish within {timeout:g} s; "
                                   "its processes were killed") from None
-            await self.destroy_cgroup(cgroup)  # nothing it started runs on
-            cgroup = None
+            await self.destroy_group(group)  # nothing it started runs on
+            group = None
             yield returncode, workdir, output
         finally:
             if proc is not None and proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 await proc.wait()
-            await self.destroy_cgroup(cgroup)
+            await self.destroy_group(group)
             await asyncio.to_thread(shutil.rmtree, workdir, True)
+            with contextlib.suppress(OSError):
+                stage.rmdir()
             with contextlib.suppress(OSError):
                 output.unlink()
             self.release_uid(uid)

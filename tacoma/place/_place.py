@@ -13,7 +13,9 @@ the collaborators it needs:
     _agents     which agents the place has, and how a name finds one
     _builtins   the agents the place is itself: ag_echo, ag_cabinet, ag_home, ag_admin
     _pool       pre-started worker processes, one per meet (`_zygotes` forks them)
-    _containment  uids, cgroups and the sandbox plan: the outside of confinement
+    _containment  the sandbox plan, the outside of confinement, from the layers this host
+                allows (`_layers`): uids (`_uids`), cgroups (`_cgroups`), the file system
+                an agent sees, its Landlock rules and seccomp filter (`_seccomp`)
     _builds, _residents, _trips, _cabinets   compiled programs, messages, moving agents,
                 the place's folders
 """
@@ -43,14 +45,17 @@ from ._agents import Agents
 from ._builds import Builds
 from ._builtins import BuiltIns
 from ._cabinets import Cabinets
-from ._containment import AgentUids, Containment, PidsCgroups
+from ._cgroups import Cgroups
+from ._containment import Containment
 from ._dispatch import Dispatch
+from ._layers import probe
 from ._meet import Meets
 from ._pool import WorkerPool
 from ._residents import Residents
 from ._sessions import Session
 from ._settings import PlaceSettings
 from ._trips import Trips
+from ._uids import AgentUids
 
 __all__ = ["Place"]
 
@@ -67,7 +72,8 @@ class Place:
         self.address = ""
         self.sessions: set[Session] = set()
         self.cabinets = Cabinets(self.settings.state_dir / "cabinets.sqlite3")
-        self.cgroups: PidsCgroups | None = None
+        self.cgroups: Cgroups | None = None
+        self.uids: AgentUids | None = None
         self.dispatch: Dispatch | None = None  # its parts, once it listens
         self.access: Access | None = None  # its trust, once it starts
         self._server: asyncio.AbstractServer | None = None
@@ -82,8 +88,16 @@ class Place:
         # Trust first: a place that cannot authenticate does not start, and touches nothing.
         self.access = Access(settings, host)
         interpreters = discover_interpreters()
-        self.cgroups = PidsCgroups.available()
-        separate = settings.separate_uids and os.geteuid() == 0
+        layers = probe(settings.separate_uids, settings.agent_network)
+        self.cgroups = layers.cgroups
+        applied = [layer.name for layer in layers.report if layer.applied]
+        missing = [f"{layer.name} ({layer.detail})" for layer in layers.report
+                   if not layer.applied]
+        log.info("sandbox layers applied to every agent: %s", ", ".join(applied) or "none")
+        if missing:
+            log.warning("sandbox layers NOT applied here: %s (tacoma doctor says more)",
+                        "; ".join(missing))
+        separate = layers.uids
         # Agents under their own uids must reach their working directory by its path:
         # the state and work directories are then enterable (0711) but not listable.
         enterable = 0o711 if separate else 0o700
@@ -97,14 +111,13 @@ class Place:
                 shutil.rmtree(leftover, ignore_errors=True)
             else:
                 leftover.unlink(missing_ok=True)
-        uids = None
         if separate:
-            modules = ["tacoma", "msgpack", *(i.worker_module for i in interpreters.values())]
-            uids = AgentUids(settings, [
-                os.path.dirname(p) for m in modules if (p := module_file(m))])
+            self.uids = AgentUids()
         elif os.geteuid() == 0:
-            log.warning("agents run as root (separate_uids is off): they can signal the "
-                        "place and read whatever root may")
+            log.warning("agents run as root (separate_uids is off): they can read whatever "
+                        "root may")
+        modules = ["tacoma", "msgpack", *(i.worker_module for i in interpreters.values())]
+        module_paths = [os.path.dirname(p) for m in modules if (p := module_file(m))]
         admin_token = write_admin_token(settings.admin_token_file)
         try:
             await self.cabinets.open()
@@ -119,8 +132,9 @@ class Place:
         sock = self._server.sockets[0].getsockname()
         self.address = address = (f"[{sock[0]}]:{sock[1]}" if ":" in sock[0]
                                   else f"{sock[0]}:{sock[1]}")
-        self.dispatch = self._parts(interpreters, Containment(settings, self.cgroups, uids,
-                                                              address), enterable, admin_token)
+        containment = Containment(settings, layers, self.uids, address, module_paths,
+                                  self.access.secrets)
+        self.dispatch = self._parts(interpreters, containment, enterable, admin_token)
         await self._server.start_serving()
         self._recheck_revoked()
         tls = (f"mutual TLS as {self.access.name}" if self.access.tls is not None
@@ -265,6 +279,8 @@ class Place:
             session.channel.abort()
         if self.cgroups is not None:
             self.cgroups.close()
+        if self.uids is not None:
+            self.uids.close()
         log.info("place %s stopped", self.address)
         self._stopped.set()
 

@@ -9,8 +9,10 @@ A worker serves exactly one meet and is then destroyed: a fresh address space pe
 
 Replacements are forked by the language's zygote (see _zygotes): a fork and the sandbox
 set-up cost a few milliseconds where an exec and an interpreter start cost tens. Each
-worker gets its uid, cgroup and plan from the place's `Containment`, leads its own session
-and process group, and `destroy` kills the group and everything in its cgroup.
+worker gets its uid, cgroups and plan from the place's `Containment`, leads its own session
+and process group (and, as root, PID namespace), and `destroy` kills the group and
+everything in its cgroup. While a meet runs, the place holds the agent to its CPU time for
+all of its processes together (`Worker.run`), and tells a kill by the memory cgroup as such.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..agent import _sandbox
 from ..agent._interpreter import Interpreter
 from ..agent._sandbox import describe_exit
 from ..client._transport import Channel
@@ -42,6 +45,7 @@ from ..wire._errors import (
     error_from_wire,
 )
 from ..wire._protocol import Event, Failed, Log, Meet, Result, Role
+from ._cgroups import Group
 from ._containment import Containment, private_output, tail
 from ._zygotes import START_TIMEOUT, ZygoteHandle
 
@@ -82,7 +86,7 @@ class Worker:
         self.pool = pool
         self.workdir = workdir
         self.output = output
-        self.cgroup: Path | None = None
+        self.group: Group | None = None
         self.uid: int | None = None
         self.pid = 0
         self.exited: asyncio.Future[int] | None = None
@@ -116,8 +120,20 @@ class Worker:
         self.channel.send(Meet(1, meet.agent, meet.briefcase, "sync", timeout, meet.principal))
         meet.step("hand to worker")
         waits: set[asyncio.Future[Any]] = {reply, exited}
-        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        watch = self._watch_cpu() if self.group is not None and self.group.accounts_cpu \
+            else None
+        if watch is not None:
+            waits.add(watch)
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if watch is not None:
+                watch.cancel()
         meet.step("_waited")
+        limits = self.pool.settings.limits
+        if watch is not None and watch.done() and not watch.cancelled() and watch.result():
+            raise AgentKilled(f"agent killed: its CPU time limit of {limits.cpu_seconds} s "
+                              "was reached (all its processes together)", self.output_tail())
         if not reply.done() and exited.done():
             # The process ended; its last frames may still be on the way to us.
             with contextlib.suppress(TimeoutError):
@@ -127,6 +143,8 @@ class Worker:
             if isinstance(answer, Failed):
                 if answer.kind not in WORKER_KINDS:  # a worker cannot speak for the place
                     raise AgentFailed(f"agent failed: {answer.message}", answer.detail)
+                if answer.kind == AgentKilled.kind and self._killed_for_memory():
+                    raise AgentKilled(self._memory_message(), answer.detail)
                 raise error_from_wire(answer.kind, answer.message, answer.detail)
             return answer
         if exited.done() or reply.done():
@@ -136,13 +154,40 @@ class Worker:
                     await asyncio.wait_for(asyncio.shield(exited), 2.0)
             if not exited.done():  # the channel failed but the process lives on
                 raise AgentKilled(f"agent broke the worker protocol: {reply.exception()}")
+            if self._killed_for_memory():
+                raise AgentKilled(self._memory_message(), self.output_tail())
             zygote = self.pool.zygote
             cpu_used = zygote.cpu_used.pop(self.pid, 0.0) if zygote is not None else 0.0
-            raise AgentKilled(describe_exit(exited.result(),
-                                            self.pool.settings.limits.cpu_seconds, cpu_used),
+            raise AgentKilled(describe_exit(exited.result(), limits.cpu_seconds, cpu_used),
                               self.output_tail())
         raise MeetTimeout(f"agent did not finish within {timeout:g} s; "
                           "its processes were killed")
+
+    def _watch_cpu(self) -> asyncio.Task[bool]:
+        """A task that kills the agent once all its processes together have used its CPU
+        time (True then). The CPU cgroup's quota bounds how fast they can use it, so the
+        cgroup is read only when the limit could have been reached, not polled."""
+        assert self.group is not None
+        group, limits = self.group, self.pool.settings.limits
+        start = group.cpu_seconds()  # the worker's own start-up is not the agent's
+
+        async def watch() -> bool:
+            while True:
+                used = group.cpu_seconds() - start
+                if used >= limits.cpu_seconds:
+                    _sandbox.kill_cgroup(group.kill_dir)
+                    return True
+                await asyncio.sleep(max(0.05, (limits.cpu_seconds - used) / limits.cpus))
+
+        return asyncio.ensure_future(watch())
+
+    def _killed_for_memory(self) -> bool:
+        return self.group is not None and self.group.oom_kills() > 0
+
+    def _memory_message(self) -> str:
+        limit = self.pool.settings.limits.memory_bytes
+        return (f"agent killed by its memory limit of {limit / 2**20:g} MiB (all its "
+                "processes together, and what it wrote to its tmpfs)")
 
     def moved_on(self) -> None:
         """Its agent went on to another place: its meet here is over now (its process ends
@@ -158,9 +203,10 @@ class Worker:
         """(processes, CPU seconds, resident bytes) of the agent: every process in its
         cgroup, or its worker process alone where there is none."""
         pids = [self.pid]
-        if self.cgroup is not None:
+        if self.group is not None:
             with contextlib.suppress(OSError, ValueError):
-                pids = [int(p) for p in (self.cgroup / "cgroup.procs").read_text().split()]
+                pids = [int(p) for p in
+                        Path(self.group.kill_dir, "cgroup.procs").read_text().split()]
         ticks, page = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
         cpu, rss, alive = 0.0, 0, 0
         for pid in pids:
@@ -238,7 +284,7 @@ class Worker:
             # reused. What the agent left behind is then killed through its cgroup.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGKILL)
-        await self.pool.containment.destroy_cgroup(self.cgroup)
+        await self.pool.containment.destroy_group(self.group)
         if self.exited is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self.exited), 10)
@@ -323,7 +369,8 @@ class WorkerPool:
             if self._closed:
                 raise PlaceUnavailable("the place is shutting down")
             if self.zygote is None or not self.zygote.alive:
-                zygote = ZygoteHandle(self.interpreter, self.settings.work_dir)
+                zygote = ZygoteHandle(self.interpreter, self.settings.work_dir,
+                                      self.containment.zygote_plan())
                 await zygote.start()
                 self.zygote = zygote
             return self.zygote
@@ -349,11 +396,12 @@ class WorkerPool:
             worker.uid = uid = containment.new_uid()
             if uid is not None:
                 os.chown(workdir, uid, uid)
-            worker.cgroup = containment.new_cgroup()
+            worker.group = containment.new_group()
             ours, theirs = socket.socketpair()
-            plan = containment.plan(workdir, uid, worker.cgroup)
-            if self.plan_extras is not None:
-                plan.update(self.plan_extras())
+            extras = self.plan_extras() if self.plan_extras is not None else {}
+            plan = containment.plan(workdir, uid, worker.group,
+                                    execute=tuple(extras.pop("execute", ())))
+            plan.update(extras)
             with private_output(output, readable=True) as out:  # its own output, to read
                 worker.pid, worker.exited = await zygote.spawn(plan, [theirs.fileno(),
                                                                        out.fileno()])

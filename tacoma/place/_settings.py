@@ -14,9 +14,11 @@ import platformdirs
 
 from ..wire._protocol import DEFAULT_MAX_FRAME
 
-__all__ = ["DEFAULT_LISTEN", "Limits", "PlaceSettings", "default_state_dir"]
+__all__ = ["AGENT_NETWORKS", "DEFAULT_LISTEN", "Limits", "PlaceSettings", "default_state_dir"]
 
 DEFAULT_LISTEN = "127.0.0.1:7707"
+#: What network agents get: none (an empty network namespace), or the host's.
+AGENT_NETWORKS = ("none", "host")
 
 
 def default_state_dir() -> Path:
@@ -26,11 +28,18 @@ def default_state_dir() -> Path:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """Resource limits applied to every agent process (POSIX rlimits and a pids cgroup).
+    """Resource limits applied to every agent: to each of its processes (POSIX rlimits), and
+    to all of them together (its cgroups and its tmpfs), as the place's layers allow.
 
-    cpu_seconds: CPU time of the agent; past it the kernel sends SIGXCPU.
-    memory_bytes: address space (RLIMIT_AS); allocations past it fail with MemoryError.
+    cpu_seconds: CPU time of each agent process (past it the kernel sends SIGXCPU), and of
+        all of them together (the place kills the agent).
+    memory_bytes: address space of each process (RLIMIT_AS: allocations past it fail with
+        MemoryError), and memory of all of them together (a memory cgroup: past it the
+        kernel kills one of them), its tmpfs included.
     file_bytes: largest file the agent may write (RLIMIT_FSIZE), its stdout and stderr too.
+    disk_bytes: everything the agent writes, in its working directory, /tmp, /var/tmp and
+        /dev/shm together (one tmpfs of this size, gone with the agent).
+    cpus: the CPU rate of the agent, in cores (a CPU cgroup's quota).
     open_files: file descriptors (RLIMIT_NOFILE).
     processes: processes and threads the agent may have at once (a pids cgroup as root,
         RLIMIT_NPROC otherwise), so a fork bomb stops at this many.
@@ -43,6 +52,8 @@ class Limits:
     open_files: int = 256
     processes: int = 64
     meet_seconds: float = 300.0
+    disk_bytes: int = 256 * 1024 * 1024
+    cpus: float = 1.0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -54,6 +65,10 @@ class Limits:
                              "needs that much to start")
         if self.open_files < 16:
             raise ValueError("limit open_files must be at least 16")
+        if self.disk_bytes < 1024 * 1024:
+            raise ValueError("limit disk_bytes must be at least 1 MiB")
+        if self.cpus < 0.01:
+            raise ValueError("limit cpus must be at least 0.01 (a hundredth of a core)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +102,8 @@ class PlaceSettings:
     allow: `PRINCIPAL:AGENT_PATTERN` rules (shell patterns); if any is given, a meet is
         served only if one matches its principal and agent.
     share: the fraction of max_connections and of max_meets any one principal may hold.
+    agent_network: "none" (the default): agents have no network, only their channel to the
+        place (meet, send, go); "host": agents have the host's network.
     """
 
     listen: str = DEFAULT_LISTEN
@@ -107,6 +124,7 @@ class PlaceSettings:
     deny_list: Path | None = None
     allow: tuple[str, ...] = ()
     share: float = 0.25
+    agent_network: str = "none"
 
     def __post_init__(self) -> None:
         # Absolute: agents' working directories are below it, and they start elsewhere.
@@ -120,6 +138,9 @@ class PlaceSettings:
         if not isinstance(self.share, int | float) or not 0 < self.share <= 1:
             raise ValueError(f"share must be a fraction above 0 and at most 1, got "
                              f"{self.share!r}")
+        if self.agent_network not in AGENT_NETWORKS:
+            raise ValueError(f"agent_network must be one of {', '.join(AGENT_NETWORKS)}, got "
+                             f"{self.agent_network!r}")
         if self.insecure and self.identity is not None:
             raise ValueError("an --insecure place uses no identity: give one or the other")
         if not isinstance(self.pool_size, int) or not 0 <= self.pool_size <= 64:

@@ -42,8 +42,10 @@ class ZygoteHandle:
     costs a fork and the sandbox set-up instead of an exec and an interpreter start.
     """
 
-    def __init__(self, interpreter: Interpreter, work_dir: Path) -> None:
+    def __init__(self, interpreter: Interpreter, work_dir: Path,
+                 namespaces: dict[str, Any] | None = None) -> None:
         self.interpreter = interpreter
+        self.namespaces = namespaces or {}  # what the zygote enters for all its workers
         self.work_dir = work_dir
         self.proc: asyncio.subprocess.Process | None = None
         self.sock: socket.socket | None = None
@@ -65,7 +67,8 @@ class ZygoteHandle:
         ours.setblocking(False)
         self.sock = ours
         self._ready = loop.create_future()
-        plan = {"zygote": True, "parent": os.getpid(), "control_fd": theirs.fileno()}
+        plan = {"zygote": True, "parent": os.getpid(), "control_fd": theirs.fileno(),
+                **self.namespaces}
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
         try:
             with open(self.output, "wb") as out:
@@ -85,6 +88,8 @@ class ZygoteHandle:
         try:
             await asyncio.wait({self._ready, exited}, timeout=START_TIMEOUT,
                                return_when=asyncio.FIRST_COMPLETED)
+            if self._ready.done() and self._ready.exception() is not None:
+                raise self._ready.exception()  # type: ignore[misc]
             if not self._ready.done():
                 raise PlaceUnavailable(f"the {self.interpreter.language} interpreter did "
                                        "not start", tail(self.output))
@@ -138,6 +143,16 @@ class ZygoteHandle:
             op = message.get("op")
             if op == "ready" and self._ready is not None and not self._ready.done():
                 self._ready.set_result(None)
+            elif op == "failed" and self._ready is not None and not self._ready.done():
+                self._ready.set_exception(PlaceUnavailable(
+                    f"the {self.interpreter.language} zygote cannot start: "
+                    f"{message.get('message', '')}"))
+            elif op == "spawn-failed":
+                future = self._spawning.get(int(message["id"]))
+                if future is not None and not future.done():
+                    future.set_exception(PlaceUnavailable(
+                        f"the {self.interpreter.language} zygote cannot fork a worker: "
+                        f"{message.get('message', '')}"))
             elif op == "spawned":
                 pid = int(message["pid"])
                 self._exits[pid] = asyncio.get_running_loop().create_future()

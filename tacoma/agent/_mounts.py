@@ -1,0 +1,156 @@
+"""The agent's view of the file system: a mount namespace of its own (bubblewrap's way).
+
+Entered as root (or in a user namespace of the place's) before the agent's uid is taken,
+and gone with the agent's last process:
+- covers: a directory is covered by an empty read-only tmpfs that shows only the paths
+  below it that the agent needs, bind-mounted from the originals (opened before the cover
+  hides them). This is how the state directory shows the agent just its own working
+  directory, the data directory and the compile cache; how a trust directory shows
+  nothing; and how a directory others may not enter (Python under a 0700 /root) shows just
+  the installation;
+- hidden files (a place's identity file outside its trust directory) are covered by
+  /dev/null;
+- one private tmpfs, of the agent's disk quota, holds its working directory and its /tmp,
+  /var/tmp and /dev/shm: whatever it writes counts against one total and vanishes with it;
+- a new /proc, where the agent has a PID namespace of its own: it shows the agent's
+  processes and nothing else.
+
+Standard library only: this runs inside agent processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import stat
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["TMP_DIRS", "enter_namespace", "is_below"]
+
+_CLONE_NEWNS = 0x00020000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+
+#: The shared scratch directories every agent gets a private one of, and the name of each
+#: in the agent's tmpfs.
+TMP_DIRS = (("/tmp", "tmp"), ("/var/tmp", "vartmp"), ("/dev/shm", "shm"))  # noqa: S108 - covered
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int,
+           data: str | None = None) -> None:
+    def enc(s: str | None) -> bytes | None:
+        return None if s is None else os.fsencode(s)
+
+    _check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)),
+           f"mount {target}")
+
+
+def is_below(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
+def _open_originals(directory: str, keep: list[str]) -> list[tuple[str, int]]:
+    """O_PATH descriptors of the kept paths below `directory`, opened before it is covered."""
+    originals = []
+    for path in keep:
+        if is_below(path, directory) and path != directory:
+            with contextlib.suppress(FileNotFoundError):
+                originals.append((path, os.open(path, os.O_PATH | os.O_CLOEXEC)))
+    return originals
+
+
+def _show(originals: list[tuple[str, int]]) -> None:
+    """Mount each original on its own path again, making the directories it needs."""
+    for path, fd in originals:
+        try:
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                os.makedirs(path, 0o755, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
+                if not os.path.exists(path):
+                    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o644))
+            _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC)
+        finally:
+            os.close(fd)
+
+
+def cover(directory: str, keep: list[str]) -> None:
+    """Cover `directory` with an empty read-only tmpfs showing only the `keep` paths below it."""
+    if not os.path.isdir(directory):
+        return
+    originals = _open_originals(directory, keep)
+    _mount("tmpfs", directory, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")
+    _show(originals)
+    _mount(None, directory, None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+
+
+def hide_file(path: str) -> None:
+    if os.path.isfile(path):
+        _mount("/dev/null", path, None, _MS_BIND)
+
+
+def _private_scratch(spec: dict[str, Any], keep: list[str]) -> None:
+    """The agent's tmpfs: its quota for its working directory and its scratch directories."""
+    stage = str(spec["stage"])
+    quota = int(spec["quota"])
+    uid = spec.get("uid")
+    owner = (int(uid), int(uid)) if uid is not None else (os.getuid(), os.getgid())
+    inodes = max(1024, quota // 4096)
+    _mount("tmpfs", stage, "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
+           f"mode=0755,size={quota},nr_inodes={inodes}")
+    subdirs = ["work", *(name for _, name in TMP_DIRS)]
+    for name in subdirs:
+        path = os.path.join(stage, name)
+        os.mkdir(path, 0o700 if name == "work" else 0o1777)
+        os.chmod(path, 0o700 if name == "work" else 0o1777)  # umask aside
+        os.chown(path, *owner)
+    staged = os.open(stage, os.O_PATH | os.O_CLOEXEC)
+    try:
+        for directory, name in TMP_DIRS:
+            if os.path.islink(directory) or not os.path.isdir(directory):
+                continue
+            originals = _open_originals(directory, keep)
+            _mount(f"/proc/self/fd/{staged}/{name}", directory, None, _MS_BIND)
+            _show(originals)
+        if spec.get("workdir"):
+            _mount(f"/proc/self/fd/{staged}/work", str(spec["workdir"]), None, _MS_BIND)
+    finally:
+        os.close(staged)
+
+
+def enter_namespace(spec: dict[str, Any]) -> None:
+    """Enter a new mount namespace arranged as `spec` says (made by the place's Containment).
+
+    spec: "covers" [[DIR, [PATHS]]], in order; "hide_files" [PATH]; "stage" (an empty
+    directory to mount the agent's tmpfs on), "quota" (its size in bytes), "workdir" (where
+    its work/ goes; None keeps the working directory on disk, for builds the place reads
+    back), "keep" (paths that must stay visible below the scratch directories), "uid" (the
+    owner of the scratch directories); "proc" (mount a new /proc: the process is the first
+    of a new PID namespace).
+    """
+    _check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    for directory, paths in spec.get("covers", []):
+        cover(str(directory), [str(p) for p in paths])
+    for path in spec.get("hide_files", []):
+        hide_file(str(path))
+    keep = [str(p) for p in spec.get("keep", [])]
+    if spec.get("stage"):
+        _private_scratch(spec, keep)
+    if spec.get("proc"):
+        _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    workdir = spec.get("workdir")
+    if workdir:
+        os.chdir(str(workdir))  # the directory under the new mount, not the one before

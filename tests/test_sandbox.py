@@ -1,0 +1,190 @@
+"""The sandbox's own parts: host-wide uid blocks, the layer report, the network option.
+
+The attacks themselves, in every language, are in test_hostile.py; the misbehaviour the
+limits catch is in test_isolation.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import tacoma
+from tacoma.place._uids import BASE, BLOCK, AgentUids
+
+from conftest import RunningPlace, needs_root, processes_of_uid, wait_until
+
+
+def run(place: RunningPlace, code: str) -> tacoma.Briefcase:
+    return tacoma.meet(place.target("ag_python"), code=textwrap.dedent(code), timeout=60)
+
+
+# --------------------------------------------------------------------------- uids
+def test_places_claim_different_uid_blocks(tmp_path: Path) -> None:
+    first, second = AgentUids(tmp_path), AgentUids(tmp_path)
+    try:
+        assert first.block != second.block
+        assert {first.next() for _ in range(3)}.isdisjoint({second.next() for _ in range(3)})
+        assert (tmp_path / "uids" / str(first.block)).read_text().split()[0] == str(os.getpid())
+    finally:
+        first.close()
+        second.close()
+    assert not list((tmp_path / "uids").iterdir())  # given back
+
+
+def test_a_dead_places_block_is_taken_over_only_when_no_process_uses_it(tmp_path: Path
+                                                                        ) -> None:
+    records = tmp_path / "uids"
+    records.mkdir(parents=True)
+    first = os.getpid() % 2048
+    # The block a place of our pid would try first: owned by a process that is gone (a pid
+    # with the wrong start time), and the next one by a live place (ourselves, truly).
+    (records / str(first)).write_text("999999999 1\n")
+    me = Path(f"/proc/{os.getpid()}/stat").read_text()
+    started = me[me.rindex(")") + 2:].split()[19]
+    (records / str((first + 1) % 2048)).write_text(f"{os.getpid()} {started}\n")
+    uids = AgentUids(tmp_path)
+    try:
+        assert uids.block == first  # the dead owner's block, as nothing runs under it
+        assert uids.base == BASE + first * BLOCK
+    finally:
+        uids.close()
+
+
+@needs_root
+def test_a_block_with_a_live_process_of_a_dead_place_is_not_reused(tmp_path: Path) -> None:
+    records = tmp_path / "uids"
+    records.mkdir(parents=True)
+    first = os.getpid() % 2048
+    (records / str(first)).write_text("999999999 1\n")
+    squatter = subprocess.Popen(["setpriv", f"--reuid={BASE + first * BLOCK + 7}",
+                                 f"--regid={BASE + first * BLOCK + 7}", "--clear-groups",
+                                 "sleep", "60"])
+    try:
+        wait_until(lambda: bool(processes_of_uid(BASE + first * BLOCK + 7)),
+                   what="the squatter to run")
+        uids = AgentUids(tmp_path)
+        try:
+            assert uids.block != first
+        finally:
+            uids.close()
+    finally:
+        squatter.kill()
+        squatter.wait()
+
+
+@needs_root
+def test_two_places_never_share_agent_uids(start_place: Callable[..., RunningPlace]) -> None:
+    places = [start_place(), start_place()]
+    code = 'import os; bc["UID"] = [str(os.getuid())]'
+    uids = [int(run(p, code)["UID"][0]) for p in places]
+    blocks = {(uid - BASE) // BLOCK for uid in uids}
+    assert len(blocks) == 2, uids
+    records = {int(Path(f"/run/tacoma/uids/{b}").read_text().split()[0]) for b in blocks}
+    assert records == {p.proc.pid for p in places}
+
+
+# --------------------------------------------------------------------------- the layers
+def test_doctor_reports_every_layer() -> None:
+    out = subprocess.run([sys.executable, "-m", "tacoma", "doctor", "--json"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    layers = {row["layer"]: row for row in json.loads(out.stdout)["layers"]}
+    assert set(layers) >= {"uid per agent", "mount namespace", "PID namespace",
+                           "network namespace", "Landlock", "seccomp", "cgroup pids",
+                           "cgroup memory", "cgroup cpu"}
+    for row in layers.values():
+        assert row["detail"], row  # applied or not, it says what, or why
+    if os.geteuid() == 0:  # this project's machines: every layer applies
+        assert all(row["applied"] for row in layers.values()), layers
+    text = subprocess.run([sys.executable, "-m", "tacoma", "doctor", "--agent-network",
+                           "host"], capture_output=True, text=True, timeout=120,
+                          check=False).stdout
+    assert "agents have the host's network" in text
+
+
+def test_the_place_logs_its_layers(start_place: Callable[..., RunningPlace]) -> None:
+    log = start_place(quiet=False).log()
+    applied = next(line for line in log.splitlines() if "sandbox layers applied" in line)
+    for layer in ("Landlock", "seccomp", "mount namespace", "network namespace"):
+        assert layer in applied, log
+    if os.geteuid() == 0:
+        assert "NOT applied" not in log
+
+
+# --------------------------------------------------------------------------- the network
+@pytest.fixture
+def listener() -> Iterator[tuple[int, list[bytes]]]:
+    """A TCP service on loopback that records what connects to it."""
+    server = socket.create_server(("127.0.0.1", 0))
+    seen: list[bytes] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                seen.append(b"connected")
+                conn.sendall(b"hello")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], seen
+    server.close()
+
+
+PROBE_NETWORK = """
+    import socket
+    try:
+        s = socket.create_connection(("127.0.0.1", int(bc.text("PORT")[0])), timeout=5)
+        bc["GOT"] = [s.recv(5)]
+    except OSError as exc:
+        bc["GOT"] = [type(exc).__name__.encode()]
+"""
+
+
+@needs_root
+def test_agents_have_no_network_by_default(start_place: Callable[..., RunningPlace],
+                                           listener: tuple[int, list[bytes]]) -> None:
+    port, seen = listener
+    result = tacoma.meet(start_place().target("ag_python"), {"PORT": [str(port)]},
+                         code=textwrap.dedent(PROBE_NETWORK), timeout=60)
+    assert result["GOT"] != [b"hello"]
+    assert seen == []
+
+
+@needs_root
+def test_agent_network_host_gives_agents_the_hosts_network(
+        start_place: Callable[..., RunningPlace], listener: tuple[int, list[bytes]]) -> None:
+    port, seen = listener
+    place = start_place("--agent-network", "host")
+    result = tacoma.meet(place.target("ag_python"), {"PORT": [str(port)]},
+                         code=textwrap.dedent(PROBE_NETWORK), timeout=60)
+    assert result["GOT"] == [b"hello"]
+    assert seen == [b"connected"]
+    # tacoma ps says which agents have the host's network.
+    tacoma.meet(place.target("ag_python"), code="import time; time.sleep(30)",
+                mode="async")
+    wait_until(lambda: bool(_ps(place)), what="the agent to run")
+    assert {row["network"] for row in _ps(place)} == {"host"}
+
+
+def _ps(place: RunningPlace) -> list[dict[str, object]]:
+    out = subprocess.run([sys.executable, "-m", "tacoma", "ps", place.address, "--json",
+                          "--state-dir", str(place.state_dir)],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    return list(json.loads(out)["agents"])
+
+
+def test_agent_network_is_checked() -> None:
+    with pytest.raises(ValueError, match="agent_network"):
+        tacoma.PlaceSettings(agent_network="everything")

@@ -129,10 +129,14 @@ def _start(name: str, argv: list[str], prefix: str, log_path: Path) -> ServerPro
 
 
 def start_place(state_dir: Path, *extra_args: str) -> ServerProcess:
-    """`tacoma place` on a free loopback port, in its own process."""
+    """`tacoma place` on a free loopback port, in its own process.
+
+    `--share 1`: the benchmarks are one client, one principal, which may hold every meet
+    (the default quarter would refuse the async batches past 64 meets in flight).
+    """
     state_dir.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "tacoma", "place", "--listen", "127.0.0.1:0",
-            "--state-dir", str(state_dir), "-q", *extra_args]
+            "--state-dir", str(state_dir), "-q", "--share", "1", *extra_args]
     return _start("tacoma place", argv, "tacoma place listening on ",
                   state_dir.parent / f"{state_dir.name}.log")
 

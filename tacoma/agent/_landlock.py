@@ -19,7 +19,7 @@ import ctypes
 import os
 import stat
 
-__all__ = ["abi_version", "restrict"]
+__all__ = ["abi_version", "restrict", "restrict_self", "ruleset"]
 
 # System call numbers are the same on every architecture (added after the unified table).
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
@@ -74,14 +74,16 @@ def _fail(what: str) -> OSError:
     return OSError(err, f"landlock {what}: {os.strerror(err)}")
 
 
-def restrict(rules: list[tuple[str, int]], deny_tcp: bool, scope: bool) -> int:
-    """Restrict this process (and all it starts) to `rules`, pairs of a path and the
-    accesses allowed beneath it; every file access not allowed by a rule is refused.
+def ruleset(rules: list[tuple[str, int]], deny_tcp: bool, scope: bool) -> int:
+    """A ruleset allowing `rules`, pairs of a path and the accesses allowed beneath it
+    (every file access not allowed by a rule is refused), as a descriptor to restrict
+    processes with (`restrict_self`): a zygote makes it once for all its workers.
 
     `deny_tcp`: refuse every TCP bind and connect (ABI 4); `scope`: refuse signals to, and
-    abstract Unix sockets of, processes outside this process's own domain (ABI 6). Paths
-    that do not exist are skipped. Returns the ABI used; raises OSError if the kernel has
-    no Landlock. The caller must have set no_new_privs, or be root.
+    abstract Unix sockets of, processes outside the restricted process's own domain (ABI
+    6). A rule binds the inode its path names now, and applies to whatever is later mounted
+    on or below it. Paths that do not exist are skipped. Raises OSError if the kernel has
+    no Landlock.
     """
     abi = abi_version()
     if abi < 1:
@@ -98,28 +100,43 @@ def restrict(rules: list[tuple[str, int]], deny_tcp: bool, scope: bool) -> int:
         attr.handled_access_net = NET_BIND_TCP | NET_CONNECT_TCP  # and no rule allows any
     if scope and abi >= 6:
         attr.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
-    ruleset = int(_libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size),
-                                ctypes.c_uint32(0)))
-    if ruleset < 0:
+    fd = int(_libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size),
+                           ctypes.c_uint32(0)))
+    if fd < 0:
         raise _fail("create_ruleset")
     try:
         for path, access in rules:
             try:
-                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                target = os.open(path, os.O_PATH | os.O_CLOEXEC)
             except FileNotFoundError:
                 continue
             try:
-                if not stat.S_ISDIR(os.fstat(fd).st_mode):
+                if not stat.S_ISDIR(os.fstat(target).st_mode):
                     access &= _FILE_ONLY
-                rule = _PathBeneathAttr(access & handled, fd)
-                if _libc.syscall(_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule),
+                rule = _PathBeneathAttr(access & handled, target)
+                if _libc.syscall(_ADD_RULE, fd, _RULE_PATH_BENEATH, ctypes.byref(rule),
                                  ctypes.c_uint32(0)) != 0:
                     raise _fail(f"add_rule {path}")
             finally:
-                os.close(fd)
-        if _libc.syscall(_RESTRICT_SELF, ruleset, ctypes.c_uint32(0)) != 0:
-            raise _fail("restrict_self")
+                os.close(target)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def restrict_self(fd: int) -> None:
+    """Restrict this process (and all it starts) to the ruleset `fd`, for good. The caller
+    must have set no_new_privs, or be root."""
+    if _libc.syscall(_RESTRICT_SELF, fd, ctypes.c_uint32(0)) != 0:
+        raise _fail("restrict_self")
+
+
+def restrict(rules: list[tuple[str, int]], deny_tcp: bool, scope: bool) -> None:
+    """`ruleset` and `restrict_self` in one go."""
+    fd = ruleset(rules, deny_tcp, scope)
+    try:
+        restrict_self(fd)
     finally:
         with contextlib.suppress(OSError):
-            os.close(ruleset)
-    return abi
+            os.close(fd)

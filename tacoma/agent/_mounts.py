@@ -1,7 +1,10 @@
 """The agent's view of the file system: a mount namespace of its own (bubblewrap's way).
 
 Entered as root (or in a user namespace of the place's) before the agent's uid is taken,
-and gone with the agent's last process:
+and gone with the agent's last process. What every agent of a language sees alike (the
+covers below) is prepared once, by its zygote, in a mount namespace of the zygote's own
+(`prepare_view`); each worker then enters a copy of it and adds its own part
+(`enter_scratch`): one tmpfs mount, a few bind mounts and a /proc. In all:
 - covers: a directory is covered by an empty read-only tmpfs that shows only the paths
   below it that the agent needs, bind-mounted from the originals (opened before the cover
   hides them). This is how the state directory shows the agent just its own working
@@ -10,8 +13,9 @@ and gone with the agent's last process:
   the installation;
 - hidden files (a place's identity file outside its trust directory) are covered by
   /dev/null;
-- one private tmpfs, of the agent's disk quota, holds its working directory and its /tmp,
-  /var/tmp and /dev/shm: whatever it writes counts against one total and vanishes with it;
+- one private tmpfs, of the agent's disk quota, mounted on the place's work directory,
+  holds its working directory (the only one it can see there) and its /tmp, /var/tmp and
+  /dev/shm: whatever it writes counts against one total and vanishes with it;
 - a new /proc, where the agent has a PID namespace of its own: it shows the agent's
   processes and nothing else.
 
@@ -29,7 +33,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["TMP_DIRS", "enter_namespace", "is_below"]
+__all__ = ["TMP_DIRS", "enter_namespace", "enter_scratch", "is_below", "prepare_view"]
 
 _CLONE_NEWNS = 0x00020000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
@@ -101,56 +105,67 @@ def hide_file(path: str) -> None:
         _mount("/dev/null", path, None, _MS_BIND)
 
 
-def _private_scratch(spec: dict[str, Any], keep: list[str]) -> None:
-    """The agent's tmpfs: its quota for its working directory and its scratch directories."""
-    stage = str(spec["stage"])
+def prepare_view(covers: list[tuple[str, list[str]]], hide_files: list[str]) -> None:
+    """Enter a new mount namespace, private from the host's, with the covers and hidden
+    files applied: the view every agent shares (a zygote prepares it once, at its start)."""
+    _check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    for directory, paths in covers:
+        cover(str(directory), [str(p) for p in paths])
+    for path in hide_files:
+        hide_file(str(path))
+
+
+def enter_scratch(spec: dict[str, Any]) -> None:
+    """The agent's own part of its view, in a mount namespace of its own (a copy of the
+    view its zygote prepared, where "unshare" says so).
+
+    spec: "at" (the directory the agent's tmpfs is mounted on: for a worker the whole work
+    directory, so that its own working directory, "name", is the only one it can see; for a
+    build an empty directory of its own), "quota" (the tmpfs's size in bytes), "uid" (the
+    owner of what is made in it), "keep" (paths that must stay visible below the scratch
+    directories), "proc" (mount a new /proc: the process is the first of a new PID
+    namespace).
+    """
+    if spec.get("unshare"):
+        _check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    at = str(spec["at"])
     quota = int(spec["quota"])
     uid = spec.get("uid")
     owner = (int(uid), int(uid)) if uid is not None else (os.getuid(), os.getgid())
     inodes = max(1024, quota // 4096)
-    _mount("tmpfs", stage, "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
+    keep = [str(p) for p in spec.get("keep", [])]
+    # Descriptors of what must show through the scratch directories, opened before the
+    # tmpfs can hide them (a state directory below /tmp, say).
+    originals = {directory: _open_originals(directory, keep) for directory, _ in TMP_DIRS
+                 if not os.path.islink(directory) and os.path.isdir(directory)}
+    _mount("tmpfs", at, "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
            f"mode=0755,size={quota},nr_inodes={inodes}")
-    subdirs = ["work", *(name for _, name in TMP_DIRS)]
-    for name in subdirs:
-        path = os.path.join(stage, name)
-        os.mkdir(path, 0o700 if name == "work" else 0o1777)
-        os.chmod(path, 0o700 if name == "work" else 0o1777)  # umask aside
+    name = spec.get("name")
+    for sub, mode in [*(((str(name), 0o700),) if name else ()),
+                      *((scratch, 0o1777) for _, scratch in TMP_DIRS)]:
+        path = os.path.join(at, sub)
+        os.mkdir(path, mode)
+        os.chmod(path, mode)  # umask aside
         os.chown(path, *owner)
-    staged = os.open(stage, os.O_PATH | os.O_CLOEXEC)
+    staged = os.open(at, os.O_PATH | os.O_CLOEXEC)
     try:
-        for directory, name in TMP_DIRS:
-            if os.path.islink(directory) or not os.path.isdir(directory):
-                continue
-            originals = _open_originals(directory, keep)
-            _mount(f"/proc/self/fd/{staged}/{name}", directory, None, _MS_BIND)
-            _show(originals)
-        if spec.get("workdir"):
-            _mount(f"/proc/self/fd/{staged}/work", str(spec["workdir"]), None, _MS_BIND)
+        for directory, scratch in TMP_DIRS:
+            if directory in originals:
+                _mount(f"/proc/self/fd/{staged}/{scratch}", directory, None, _MS_BIND)
+                _show(originals[directory])
     finally:
         os.close(staged)
+    if spec.get("proc"):
+        _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    if name:
+        os.chdir(os.path.join(at, str(name)))  # under the new mount, not the one before
 
 
 def enter_namespace(spec: dict[str, Any]) -> None:
-    """Enter a new mount namespace arranged as `spec` says (made by the place's Containment).
-
-    spec: "covers" [[DIR, [PATHS]]], in order; "hide_files" [PATH]; "stage" (an empty
-    directory to mount the agent's tmpfs on), "quota" (its size in bytes), "workdir" (where
-    its work/ goes; None keeps the working directory on disk, for builds the place reads
-    back), "keep" (paths that must stay visible below the scratch directories), "uid" (the
-    owner of the scratch directories); "proc" (mount a new /proc: the process is the first
-    of a new PID namespace).
-    """
-    _check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
-    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
-    for directory, paths in spec.get("covers", []):
-        cover(str(directory), [str(p) for p in paths])
-    for path in spec.get("hide_files", []):
-        hide_file(str(path))
-    keep = [str(p) for p in spec.get("keep", [])]
-    if spec.get("stage"):
-        _private_scratch(spec, keep)
-    if spec.get("proc"):
-        _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
-    workdir = spec.get("workdir")
-    if workdir:
-        os.chdir(str(workdir))  # the directory under the new mount, not the one before
+    """Enter a new mount namespace arranged as `spec` says, in one go (for a process no
+    zygote prepared the view of: a build): `prepare_view` with spec's "covers" and
+    "hide_files", then `enter_scratch` with the rest."""
+    prepare_view([(str(d), [str(p) for p in paths]) for d, paths in spec.get("covers", [])],
+                 [str(p) for p in spec.get("hide_files", [])])
+    enter_scratch({**spec, "unshare": False})

@@ -58,7 +58,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = ["CLONE_NEWNET", "CLONE_NEWPID", "CLONE_NEWUSER", "cgroup_members",
-           "close_inherited", "describe_exit", "die_with_parent", "enter", "exec_plan",
+           "close_inherited", "describe_exit", "die_with_parent", "enter",
+           "enter_user_namespace", "exec_plan",
            "kill_cgroup", "pidfd_open", "plan_from_argv", "setns", "unshare"]
 
 _PR_SET_PDEATHSIG = 1
@@ -93,6 +94,19 @@ def unshare(flags: int) -> None:
 
 def setns(fd: int, nstype: int) -> None:
     _check(_libc.setns(fd, nstype), f"setns({nstype:#x})")
+
+
+def enter_user_namespace(flags: int = 0) -> None:
+    """Unshare a user namespace (and `flags`) in which this user is itself, with every
+    capability there: how a place not run as root makes the other namespaces."""
+    uid, gid = os.getuid(), os.getgid()
+    unshare(CLONE_NEWUSER | flags)
+    with open("/proc/self/setgroups", "w") as f:
+        f.write("deny")
+    with open("/proc/self/uid_map", "w") as f:
+        f.write(f"{uid} {uid} 1")
+    with open("/proc/self/gid_map", "w") as f:
+        f.write(f"{gid} {gid} 1")
 
 
 def pidfd_open(pid: int) -> int:
@@ -179,19 +193,24 @@ def enter(plan: dict[str, Any]) -> None:
     # blocked (Guile) or cannot kill (the first process of a PID namespace ignores it).
     _setrlimit(resource.RLIMIT_CPU, spent + int(limits["cpu_seconds"]), slack=1)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    if plan.get("mounts"):
-        _mounts.enter_namespace(plan["mounts"])
+    mounts = plan.get("mounts")
+    if mounts and "covers" in mounts:  # a build: no zygote prepared its view
+        _mounts.enter_namespace(mounts)
+    elif mounts:
+        _mounts.enter_scratch({**mounts, "unshare": True})
     _prctl(_PR_SET_NO_NEW_PRIVS, 1)
-    landlock = plan.get("landlock")
-    if landlock:
+    if plan.get("landlock"):
+        landlock = plan["landlock"]
         _landlock.restrict([(str(path), int(access)) for path, access in landlock["rules"]],
                            deny_tcp=bool(landlock["deny_tcp"]), scope=True)
-    privileged = os.geteuid() == 0 or bool(plan.get("userns"))
-    if privileged:
+    # Root that stays root (--same-uid) would get every capability back at an exec; a
+    # worker in a user namespace holds them all there. Changing to another uid clears them.
+    stays_root = plan.get("uid") is None and os.geteuid() == 0
+    if stays_root:
         _drop_bounding_capabilities()
     if plan.get("uid") is not None:
         _become(int(plan["uid"]))
-    if privileged:
+    if stays_root or plan.get("userns"):
         _drop_capabilities()
     die_with_parent(int(plan["parent"]), pidfd=plan.get("parent_pidfd"))
     if plan.get("seccomp"):
@@ -260,6 +279,8 @@ def exec_plan() -> None:
     plan = plan_from_argv()
     argv = [str(arg) for arg in plan["argv"]]
     close_inherited()
+    if plan.get("userns"):  # not root: the namespaces are made in a user namespace
+        enter_user_namespace(CLONE_NEWNET)
     if plan.get("namespaces"):
         die_with_parent(int(plan["parent"]))
         unshare(CLONE_NEWPID | CLONE_NEWNET)

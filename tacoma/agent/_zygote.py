@@ -51,7 +51,7 @@ from collections.abc import Callable
 import msgpack
 
 from ..wire._protocol import Meet
-from . import _channel, _sandbox
+from . import _channel, _mounts, _sandbox
 
 __all__ = ["main"]
 
@@ -105,30 +105,27 @@ def _become_worker(run: _channel.Runner, plan: dict[str, object], fds: list[int]
 
 
 def _own_namespaces(plan: dict[str, object]) -> int | None:
-    """Enter the namespaces the plan asks for, once; the descriptor of this process's own
-    PID namespace where each worker is to get a new one (else None)."""
+    """Enter the namespaces the plan asks for, once, and prepare the mount view every
+    worker shares. Returns the descriptor of this process's own PID namespace where each
+    worker is to get a new one (else None)."""
     if plan.get("userns"):
-        uid, gid = os.getuid(), os.getgid()
-        _sandbox.unshare(_sandbox.CLONE_NEWUSER | _sandbox.CLONE_NEWNET)
-        with open("/proc/self/setgroups", "w") as f:
-            f.write("deny")
-        with open("/proc/self/uid_map", "w") as f:
-            f.write(f"{uid} {uid} 1")
-        with open("/proc/self/gid_map", "w") as f:
-            f.write(f"{gid} {gid} 1")
+        _sandbox.enter_user_namespace(_sandbox.CLONE_NEWNET)
     elif plan.get("netns"):
         _sandbox.unshare(_sandbox.CLONE_NEWNET)
-    if plan.get("pidns"):
-        return os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
-    return None
+    view = plan.get("view")
+    if isinstance(view, dict):
+        _mounts.prepare_view([(str(d), [str(p) for p in paths]) for d, paths in view["covers"]],
+                             [str(p) for p in view["hide_files"]])
+    pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC) \
+        if plan.get("pidns") else None
+    return pidns
 
 
-def _fork(pidns: int | None) -> int:
-    """os.fork, the child first of a new PID namespace where `pidns` is given."""
-    if pidns is not None:
-        _sandbox.setns(pidns, _sandbox.CLONE_NEWPID)  # children in our own namespace again,
-        _sandbox.unshare(_sandbox.CLONE_NEWPID)       # so that a new one can be made
-    return os.fork()
+def _new_pid_namespace(pidns: int) -> None:
+    """Make the next child the first process of a new PID namespace: back to our own for
+    children (a second unshare is refused otherwise), then a new one."""
+    _sandbox.setns(pidns, _sandbox.CLONE_NEWPID)
+    _sandbox.unshare(_sandbox.CLONE_NEWPID)
 
 
 def main(run: _channel.Runner, warm_up: Meet | None = None,
@@ -150,6 +147,7 @@ def main(run: _channel.Runner, warm_up: Meet | None = None,
     except OSError as exc:  # the place said the kernel allows it: say what did not work
         _send(control, {"op": "failed", "message": f"namespaces: {exc}"})
         os._exit(1)
+    next_namespace = False  # whether the next child will be in a new PID namespace already
     zygote_fd = _sandbox.pidfd_open(os.getpid())  # how a worker in a new PID namespace
     #                                               knows the zygote still lives
     if warm_up is not None:
@@ -188,7 +186,10 @@ def main(run: _channel.Runner, warm_up: Meet | None = None,
         sys.stdout.flush()
         sys.stderr.flush()
         try:
-            pid = _fork(pidns)
+            if pidns is not None and not next_namespace:
+                _new_pid_namespace(pidns)
+            next_namespace = False
+            pid = os.fork()
         except OSError as exc:
             for fd in fds:
                 os.close(fd)
@@ -213,5 +214,10 @@ def main(run: _channel.Runner, warm_up: Meet | None = None,
                 os._exit(status)
         for fd in fds:
             os.close(fd)
-        live[pid] = request["plan"].get("cgroup")
+        cgroups = request["plan"].get("cgroups") or [None]
+        live[pid] = cgroups[0]  # any of its cgroups lists all its processes
         _send(control, {"op": "spawned", "id": request["id"], "pid": pid})
+        if pidns is not None:  # the next worker's namespace, made now rather than then
+            with contextlib.suppress(OSError):
+                _new_pid_namespace(pidns)
+                next_namespace = True

@@ -127,12 +127,36 @@ class Containment:
             elif path.is_file():
                 self.hide_files.append(str(path))
         self.keep = [*self.needed, str(state)]
+        # Where agents read and run programs, each once and none below another (a rule
+        # covers what is beneath it), and only what exists: fewer rules for each worker.
+        existing = sorted({os.path.realpath(p) for p in [*SYSTEM_RUN, *self.needed]
+                           if os.path.exists(p)})
+        self.run_paths = [p for p in existing
+                          if not any(p != q and is_below(p, q) for q in existing)]
 
     def zygote_plan(self) -> dict[str, Any]:
-        """What a language's zygote enters once, for all its workers."""
+        """What a language's zygote enters and prepares once, for all its workers: its
+        namespaces and the mount view they share. (Not their Landlock rules: a rule binds
+        an inode, and each worker's tmpfs and /proc are new ones, made in the worker.)"""
         layers = self.layers
-        return {"netns": layers.netns and not layers.userns, "pidns": layers.pidns,
-                "userns": layers.userns}
+        plan: dict[str, Any] = {"netns": layers.netns and not layers.userns,
+                                "pidns": layers.pidns, "userns": layers.userns}
+        if layers.mounts:
+            plan["view"] = {"covers": self.covers, "hide_files": self.hide_files}
+        return plan
+
+    def _landlock(self, writable: list[str], execute: tuple[str, ...]) -> dict[str, Any]:
+        """Landlock rules: read and run the system and the interpreter, read the data
+        directory and /proc, use the harmless devices, write `writable` and the scratch
+        directories, run programs beneath `execute`."""
+        if self.layers.mounts:
+            writable = [*writable, *(d for d, _ in TMP_DIRS)]
+        rules = [*((p, _landlock.RUN) for p in self.run_paths),
+                 *((p, _landlock.READ) for p in [*SYSTEM_READ, str(self.settings.data_dir)]),
+                 *((p, _landlock.DEVICE) for p in DEVICES),
+                 *((p, _landlock.WRITE) for p in writable),
+                 *((p, _landlock.EXECUTE) for p in execute)]
+        return {"rules": rules, "deny_tcp": self.settings.agent_network == "none"}
 
     def plan(self, workdir: Path, uid: int | None, group: Group | None,
              execute: tuple[str, ...] = (), build: bool = False) -> dict[str, Any]:
@@ -140,11 +164,11 @@ class Containment:
 
         execute: paths beneath which the agent may run programs besides the system's (the
         compile cache, for a compiled language). build: a program the place runs on an
-        agent's behalf (a compiler), whose working directory stays on disk for the place
-        to read back, and whose PID and network namespaces it makes itself.
+        agent's behalf (a compiler), not forked by a zygote: it prepares its own view, its
+        working directory stays on disk for the place to read back, and it makes its own
+        PID and network namespaces.
         """
         settings, layers, limits = self.settings, self.layers, self.settings.limits
-        stage = workdir.with_name(workdir.name + ".tmp") if build else workdir
         plan: dict[str, Any] = {
             "workdir": str(workdir),
             "env": {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir),
@@ -165,26 +189,18 @@ class Containment:
             "seccomp": self.seccomp,
             "namespaces": build and layers.pidns,
         }
-        if layers.mounts:
-            work = str(settings.work_dir)
+        scratch = {"quota": limits.disk_bytes, "uid": uid, "keep": self.keep,
+                   "proc": layers.pidns}
+        if build and layers.mounts:
+            stage = workdir.with_name(workdir.name + ".tmp")
             plan["mounts"] = {
-                "covers": [*self.covers, (work, [str(workdir), str(stage)])],
-                "hide_files": self.hide_files,
-                "stage": str(stage), "quota": limits.disk_bytes,
-                "workdir": None if build else str(workdir),
-                "keep": self.keep, "uid": uid,
-                "proc": layers.pidns,
-            }
+                **scratch, "at": str(stage),
+                "covers": [*self.covers, (str(settings.work_dir), [str(workdir), str(stage)])],
+                "hide_files": self.hide_files}
+        elif layers.mounts:  # the zygote prepared the view; this is the worker's own part
+            plan["mounts"] = {**scratch, "at": str(settings.work_dir), "name": workdir.name}
         if layers.landlock_abi:
-            writable = [str(workdir), *(d for d, _ in TMP_DIRS)] if layers.mounts \
-                else [str(workdir)]
-            rules = [*((p, _landlock.RUN) for p in [*SYSTEM_RUN, *self.needed]),
-                     *((p, _landlock.READ) for p in [*SYSTEM_READ, str(settings.data_dir)]),
-                     *((p, _landlock.DEVICE) for p in DEVICES),
-                     *((p, _landlock.WRITE) for p in writable),
-                     *((p, _landlock.EXECUTE) for p in execute)]
-            plan["landlock"] = {"rules": rules,
-                                "deny_tcp": settings.agent_network == "none"}
+            plan["landlock"] = self._landlock([str(workdir)], execute)
         return plan
 
     def new_uid(self) -> int | None:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import platformdirs
 import pytest
 
 READY = re.compile(r"tacoma place listening on (\S+) ")
@@ -57,8 +58,21 @@ def issue_identity(name: str, *roles: str, addresses: tuple[str, ...] = ()) -> P
     return _certs.issue(store, name, roles or ("client",), addresses)
 
 
+#: Where the tests' temporary directories (and so their places' state directories) go: not
+#: below /tmp, which each agent has a private one of, and which agents may not write where
+#: a place's state directory lies below it (see tacoma/place/_containment.py).
+RUNS = Path(platformdirs.user_cache_dir("tacoma", appauthor=False)) / "test-runs"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.option.basetemp is None:
+        RUNS.mkdir(parents=True, exist_ok=True, mode=0o700)
+        config.option.basetemp = str(RUNS / f"run-{os.getpid()}")
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(TRUST_DIR, ignore_errors=True)
+    shutil.rmtree(RUNS / f"run-{os.getpid()}", ignore_errors=True)
 
 
 @dataclass
@@ -133,16 +147,6 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPlace]:
     running = launch_place(tmp_path_factory.mktemp("place"))
     yield running
     assert running.stop() == 0
-
-
-@pytest.fixture
-def drop_box() -> Iterator[Path]:
-    """A directory agents can write to (they run under uids of their own as root, and the
-    test's own temporary directories are out of their reach)."""
-    path = Path(tempfile.mkdtemp(prefix="tacoma-test-", dir="/tmp"))
-    path.chmod(0o1777)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 20.0,

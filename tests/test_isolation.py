@@ -294,3 +294,17 @@ def test_cover_plan_reveals_what_lies_below_a_closed_directory(tmp_path: Path) -
     revealed = [path for _, paths in cover_plan([str(closed), str(needed)])
                 for path in paths]
     assert revealed == [str(needed)]
+
+
+def test_cover_plan_reveals_a_path_below_a_closed_directory_below_a_needed_one(
+        tmp_path: Path) -> None:
+    # The place's cwd (on sys.path) holds a 0700 directory holding the state directory:
+    # the state directory must be revealed on its own, or agents could not reach it.
+    from tacoma.place._containment import cover_plan
+
+    cwd = tmp_path / "cwd"
+    state = cwd / "private" / "state"
+    state.mkdir(parents=True)
+    (cwd / "private").chmod(0o700)
+    revealed = [path for _, paths in cover_plan([str(cwd), str(state)]) for path in paths]
+    assert str(state) in revealed

@@ -357,12 +357,13 @@ def test_starting_the_embedded_place_is_not_part_of_the_first_meets_time(
         import tacoma
         print(tacoma.meet("ag_echo", {"E": ["1"]}, timeout=0.3).text("E"))
     """)
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}  # where its state directory goes
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, env=env, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "['1']"
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith("tacoma-embedded-")]
+    assert (tmp_path / "tacoma" / "embedded").is_dir()
+    assert not list((tmp_path / "tacoma" / "embedded").iterdir())  # removed at exit
 
 
 def test_the_client_package_alone_asks_for_a_place() -> None:

@@ -206,7 +206,7 @@ def enter(plan: dict[str, Any]) -> None:
     # Root that stays root (--same-uid) would get every capability back at an exec; a
     # worker in a user namespace holds them all there. Changing to another uid clears them.
     stays_root = plan.get("uid") is None and os.geteuid() == 0
-    if stays_root:
+    if stays_root or plan.get("userns"):
         _drop_bounding_capabilities()
     if plan.get("uid") is not None:
         _become(int(plan["uid"]))

@@ -82,7 +82,7 @@ class Builds:
         """What a worker of a compiled language needs to find programs in the cache."""
         return {"artifacts": str(self.directory(interpreter)),
                 "build_id": self.build_id(interpreter),
-                "execute": [str(self.directory(interpreter))]}  # and only run, not read
+                "execute": [str(self.directory(interpreter))]}  # run by name, not listed
 
     def prune(self, interpreter: Interpreter, leftovers: bool = False) -> None:
         """Keep the most recently used programs of a language, within MAX_CACHED entries

@@ -53,23 +53,33 @@ def interpreter_paths() -> list[str]:
             *(p for p in sys.path if os.path.isabs(p))]
 
 
+def _closed(path: str) -> bool:
+    """Whether others may not enter the directory `path`."""
+    return not os.stat(path).st_mode & stat.S_IXOTH
+
+
 def cover_plan(paths: list[str]) -> list[tuple[str, list[str]]]:
     """For each outermost directory others may not enter, the needed paths below it."""
     # A directory others may not enter is no use to reveal (the agent could not enter
     # it anyway), and kept as a path it would hide the paths below it that are needed
-    # (the place's cwd, on sys.path, being a 0700 checkout holding tacoma, say).
+    # (the place's cwd, on sys.path, being a 0700 checkout holding tacoma, say). A path
+    # below another needed one is revealed with it, unless a closed directory lies
+    # between them (a state directory in a 0700 directory below the place's cwd).
     real = sorted({os.path.realpath(p) for p in paths if os.path.exists(p)
-                   and (not os.path.isdir(p) or os.stat(p).st_mode & stat.S_IXOTH)})
+                   and (not os.path.isdir(p) or not _closed(p))})
     kept: list[str] = []
     for path in real:  # sorted, so an ancestor comes before what it contains
-        if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
+        parts = Path(path).parts
+        if not any(is_below(path, k) and not any(
+                _closed(os.path.join(*parts[:i]))
+                for i in range(len(Path(k).parts) + 1, len(parts))) for k in kept):
             kept.append(path)
     cover: dict[str, list[str]] = {}
     for path in kept:
         parts = Path(path).parts
         for i in range(2, len(parts)):
             ancestor = os.path.join(*parts[:i])
-            if not os.stat(ancestor).st_mode & stat.S_IXOTH:
+            if _closed(ancestor):
                 cover.setdefault(ancestor, []).append(path)
                 break
     return sorted(cover.items())
@@ -133,6 +143,19 @@ class Containment:
                            if os.path.exists(p)})
         self.run_paths = [p for p in existing
                           if not any(p != q and is_below(p, q) for q in existing)]
+        # A scratch directory (/tmp, ...) with a needed path below it cannot be one the
+        # agent may write: a Landlock rule allows what it allows beneath, and the needed
+        # paths (the state directory, its cache and data) are shown below it. The agent
+        # may then only read it, and writes in its working directory ($TMPDIR).
+        self.scratch = [d for d, _ in TMP_DIRS
+                        if not any(is_below(k, real) and k != real
+                                   for real in [os.path.realpath(d)]
+                                   for k in (os.path.realpath(p) for p in self.keep))]
+        if layers.mounts and len(self.scratch) < len(TMP_DIRS):
+            log.warning("agents may not write %s: %s lies below it (keep the state "
+                        "directory and the Python installation elsewhere)",
+                        ", ".join(d for d, _ in TMP_DIRS if d not in self.scratch),
+                        "the state directory or the Python installation")
 
     def zygote_plan(self) -> dict[str, Any]:
         """What a language's zygote enters and prepares once, for all its workers: its
@@ -149,13 +172,16 @@ class Containment:
         """Landlock rules: read and run the system and the interpreter, read the data
         directory and /proc, use the harmless devices, write `writable` and the scratch
         directories, run programs beneath `execute`."""
+        readable = [*SYSTEM_READ, str(self.settings.data_dir)]
         if self.layers.mounts:
-            writable = [*writable, *(d for d, _ in TMP_DIRS)]
+            writable = [*writable, *self.scratch]
+            readable += [d for d, _ in TMP_DIRS if d not in self.scratch]
         rules = [*((p, _landlock.RUN) for p in self.run_paths),
-                 *((p, _landlock.READ) for p in [*SYSTEM_READ, str(self.settings.data_dir)]),
+                 *((p, _landlock.READ) for p in readable),
                  *((p, _landlock.DEVICE) for p in DEVICES),
                  *((p, _landlock.WRITE) for p in writable),
-                 *((p, _landlock.EXECUTE) for p in execute)]
+                 # exec reads the file too; but no READ_DIR: programs are run by name
+                 *((p, _landlock.EXECUTE | _landlock.READ_FILE) for p in execute)]
         return {"rules": rules, "deny_tcp": self.settings.agent_network == "none"}
 
     def plan(self, workdir: Path, uid: int | None, group: Group | None,

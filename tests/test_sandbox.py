@@ -192,3 +192,17 @@ def _ps(place: RunningPlace) -> list[dict[str, object]]:
 def test_agent_network_is_checked() -> None:
     with pytest.raises(ValueError, match="agent_network"):
         tacoma.PlaceSettings(agent_network="everything")
+
+
+def test_agents_read_the_installation_not_the_places_whole_sys_path(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # A place run as a service from "/" (python -m puts the cwd on sys.path) must not give
+    # its agents a rule to read and run everything.
+    from tacoma.place._containment import interpreter_paths
+
+    monkeypatch.syspath_prepend("/")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    paths = interpreter_paths()
+    assert "/" not in paths
+    assert str(tmp_path) not in paths
+    assert sys.base_prefix in paths

@@ -48,9 +48,11 @@ OUTPUT_TAIL = 4096
 
 
 def interpreter_paths() -> list[str]:
-    """What a Python worker reads after it dropped root: the installation, sys.path."""
-    return [sys.prefix, sys.base_prefix, sys.exec_prefix,
-            *(p for p in sys.path if os.path.isabs(p))]
+    """What a Python worker reads after it dropped root: the installation (its standard
+    library and site-packages) and where tacoma and msgpack came from. Not the rest of the
+    place's sys.path: its cwd may be "/" (a service) or a user's home."""
+    return [p for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *worker_sys_path())
+            if os.path.isabs(p) and p != "/"]
 
 
 def _closed(path: str) -> bool:

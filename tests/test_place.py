@@ -224,6 +224,58 @@ def test_garbage_gets_a_bye_and_the_place_serves_others(place: RunningPlace,
     assert tacoma.meet(place.target("ag_echo"), {"OK": [b"1"]}) == {"OK": [b"1"]}
 
 
+def test_a_meet_cancelled_right_behind_it_is_answered_and_forgotten(place: RunningPlace
+                                                                    ) -> None:
+    # 100 Meet+Cancel pairs in one write: each Cancel reaches the place before its meet's
+    # task ever ran. Each must still be answered (MeetError, cancelled), once.
+    hello = _frame([1, V, "client", 2**20, "x"])
+    pairs = b"".join(
+        _frame([2, rid, "ag_python", {"CODE": [b"import time; time.sleep(60)"]}, "sync",
+                None, ""]) + _frame([8, rid]) for rid in range(1, 101))
+    with _raw_connection(place) as sock:
+        sock.sendall(hello + pairs)
+        answers: dict[int, list[object]] = {}
+        data = b""
+        while len(answers) < 100:
+            chunk = sock.recv(65536)
+            assert chunk, f"the place closed after {len(answers)} answers"
+            data += chunk
+            while len(data) >= 4 and len(data) >= 4 + int.from_bytes(data[:4], "big"):
+                size = int.from_bytes(data[:4], "big")
+                event = msgpack.unpackb(data[4:4 + size], raw=False)
+                data = data[4 + size:]
+                if event[0] == 5:  # Failed
+                    assert event[1] not in answers, "answered twice"
+                    answers[event[1]] = event
+    assert sorted(answers) == list(range(1, 101))
+    # Past a principal's share (a quarter of --max-meets) a meet is refused at once.
+    cancelled = [a for a in answers.values() if a[2] == "meet-failed" and "cancelled" in a[3]]
+    refused = [a for a in answers.values() if a[2] == "unavailable"]
+    assert len(cancelled) >= 50 and len(cancelled) + len(refused) == 100, answers
+    assert tacoma.meet(place.target("ag_echo"), {"OK": [b"1"]}) == {"OK": [b"1"]}
+
+
+def test_a_deeply_nested_hello_gets_a_bye_not_a_traceback(place: RunningPlace) -> None:
+    nested = b"\x91" * 1000 + msgpack.packb("client")
+    body = b"\x95\x01" + msgpack.packb(V) + nested + msgpack.packb(2**20) + msgpack.packb("x")
+    with _raw_connection(place) as sock:
+        sock.sendall(len(body).to_bytes(4, "big") + body)
+        frames = _read_frames(sock)
+    assert frames[-1][0] == 7 and "malformed Hello" in frames[-1][1]
+    assert "Traceback" not in place.log() and "RecursionError" not in place.log()
+
+
+def test_meet_ids_differ_across_restarts() -> None:
+    # Two runs of a place within the same second (its ids were the time's low bits and a
+    # counter from 1): the book of meets of each run hands out ids the other never does.
+    from tacoma.place._meet import Meets
+
+    runs = [Meets(256, "127.0.0.1:7707"), Meets(256, "127.0.0.1:7707")]
+    ids = [{run.new("ag_echo", Briefcase(), None).id for _ in range(100)} for run in runs]
+    assert len(ids[0]) == len(ids[1]) == 100
+    assert not ids[0] & ids[1]
+
+
 def test_version_mismatch_is_named_in_the_bye(place: RunningPlace) -> None:
     with _raw_connection(place) as sock:
         sock.sendall(_frame([1, 99, "client", 2**20, "x"]))
@@ -592,3 +644,16 @@ def test_the_places_own_agents_are_served_at_max_meets(start_place) -> None:
         tacoma.meet(p.target("ag_python"), code="pass", timeout=10)
     assert tacoma.meet(p.target("ag_echo"), {"X": [b"1"]}) == {"X": [b"1"]}
     assert tacoma.meet(p.target("ag_cabinet"), {"OP": ["list"]}).folder("CABINETS") == []
+
+
+def test_the_zygotes_table_of_ended_workers_does_not_grow() -> None:
+    # The zygote reports each worker's CPU time when it ends; the place kept every entry.
+    from tacoma.place import _embedded
+
+    for _ in range(5):
+        tacoma.meet("ag_python", code="pass")
+    place = _embedded._place
+    assert place is not None and place.dispatch is not None
+    zygote = place.dispatch.agents.pools["ag_python"].zygote
+    assert zygote is not None
+    wait_until(lambda: not zygote.cpu_used, what="the ended workers' entries to go")

@@ -934,3 +934,31 @@ def test_a_cancel_that_crosses_its_reply_is_harmless() -> None:
     cancel = pair[Role.CLIENT].send(Cancel(rid))  # sent before the reply arrived ...
     pair.send(Role.PLACE, Result(rid, Briefcase()))  # ... which was already on its way
     assert pair.deliver(Role.CLIENT, cancel) == [Cancel(rid)]  # the place just ignores it
+
+
+def _nested(depth: int) -> bytes:
+    """A msgpack value nested `depth` arrays deep (built by hand: msgpack's packer refuses
+    deep nesting, a peer's bytes need not)."""
+    return b"\x91" * depth + b"\xa6client"
+
+
+#: One event of each kind, whose wire fields the test below replaces one at a time.
+TEMPLATES = [Hello(PROTOCOL_VERSION, Role.CLIENT, 2**20, "x"),
+             Meet(1, "ag_echo", Briefcase(), "sync", None, ""), Accepted(1, "id"),
+             Result(1, Briefcase()), Failed(1, "agent-failed", "m", ""), Log("info", "x"),
+             Bye("x"), Cancel(1)]
+
+
+@pytest.mark.parametrize("depth", [10, 500, 990, 1020, 5000])
+@pytest.mark.parametrize("template", TEMPLATES, ids=lambda e: type(e).__name__)
+def test_deeply_nested_fields_are_remote_protocol_errors(template: Event, depth: int) -> None:
+    # A Hello whose role was nested ~1000 deep raised RecursionError while its error
+    # message was made (repr), outside the protocol error path.
+    fields = [msgpack.packb(v, use_bin_type=True) for v in template.fields()]
+    for position in range(len(fields)):
+        nested = [*fields[:position], _nested(depth), *fields[position + 1:]]
+        body = bytes([0x90 | (len(nested) + 1)]) + msgpack.packb(template.tag) + b"".join(nested)
+        data = len(body).to_bytes(4, "big") + body
+        check_garbage(b"", data)
+        check_garbage(hello_from(Role.CLIENT), data)
+        check_garbage(hello_from(Role.PLACE), data)

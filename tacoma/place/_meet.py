@@ -21,6 +21,7 @@ import asyncio
 import collections
 import hashlib
 import itertools
+import secrets
 import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
@@ -150,7 +151,9 @@ class Meets:
         self.stopping = False
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._ids = itertools.count(1)
-        self._boot = f"{int(time.time()) & 0xFFFFFF:06x}"
+        # Meet ids are this run's random prefix and a counter: a place restarted within the
+        # same second (the prefix was the time's low bits) gave the ids of its last run.
+        self._boot = secrets.token_hex(5)
         self._count = 0
 
     def admit(self, agent: str = "", principal: str = "") -> None:

@@ -288,6 +288,9 @@ class Worker:
         if self.exited is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self.exited), 10)
+        zygote = self.pool.zygote
+        if zygote is not None:  # its exit's CPU time, if run() did not take it
+            zygote.cpu_used.pop(self.pid, None)
         try:
             await asyncio.to_thread(shutil.rmtree, self.workdir, True)
         except RuntimeError:  # at interpreter exit no new threads can start: do it here

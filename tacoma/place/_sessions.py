@@ -21,6 +21,7 @@ from ..wire._errors import LimitExceeded, MeetError, MessageError, ProtocolError
 from ..wire._protocol import Accepted, Cancel, Event, Failed, Meet, Result
 from ._access import Access, Principal
 from ._dispatch import Dispatch, failed
+from ._meet import RunningMeet
 from ._trips import Trip
 
 __all__ = ["Session"]
@@ -122,7 +123,7 @@ class Session:
         else:
             task = self.meets.spawn(meet, self.dispatch.answered(
                 event.rid, self.dispatch.run(meet), meet, self._reply))
-            self._track(event.rid, task)
+            self._track(event.rid, task, meet)
 
     def _accept_message(self, event: Meet) -> None:
         """A meet with a resident agent: a message to it (see _residents)."""
@@ -139,9 +140,18 @@ class Session:
             event.rid, self.dispatch.answer_of(event, message.answer), None, self._reply))
         self._track(event.rid, task)
 
-    def _track(self, rid: int, task: asyncio.Task[None]) -> None:
+    def _track(self, rid: int, task: asyncio.Task[None],
+               meet: RunningMeet | None = None) -> None:
         self.tasks[rid] = task
-        task.add_done_callback(lambda _: self.tasks.pop(rid, None))
+
+        def done(_: object) -> None:
+            self.tasks.pop(rid, None)
+            if task.cancelled() and rid in self.channel.conn.owed:
+                # Cancelled before its coroutine started (a Cancel right behind its Meet):
+                # nothing ran to answer it, so answer here, and the rid is forgotten.
+                self._reply(failed(rid, self.meets.cancelled(meet)))
+
+        task.add_done_callback(done)
 
     def _reply(self, event: Event) -> None:
         """Send a reply, if the client is still there to get it."""

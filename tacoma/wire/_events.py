@@ -23,6 +23,7 @@ import dataclasses
 import enum
 import math
 import operator
+import reprlib
 from dataclasses import dataclass
 
 import msgpack
@@ -119,8 +120,8 @@ def _is_timeout(v: Any) -> bool:
 
 def _role_from_wire(value: object) -> Role:
     role = Role._value2member_map_.get(value) if isinstance(value, str) else None
-    if role is None:
-        raise TypeError(f"unknown role {value!r}")
+    if role is None:  # reprlib: a peer's value may be huge or deeply nested
+        raise TypeError(f"unknown role {reprlib.repr(value)}")
     return role  # type: ignore[return-value]  # the map holds only Role members
 
 
@@ -363,3 +364,6 @@ def decode(body: bytes) -> Event:
         return cls.build(value[1:])
     except (TypeError, ValueError) as exc:
         raise ValueError(f"malformed {cls.__name__}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - whatever a peer's frame makes a check raise
+        # (RecursionError on a deeply nested value, say) is the peer's protocol error.
+        raise ValueError(f"malformed {cls.__name__} ({type(exc).__name__})") from None

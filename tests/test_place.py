@@ -657,3 +657,42 @@ def test_the_zygotes_table_of_ended_workers_does_not_grow() -> None:
     zygote = place.dispatch.agents.pools["ag_python"].zygote
     assert zygote is not None
     wait_until(lambda: not zygote.cpu_used, what="the ended workers' entries to go")
+
+
+def test_an_idle_connection_is_closed_and_a_busy_one_is_not(tmp_path: Path) -> None:
+    # Idle connections must not hold the place's slots. (In-process, for a timeout under the
+    # CLI's minimum of 60 s.)
+    from tacoma.client._client import PlaceClient
+
+    async def scenario() -> None:
+        place = tacoma.Place(tacoma.PlaceSettings(listen="127.0.0.1:0",
+                                                  state_dir=tmp_path / "state",
+                                                  idle_seconds=1.0))
+        address = await place.start()
+        try:
+            idle = await PlaceClient.connect(address)
+            busy = await PlaceClient.connect(address)
+            meet = asyncio.ensure_future(busy.meet(
+                "ag_python", Briefcase(CODE=["import time; time.sleep(3)"]), "sync", 30))
+            await asyncio.sleep(2.5)
+            assert not idle.usable
+            assert idle.channel is not None and "idle for 1 s" in idle.channel.close_reason
+            assert busy.usable  # a meet in flight: not idle, however long it runs
+            assert await meet == {"CODE": [b"import time; time.sleep(3)"]}
+            await asyncio.sleep(2.5)
+            assert not busy.usable  # idle once its meet was answered
+        finally:
+            await place.stop(grace=1)
+
+    asyncio.run(scenario())
+
+
+def test_a_client_does_not_reuse_a_connection_the_place_may_be_closing() -> None:
+    from tacoma.client._client import REUSE_SECONDS, PlaceClient
+    from tacoma.wire._protocol import MIN_IDLE_SECONDS
+
+    assert REUSE_SECONDS < MIN_IDLE_SECONDS
+    client = PlaceClient("127.0.0.1:7707")
+    assert not client.stale
+    client._active -= REUSE_SECONDS + 1
+    assert client.stale

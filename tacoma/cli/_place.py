@@ -22,6 +22,7 @@ import tacoma
 from ..place._settings import DEFAULT_LISTEN, default_state_dir
 from ..wire._address import parse_address
 from ..wire._names import RESERVED_AGENTS
+from ..wire._protocol import MIN_IDLE_SECONDS
 from ._common import CommandFunction, state_dir_option
 
 __all__ = ["doctor", "install", "place"]
@@ -95,6 +96,10 @@ _SETTINGS = tacoma.PlaceSettings()
 @click.option("--same-uid", is_flag=True,
               help="As root, run agents as root too (unsafe: they can then signal the place "
                    "and read whatever root may). By default each agent gets a uid of its own.")
+@click.option("--idle-seconds", type=click.FloatRange(min=MIN_IDLE_SECONDS),
+              default=_SETTINGS.idle_seconds, show_default=True,
+              help="Close a connection with no meet in flight after it has been silent this "
+                   "long (clients reconnect at their next meet).")
 @click.option("--agent-network", type=click.Choice(["none", "host"]), default="none",
               show_default=True,
               help="What network agents get: none (they reach other agents only through "
@@ -123,7 +128,7 @@ _SETTINGS = tacoma.PlaceSettings()
 def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
           max_meets: int, max_connections: int, grace_seconds: float, mailbox_messages: int,
           mailbox_bytes: int, mailbox_total_bytes: int, same_uid: bool,
-          agent_network: str, identity: str | None, insecure: bool,
+          idle_seconds: float, agent_network: str, identity: str | None, insecure: bool,
           allow: tuple[str, ...], share: float, deny_list: Path | None, quiet: bool,
           verbose: bool, **limits: Any) -> None:
     """Run a place: accept meets and run agents until SIGINT or SIGTERM.
@@ -147,7 +152,7 @@ def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
             mailbox_bytes=mailbox_bytes, mailbox_total_bytes=mailbox_total_bytes,
             limits=tacoma.Limits(**limits), separate_uids=not same_uid, identity=identity,
             insecure=insecure, allow=allow, share=share, deny_list=deny_list,
-            agent_network=agent_network)
+            agent_network=agent_network, idle_seconds=idle_seconds)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO

@@ -29,7 +29,17 @@ from ..wire._errors import (
     TacomaError,
     error_from_wire,
 )
-from ..wire._protocol import DEFAULT_MAX_FRAME, Accepted, Cancel, Event, Failed, Meet, Result, Role
+from ..wire._protocol import (
+    DEFAULT_MAX_FRAME,
+    MIN_IDLE_SECONDS,
+    Accepted,
+    Cancel,
+    Event,
+    Failed,
+    Meet,
+    Result,
+    Role,
+)
 from ..wire._trace import read as read_trace
 from ..wire._trace import record
 from ._identity import Credentials
@@ -44,6 +54,12 @@ WireMode = Literal["sync", "async", "ack", "go"]
 _SOFTWARE = f"tacoma/{__version__}"
 
 
+#: How long a cached connection may idle and still be used: well inside any place's idle
+#: timeout (`tacoma place --idle-seconds` is at least MIN_IDLE_SECONDS), so that a meet is
+#: never sent just as the place closes the connection for idleness.
+REUSE_SECONDS = 0.75 * MIN_IDLE_SECONDS
+
+
 class PlaceClient:
     """One connection to a place, carrying many concurrent meets."""
 
@@ -51,6 +67,7 @@ class PlaceClient:
         self.address = address
         self.channel: Channel | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._active = time.monotonic()  # when it last sent a meet or had an answer
 
     @classmethod
     async def connect(cls, address: str, timeout: float | None = 10.0,
@@ -66,6 +83,12 @@ class PlaceClient:
     @property
     def usable(self) -> bool:
         return self.channel is not None and not self.channel.is_closing
+
+    @property
+    def stale(self) -> bool:
+        """Idle for most of the place's idle timeout: the place may be closing it now, and a
+        meet sent on it could cross that close. A fresh connection is taken instead."""
+        return not self._pending and time.monotonic() - self._active > REUSE_SECONDS
 
     async def meet(self, agent: str, briefcase: Briefcase, mode: WireMode = "sync",
                    timeout: float | None = None, principal: str = "") -> Briefcase | str:
@@ -111,6 +134,7 @@ class PlaceClient:
         """Wait for the answer to meet `rid`; cancel the meet at the place if given up."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
+        self._active = time.monotonic()
         try:
             return await future
         finally:
@@ -129,6 +153,7 @@ class PlaceClient:
     # -- EventHandler
     def event_received(self, channel: Channel, event: Event) -> None:
         assert isinstance(event, Accepted | Result | Failed)  # the protocol allows no other
+        self._active = time.monotonic()
         future = self._pending.get(event.rid)
         if future is None or future.done():
             return  # its caller gave up (timeout, cancellation)
@@ -170,8 +195,10 @@ class ClientCache:
         except ValueError as exc:
             raise ConnectError(str(exc)) from None
         client = self.clients.get(address)
-        if client is not None and client.usable:
+        if client is not None and client.usable and not client.stale:
             return client
+        if client is not None and client.usable:  # stale: let it go, connect anew
+            client.close()
         pending = self.connecting.get(address)
         if pending is not None:
             return await asyncio.shield(pending)

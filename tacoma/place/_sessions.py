@@ -43,6 +43,8 @@ class Session:
         #: peer may use ag_admin (both known once its certificate is: see admit).
         self.own = Principal("")
         self.admin = False
+        self._active = time.monotonic()  # when it last sent or was answered
+        self._idle: asyncio.TimerHandle | None = None
 
     def admit(self, channel: Channel) -> str:
         """Channel admission (see _transport.Admission): the place's access rules."""
@@ -52,10 +54,25 @@ class Session:
             self.own = Principal(peer.name if peer is not None else "")
             self.admin = peer is not None and peer.is_admin
             self.sessions.add(self)
+            self._check_idle()
         return refused
+
+    def _check_idle(self) -> None:
+        """Close the connection once it has had no meet in flight and sent nothing for
+        --idle-seconds (idle connections must not hold the place's slots)."""
+        limit = self.dispatch.settings.idle_seconds
+        quiet = time.monotonic() - self._active
+        if self.channel.is_closing:
+            return
+        if quiet >= limit and not self.channel.conn.owed and not self.tasks:
+            self.channel.close(f"idle for {limit:g} s with no meet in flight")
+            return
+        wait = limit - quiet if quiet < limit else limit
+        self._idle = asyncio.get_running_loop().call_later(wait, self._check_idle)
 
     # -- EventHandler
     def event_received(self, channel: Channel, event: Event) -> None:
+        self._active = time.monotonic()
         if isinstance(event, Cancel):
             task = self.tasks.get(event.rid)
             if task is not None:
@@ -65,6 +82,8 @@ class Session:
         self.accept(event)
 
     def channel_closed(self, channel: Channel, exc: BaseException | None) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
         if self in self.sessions:  # admitted, and not yet closed
             self.sessions.discard(self)
             self.access.closed(channel)
@@ -158,6 +177,7 @@ class Session:
         channel = self.channel
         if channel.is_closing:
             return
+        self._active = time.monotonic()
         try:
             channel.send(event)
         except (LimitExceeded, ProtocolError) as exc:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import platformdirs
 
-from ..wire._protocol import DEFAULT_MAX_FRAME
+from ..wire._protocol import DEFAULT_MAX_FRAME, IDLE_SECONDS
 
 __all__ = ["AGENT_NETWORKS", "DEFAULT_LISTEN", "Limits", "PlaceSettings", "default_state_dir"]
 
@@ -104,6 +104,10 @@ class PlaceSettings:
     share: the fraction of max_connections and of max_meets any one principal may hold.
     agent_network: "none" (the default): agents have no network, only their channel to the
         place (meet, send, go); "host": agents have the host's network.
+    idle_seconds: a connection with no meet in flight that has sent nothing for this long
+        is closed (with a Bye saying so); clients reconnect when they next meet. Clients
+        stop reusing a connection idle for 45 s, so below 60 s a meet may cross the close
+        (the CLI refuses such values; the Python API allows them, for tests).
     """
 
     listen: str = DEFAULT_LISTEN
@@ -125,6 +129,7 @@ class PlaceSettings:
     allow: tuple[str, ...] = ()
     share: float = 0.25
     agent_network: str = "none"
+    idle_seconds: float = IDLE_SECONDS
 
     def __post_init__(self) -> None:
         # Absolute: agents' working directories are below it, and they start elsewhere.
@@ -138,6 +143,8 @@ class PlaceSettings:
         if not isinstance(self.share, int | float) or not 0 < self.share <= 1:
             raise ValueError(f"share must be a fraction above 0 and at most 1, got "
                              f"{self.share!r}")
+        if not isinstance(self.idle_seconds, int | float) or not self.idle_seconds > 0:
+            raise ValueError(f"idle_seconds must be above 0, got {self.idle_seconds!r}")
         if self.agent_network not in AGENT_NETWORKS:
             raise ValueError(f"agent_network must be one of {', '.join(AGENT_NETWORKS)}, got "
                              f"{self.agent_network!r}")

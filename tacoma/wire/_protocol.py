@@ -51,6 +51,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_FRAME",
+    "IDLE_SECONDS",
+    "MIN_IDLE_SECONDS",
     "NEED_DATA",
     "PROTOCOL_VERSION",
     "Accepted",
@@ -74,6 +76,12 @@ PROTOCOL_VERSION: Final = 3
 #: 64 MiB fits photos and data sets of the size agents carry, while a few concurrent meets
 #: still fit in a small machine's memory.
 DEFAULT_MAX_FRAME: Final = 64 * 1024 * 1024
+#: A place closes a connection with no meet in flight that has been silent this long
+#: (`--idle-seconds`, at least MIN_IDLE_SECONDS); clients stop reusing one that has been idle
+#: for most of the minimum, so that a meet never crosses the place's close (see
+#: client._client.ClientCache).
+IDLE_SECONDS: Final = 300.0
+MIN_IDLE_SECONDS: Final = 60.0
 
 #: Frames at the start of a connection, before both sides said Hello, are tiny; a peer that
 #: sends a large one first is not speaking tacoma (an HTTP client, say).

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import msgpack
@@ -696,3 +697,38 @@ def test_a_client_does_not_reuse_a_connection_the_place_may_be_closing() -> None
     assert not client.stale
     client._active -= REUSE_SECONDS + 1
     assert client.stale
+
+
+def test_the_bytes_being_received_at_once_are_bounded(start_place) -> None:
+    # Peers that each send all but the end of a large frame held max_frame bytes each.
+    place = start_place("--max-briefcase", str(2**20), "--max-receiving", str(2 * 2**20))
+    hello = _frame([1, V, "client", 2**20, "x"])
+    almost = (2**20 - 1000).to_bytes(4, "big") + b"\x00" * 900_000  # a frame, unfinished
+    holding = [_raw_connection(place), _raw_connection(place)]
+    try:
+        for sock in holding:
+            sock.sendall(hello + almost)
+        time.sleep(0.5)  # both are held now: 1.8 MB of the 2 MiB
+        with _raw_connection(place) as third:
+            third.sendall(hello + almost)
+            bye = _read_frames(third)[-1]
+        assert bye[0] == 7 and "budget for incoming briefcases" in bye[1], bye
+        assert tacoma.meet(place.target("ag_echo"), {"OK": [b"1"]}) == {"OK": [b"1"]}
+    finally:
+        for sock in holding:
+            sock.close()
+    # What they held is given back: a large briefcase goes through again.
+    big = {"BIG": [b"x" * 700_000]}
+    wait_until(lambda: tacoma.meet(place.target("ag_echo"), big) == big,
+               what="the budget to be given back")
+
+
+def test_receive_budget_accounting() -> None:
+    from tacoma.client._transport import ReceiveBudget
+
+    budget = ReceiveBudget(100)
+    a, b = object(), object()
+    assert budget.hold(a, 60) and budget.hold(b, 40)  # type: ignore[arg-type]
+    assert not budget.hold(b, 41)  # type: ignore[arg-type]
+    assert budget.hold(a, 10) and budget.hold(b, 90)  # type: ignore[arg-type]
+    assert budget.hold(a, 0) and budget.total == 90  # type: ignore[arg-type]

@@ -96,6 +96,10 @@ _SETTINGS = tacoma.PlaceSettings()
 @click.option("--same-uid", is_flag=True,
               help="As root, run agents as root too (unsafe: they can then signal the place "
                    "and read whatever root may). By default each agent gets a uid of its own.")
+@click.option("--max-receiving", type=click.IntRange(min=65536),
+              default=_SETTINGS.max_receiving, show_default=True,
+              help="Bytes of briefcases being received at once from all peers together; "
+                   "a peer whose briefcase would pass it is refused.")
 @click.option("--idle-seconds", type=click.FloatRange(min=MIN_IDLE_SECONDS),
               default=_SETTINGS.idle_seconds, show_default=True,
               help="Close a connection with no meet in flight after it has been silent this "
@@ -128,7 +132,8 @@ _SETTINGS = tacoma.PlaceSettings()
 def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
           max_meets: int, max_connections: int, grace_seconds: float, mailbox_messages: int,
           mailbox_bytes: int, mailbox_total_bytes: int, same_uid: bool,
-          idle_seconds: float, agent_network: str, identity: str | None, insecure: bool,
+          max_receiving: int, idle_seconds: float, agent_network: str,
+          identity: str | None, insecure: bool,
           allow: tuple[str, ...], share: float, deny_list: Path | None, quiet: bool,
           verbose: bool, **limits: Any) -> None:
     """Run a place: accept meets and run agents until SIGINT or SIGTERM.
@@ -152,7 +157,8 @@ def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
             mailbox_bytes=mailbox_bytes, mailbox_total_bytes=mailbox_total_bytes,
             limits=tacoma.Limits(**limits), separate_uids=not same_uid, identity=identity,
             insecure=insecure, allow=allow, share=share, deny_list=deny_list,
-            agent_network=agent_network, idle_seconds=idle_seconds)
+            agent_network=agent_network, idle_seconds=idle_seconds,
+            max_receiving=max_receiving)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO

@@ -31,7 +31,7 @@ from ..wire._errors import (
 )
 from ..wire._protocol import NEED_DATA, Bye, Connection, Event, Role
 
-__all__ = ["Channel", "EventHandler", "connect"]
+__all__ = ["Channel", "EventHandler", "ReceiveBudget", "connect"]
 
 #: Seconds a place waits for a new connection's Hello (a client sends it at once).
 HELLO_TIMEOUT = 10.0
@@ -48,10 +48,42 @@ class EventHandler(Protocol):
 Admission = Callable[["Channel"], str]
 
 
+#: A peer that stops sending in the middle of a frame is dropped after this long.
+STALL_SECONDS = 30.0
+
+
+class ReceiveBudget:
+    """The bytes of incomplete frames a place holds for all its connections together.
+
+    A frame is buffered whole before it is decoded, so peers that each send all but the
+    end of a large frame would hold max_frame bytes each; the budget bounds the total. A
+    connection whose frame would take the total past `limit` is closed with a Bye saying
+    so (its peer may send again later); what it held is given back.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.total = 0
+        self._held: dict[Channel, int] = {}
+
+    def hold(self, channel: Channel, held: int) -> bool:
+        """Record that `channel` now holds `held` bytes; False if that is over budget."""
+        before = self._held.get(channel, 0)
+        if held > before and self.total - before + held > self.limit:
+            return False
+        self.total += held - before
+        if held:
+            self._held[channel] = held
+        else:
+            self._held.pop(channel, None)
+        return True
+
+
 class Channel(asyncio.Protocol):
     def __init__(self, role: Role, handler: EventHandler, max_frame: int,
                  software: str = "", refuse: str = "",
-                 admit: Admission | None = None) -> None:
+                 admit: Admission | None = None,
+                 budget: ReceiveBudget | None = None) -> None:
         self.conn = Connection(role, max_frame, software)
         self.handler = handler
         self.transport: asyncio.Transport | None = None
@@ -66,6 +98,8 @@ class Channel(asyncio.Protocol):
         self._refuse = refuse  # say Bye with this reason instead of Hello
         self._admit = admit
         self._hello_timer: asyncio.TimerHandle | None = None
+        self._budget = budget
+        self._stall_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -101,6 +135,7 @@ class Channel(asyncio.Protocol):
             while True:
                 event = self.conn.next_event()
                 if event is NEED_DATA:
+                    self._holding()
                     return
                 assert isinstance(event, Event)
                 if isinstance(event, Bye):
@@ -125,7 +160,36 @@ class Channel(asyncio.Protocol):
                 self.transport.write(self.conn.fail_bytes(str(exc)))
             self._fail(exc)
 
+    def _holding(self) -> None:
+        """Account for the incomplete frame now buffered: within the budget, and arriving."""
+        if self._budget is None:
+            return
+        held = self.conn.buffered
+        if not self._budget.hold(self, held):
+            self.close_reason = (f"over the place's budget for incoming briefcases "
+                                 f"({self._budget.limit:,} bytes being received at once)")
+            if self.transport is not None and not self.transport.is_closing():
+                self.transport.write(self.conn.fail_bytes(
+                    f"{self.close_reason}; send again later"))
+                self.transport.close()
+            return
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
+        if held:
+            self._stall_timer = asyncio.get_running_loop().call_later(STALL_SECONDS,
+                                                                      self._stalled)
+
+    def _stalled(self) -> None:
+        if self.conn.buffered:
+            self.close_reason = f"no byte of a started frame for {STALL_SECONDS:g} s"
+            self.abort()
+
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._budget is not None:
+            self._budget.hold(self, 0)
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
         reason = self.close_reason or (str(exc) if exc else "connection closed by peer")
         lost = ConnectionLost(reason)
         if self._hello_timer is not None:

@@ -35,7 +35,7 @@ from typing import cast
 
 from .._version import __version__
 from ..agent._interpreter import Interpreter, discover_interpreters, module_file
-from ..client._transport import Channel
+from ..client._transport import Channel, ReceiveBudget
 from ..wire._address import parse_address
 from ..wire._errors import PlaceUnavailable
 from ..wire._names import BUILT_IN
@@ -74,6 +74,8 @@ class Place:
         self.cabinets = Cabinets(self.settings.state_dir / "cabinets.sqlite3")
         self.cgroups: Cgroups | None = None
         self.uids: AgentUids | None = None
+        #: Bytes of incomplete frames held for all connections together.
+        self.receiving = ReceiveBudget(self.settings.max_receiving)
         self.dispatch: Dispatch | None = None  # its parts, once it listens
         self.access: Access | None = None  # its trust, once it starts
         self._server: asyncio.AbstractServer | None = None
@@ -199,7 +201,8 @@ class Place:
                 return _Closed()
         if tls is None:
             session.channel = Channel(Role.PLACE, session, self.settings.max_frame,
-                                      _SOFTWARE, refuse, admit=session.admit)
+                                      _SOFTWARE, refuse, admit=session.admit,
+                                      budget=self.receiving)
             return session.channel
         handshake: list[Callable[[], None]] = []
 
@@ -208,7 +211,7 @@ class Place:
             return session.admit(channel)
 
         session.channel = Channel(Role.PLACE, session, self.settings.max_frame, _SOFTWARE,
-                                  refuse, admit=admit)
+                                  refuse, admit=admit, budget=self.receiving)
         protocol, finished = tls.wrap(session.channel)
         handshake.append(finished)
         return protocol

@@ -104,6 +104,9 @@ class PlaceSettings:
     share: the fraction of max_connections and of max_meets any one principal may hold.
     agent_network: "none" (the default): agents have no network, only their channel to the
         place (meet, send, go); "host": agents have the host's network.
+    max_receiving: the bytes of briefcases being received at once from all peers together
+        (frames are buffered whole); a peer whose frame would pass it is refused (a Bye),
+        and one that stops in the middle of a frame is dropped after 30 s.
     idle_seconds: a connection with no meet in flight that has sent nothing for this long
         is closed (with a Bye saying so); clients reconnect when they next meet. Clients
         stop reusing a connection idle for 45 s, so below 60 s a meet may cross the close
@@ -130,6 +133,7 @@ class PlaceSettings:
     share: float = 0.25
     agent_network: str = "none"
     idle_seconds: float = IDLE_SECONDS
+    max_receiving: int = 256 * 1024 * 1024
 
     def __post_init__(self) -> None:
         # Absolute: agents' working directories are below it, and they start elsewhere.
@@ -143,6 +147,9 @@ class PlaceSettings:
         if not isinstance(self.share, int | float) or not 0 < self.share <= 1:
             raise ValueError(f"share must be a fraction above 0 and at most 1, got "
                              f"{self.share!r}")
+        if not isinstance(self.max_receiving, int) or self.max_receiving < self.max_frame:
+            raise ValueError(f"max_receiving must be at least max_frame ({self.max_frame}), "
+                             f"got {self.max_receiving!r}")
         if not isinstance(self.idle_seconds, int | float) or not self.idle_seconds > 0:
             raise ValueError(f"idle_seconds must be above 0, got {self.idle_seconds!r}")
         if self.agent_network not in AGENT_NETWORKS:

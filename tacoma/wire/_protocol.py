@@ -213,6 +213,12 @@ class Connection:
         """Feed bytes read from the peer. (End of stream is the driver's business.)"""
         self._buffer += data
 
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet taken as events (an incomplete frame, once
+        next_event said NEED_DATA)."""
+        return len(self._buffer)
+
     def next_event(self) -> Event | _Need:
         """The next complete event from the peer, or NEED_DATA."""
         if self.their_state == ERROR:

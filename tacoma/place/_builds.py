@@ -9,7 +9,8 @@ and a new compiler or header makes new keys rather than stale hits.
 Why the place and not the worker compiles: a cache entry is trusted by everyone who sends
 the same source. If agents could write the cache, one agent could replace the binary that
 another agent's identical program will run. So the compiler runs confined like an agent (a
-uid of its own, a pids cgroup, the agent limits, a private directory: `Containment.confined`),
+uid of its own, cgroups, the agent limits, every layer of the sandbox, a private directory:
+`Containment.confined`),
 and after it has exited and its cgroup is empty the place, alone, copies the output into
 the cache (owned by the place, 0755 files in 0711 directories: agents may run what they can
 name, not list or change it), within a count and a byte budget. Meets that want the same

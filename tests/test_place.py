@@ -8,11 +8,13 @@ import contextlib
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -732,3 +734,36 @@ def test_receive_budget_accounting() -> None:
     assert not budget.hold(b, 41)  # type: ignore[arg-type]
     assert budget.hold(a, 10) and budget.hold(b, 90)  # type: ignore[arg-type]
     assert budget.hold(a, 0) and budget.total == 90  # type: ignore[arg-type]
+
+
+def test_others_are_served_while_a_large_briefcase_is_decoded(place: RunningPlace) -> None:
+    # One meet whose folder holds millions of elements took seconds to decode and check, and
+    # the place served nobody meanwhile. Large frames are decoded on a thread now.
+    elements = [b"x"] * 3_000_000
+    big = _frame([2, 1, "ag_echo", {"MANY": elements}, "sync", None, ""])
+    with _raw_connection(place) as sock:
+        sock.sendall(_frame([1, V, "client", 2**26, "x"]))
+        assert _next_frame(sock)[0] == 1  # the place's Hello
+        sock.sendall(big)
+        # While the place decodes it, another client's meet is served.
+        assert tacoma.meet(place.target("ag_echo"), {"OK": [b"1"]}) == {"OK": [b"1"]}
+        sock.setblocking(False)
+        with pytest.raises((BlockingIOError, ssl.SSLWantReadError)):
+            sock.recv(1)  # the large meet is not answered yet
+        sock.setblocking(True)
+        reply = _next_frame(sock)
+    assert reply[0] == 4 and len(reply[2]["MANY"]) == 3_000_000
+
+
+def _next_frame(sock: socket.socket) -> list[Any]:
+    header = _recv_exactly(sock, 4)
+    return msgpack.unpackb(_recv_exactly(sock, int.from_bytes(header, "big")), raw=False)
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        assert chunk, "the place closed the connection"
+        data += chunk
+    return data

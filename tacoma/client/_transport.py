@@ -29,6 +29,7 @@ from ..wire._errors import (
     TacomaError,
     map_transport_errors,
 )
+from ..wire._events import decode
 from ..wire._protocol import NEED_DATA, Bye, Connection, Event, Role
 
 __all__ = ["Channel", "EventHandler", "ReceiveBudget", "connect"]
@@ -50,6 +51,16 @@ Admission = Callable[["Channel"], str]
 
 #: A peer that stops sending in the middle of a frame is dropped after this long.
 STALL_SECONDS = 30.0
+#: Frames of this many bytes or more are decoded on a thread (see Channel._process).
+DECODE_ELSEWHERE = 1 << 20
+
+
+def _decode_or_error(body: bytes) -> Event | ValueError:
+    """wire._events.decode, on a worker thread: its ValueError is returned, not raised."""
+    try:
+        return decode(body)
+    except ValueError as exc:
+        return exc
 
 
 class ReceiveBudget:
@@ -100,6 +111,7 @@ class Channel(asyncio.Protocol):
         self._hello_timer: asyncio.TimerHandle | None = None
         self._budget = budget
         self._stall_timer: asyncio.TimerHandle | None = None
+        self._decoding: asyncio.Future[Event | ValueError] | None = None  # a large frame
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -131,40 +143,85 @@ class Channel(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.conn.receive_data(data)
+        if self._decoding is None:
+            self._process()
+
+    def _process(self) -> None:
+        """Take the complete frames received so far, in order. A frame of DECODE_ELSEWHERE
+        bytes or more is decoded on a thread, reading paused, so that one large briefcase
+        does not hold up the event loop (and every other connection) while it is checked."""
         try:
             while True:
-                event = self.conn.next_event()
-                if event is NEED_DATA:
+                body = self.conn.next_frame()
+                if body is NEED_DATA:
                     self._holding()
                     return
-                assert isinstance(event, Event)
-                if isinstance(event, Bye):
-                    self.close_reason = event.reason
-                    if not self.ready.done():  # refused before the handshake ended
-                        self._error = (
-                            NotAuthorized(event.reason.removeprefix(NotAuthorized.BYE_PREFIX))
-                            if event.reason.startswith(NotAuthorized.BYE_PREFIX)
-                            else ConnectError(f"refused: {event.reason}"))
-                    self.close()
+                assert isinstance(body, bytes)
+                if len(body) >= DECODE_ELSEWHERE:
+                    self._decode_elsewhere(body)
                     return
-                if not self.ready.done():
-                    self.ready.set_result(None)  # that was the peer's Hello
-                    if self._hello_timer is not None:
-                        self._hello_timer.cancel()
-                    continue
-                self.handler.event_received(self, event)
+                try:
+                    decoded: Event | ValueError = decode(body)
+                except ValueError as exc:
+                    decoded = exc
+                if not self._deliver(self.conn.take(decoded)):
+                    return
         except ProtocolError as exc:
-            self.close_reason = str(exc)
-            self._error = exc
-            if self.transport is not None and not self.transport.is_closing():
-                self.transport.write(self.conn.fail_bytes(str(exc)))
-            self._fail(exc)
+            self._protocol_error(exc)
 
-    def _holding(self) -> None:
-        """Account for the incomplete frame now buffered: within the budget, and arriving."""
+    def _decode_elsewhere(self, body: bytes) -> None:
+        assert self.transport is not None
+        self.transport.pause_reading()
+        self._holding(len(body))  # the frame still counts against the budget
+        future = asyncio.get_running_loop().run_in_executor(None, _decode_or_error, body)
+        self._decoding = future
+        future.add_done_callback(self._decoded)
+
+    def _decoded(self, future: asyncio.Future[Event | ValueError]) -> None:
+        self._decoding = None
+        if self.transport is None or self.transport.is_closing() or future.cancelled():
+            return
+        try:
+            if not self._deliver(self.conn.take(future.result())):
+                return
+        except ProtocolError as exc:
+            self._protocol_error(exc)
+            return
+        self.transport.resume_reading()
+        self._process()
+
+    def _deliver(self, event: Event) -> bool:
+        """Act on one event from the peer; False once the connection is over."""
+        if isinstance(event, Bye):
+            self.close_reason = event.reason
+            if not self.ready.done():  # refused before the handshake ended
+                self._error = (
+                    NotAuthorized(event.reason.removeprefix(NotAuthorized.BYE_PREFIX))
+                    if event.reason.startswith(NotAuthorized.BYE_PREFIX)
+                    else ConnectError(f"refused: {event.reason}"))
+            self.close()
+            return False
+        if not self.ready.done():
+            self.ready.set_result(None)  # that was the peer's Hello
+            if self._hello_timer is not None:
+                self._hello_timer.cancel()
+            return True
+        self.handler.event_received(self, event)
+        return True
+
+    def _protocol_error(self, exc: ProtocolError) -> None:
+        self.close_reason = str(exc)
+        self._error = exc
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(self.conn.fail_bytes(str(exc)))
+        self._fail(exc)
+
+    def _holding(self, decoding: int = 0) -> None:
+        """Account for the incomplete frame now buffered (and one being decoded): within
+        the budget, and arriving."""
         if self._budget is None:
             return
-        held = self.conn.buffered
+        held = self.conn.buffered + decoding
         if not self._budget.hold(self, held):
             self.close_reason = (f"over the place's budget for incoming briefcases "
                                  f"({self._budget.limit:,} bytes being received at once)")

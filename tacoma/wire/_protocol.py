@@ -221,6 +221,23 @@ class Connection:
 
     def next_event(self) -> Event | _Need:
         """The next complete event from the peer, or NEED_DATA."""
+        body = self.next_frame()
+        if body is NEED_DATA:
+            return NEED_DATA
+        assert isinstance(body, bytes)
+        try:
+            event = decode(body)
+        except ValueError as exc:
+            self._fail(str(exc))
+        return self.take(event)
+
+    def next_frame(self) -> bytes | _Need:
+        """The body of the next complete frame, not yet decoded, or NEED_DATA.
+
+        With `take`, the two halves of next_event, for a driver that decodes a large
+        body elsewhere (`wire._events.decode` is a pure function) and then hands the event,
+        or the ValueError decoding raised, to `take`; frames must be taken in order.
+        """
         if self.their_state == ERROR:
             raise RemoteProtocolError("connection already failed")
         buf = self._buffer
@@ -234,13 +251,15 @@ class Connection:
             return NEED_DATA
         body = bytes(buf[_HEADER:_HEADER + size])
         del buf[:_HEADER + size]
-        return self._decode(body)
+        return body
 
-    def _decode(self, body: bytes) -> Event:
-        try:
-            event = decode(body)
-        except ValueError as exc:
-            self._fail(str(exc))
+    def take(self, event: Event | ValueError) -> Event:
+        """Check a decoded frame (or its decoding error) against the protocol: the event,
+        or RemoteProtocolError."""
+        if self.their_state == ERROR:
+            raise RemoteProtocolError("connection already failed")
+        if isinstance(event, ValueError):
+            self._fail(str(event))
         kind = type(event)
         if kind not in MAY_SEND[COUNTERPART[self.role]]:
             self._fail(f"a {COUNTERPART[self.role].value} may not send {kind.__name__}")

@@ -159,19 +159,25 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 20.0,
         time.sleep(0.02)
 
 
+def process_status(pid: int) -> dict[str, str]:
+    """The fields of /proc/PID/status; OSError if the process is gone."""
+    text = Path(f"/proc/{pid}/status").read_text()
+    return {k: v.strip() for k, _, v in (line.partition(":") for line in text.splitlines())}
+
+
 def processes_of_uid(uid: int) -> list[int]:
-    """The host's live processes running under `uid` (an agent's: its uid is its own)."""
+    """The host's live (not zombie) processes with `uid` as any of their uids (an
+    agent's: its uid is its own)."""
     pids = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
-            status = Path(entry.path, "status").read_text()
+            status = process_status(int(entry.name))
         except OSError:
             continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        if fields.get("State", "").split()[:1] != ["Z"] and \
-                int(fields.get("Uid", "-1 ").split()[0]) == uid:
+        if not status.get("State", "").startswith("Z") and \
+                str(uid) in status.get("Uid", "").split():
             pids.append(int(entry.name))
     return pids
 

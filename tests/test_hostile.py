@@ -41,7 +41,14 @@ import tacoma
 from tacoma import Briefcase
 from tacoma.agent._interpreter import discover_interpreters
 
-from conftest import RunningPlace, launch_place, pid_alive, wait_until
+from conftest import (
+    RunningPlace,
+    launch_place,
+    pid_alive,
+    process_status,
+    processes_of_uid,
+    wait_until,
+)
 
 pytestmark = [
     pytest.mark.root,
@@ -390,33 +397,11 @@ def agent_uids(place: RunningPlace) -> range:
     raise AssertionError(f"no uid block of place {place.proc.pid} under /run/tacoma/uids")
 
 
-def _status(pid: int) -> dict[str, str]:
-    text = Path(f"/proc/{pid}/status").read_text()
-    return {k: v.strip() for k, _, v in (line.partition(":") for line in text.splitlines())}
-
-
-def processes_of(uid: int) -> list[int]:
-    """Host pids of the live (not zombie) processes running under `uid`."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = _status(int(entry.name))
-        except OSError:
-            continue
-        if status.get("State", "").startswith("Z"):
-            continue
-        if str(uid) in status.get("Uid", "").split():
-            found.append(int(entry.name))
-    return found
-
-
 def host_pid(uid: int, ns_pid: int) -> int | None:
     """The host pid of the process of `uid` that is `ns_pid` in its own PID namespace."""
-    for pid in processes_of(uid):
+    for pid in processes_of_uid(uid):
         with contextlib.suppress(OSError):
-            if _status(pid).get("NSpid", "").split()[-1:] == [str(ns_pid)]:
+            if process_status(pid).get("NSpid", "").split()[-1:] == [str(ns_pid)]:
                 return pid
     return None
 
@@ -499,7 +484,7 @@ class Held:
 
 
 def no_process_left(uid: int) -> None:
-    wait_until(lambda: not processes_of(uid), timeout=20,
+    wait_until(lambda: not processes_of_uid(uid), timeout=20,
                what=f"every process of agent uid {uid} to die")
 
 
@@ -591,7 +576,7 @@ def test_a_fork_bomb_is_bounded_and_nothing_of_it_survives(
         group = Path("/sys/fs/cgroup/pids") / held.read("CGROUP")[0].lstrip("/")
         assert (group / "pids.max").read_text().strip() == str(PROCESSES)
         assert int((group / "pids.current").read_text()) <= PROCESSES
-        bomb = processes_of(uid)  # the bomb really runs, and no more of it than allowed
+        bomb = processes_of_uid(uid)  # the bomb really runs, and no more of it than allowed
         assert children <= len(bomb) <= PROCESSES
         held.release()
         held.result()
@@ -1460,7 +1445,7 @@ def victim(place: RunningPlace) -> Iterator[tuple[Path, int, str]]:
     with Held(place, "python", VICTIM, SECRET=[secret]) as held:
         workdir = Path(held.wait_for("CWD")[0])
         uid = int(held.wait_for("UID")[0])
-        pids = processes_of(uid)
+        pids = processes_of_uid(uid)
         assert len(pids) == 1, pids
         yield workdir, pids[0], secret
         assert pid_alive(pids[0]), "the victim was killed"

@@ -19,6 +19,9 @@ import ctypes
 import os
 import stat
 
+from ._libc import error
+from ._libc import libc as _libc
+
 __all__ = ["abi_version", "restrict", "restrict_self", "ruleset"]
 
 # System call numbers are the same on every architecture (added after the unified table).
@@ -47,8 +50,6 @@ WRITE = (READ | WRITE_FILE | REMOVE_DIR | REMOVE_FILE | MAKE_DIR | MAKE_REG | MA
 #: A device file such as /dev/null: read, write, and its ioctls.
 DEVICE = READ_FILE | WRITE_FILE | IOCTL_DEV
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -68,10 +69,6 @@ def abi_version() -> int:
                             ctypes.c_uint32(_CREATE_RULESET_VERSION))
     return max(0, int(version))
 
-
-def _fail(what: str) -> OSError:
-    err = ctypes.get_errno()
-    return OSError(err, f"landlock {what}: {os.strerror(err)}")
 
 
 def ruleset(rules: list[tuple[str, int]], deny_tcp: bool, scope: bool) -> int:
@@ -103,7 +100,7 @@ def ruleset(rules: list[tuple[str, int]], deny_tcp: bool, scope: bool) -> int:
     fd = int(_libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size),
                            ctypes.c_uint32(0)))
     if fd < 0:
-        raise _fail("create_ruleset")
+        raise error("landlock create_ruleset")
     try:
         for path, access in rules:
             try:
@@ -116,7 +113,7 @@ def ruleset(rules: list[tuple[str, int]], deny_tcp: bool, scope: bool) -> int:
                 rule = _PathBeneathAttr(access & handled, target)
                 if _libc.syscall(_ADD_RULE, fd, _RULE_PATH_BENEATH, ctypes.byref(rule),
                                  ctypes.c_uint32(0)) != 0:
-                    raise _fail(f"add_rule {path}")
+                    raise error(f"landlock add_rule {path}")
             finally:
                 os.close(target)
     except BaseException:
@@ -129,7 +126,7 @@ def restrict_self(fd: int) -> None:
     """Restrict this process (and all it starts) to the ruleset `fd`, for good. The caller
     must have set no_new_privs, or be root."""
     if _libc.syscall(_RESTRICT_SELF, fd, ctypes.c_uint32(0)) != 0:
-        raise _fail("restrict_self")
+        raise error("landlock restrict_self")
 
 
 def restrict(rules: list[tuple[str, int]], deny_tcp: bool, scope: bool) -> None:

@@ -25,9 +25,11 @@ Standard library only: this runs inside agent processes.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import stat
+
+from ._libc import check
+from ._libc import libc as _libc
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -43,21 +45,12 @@ _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
 #: in the agent's tmpfs.
 TMP_DIRS = (("/tmp", "tmp"), ("/var/tmp", "vartmp"), ("/dev/shm", "shm"))  # noqa: S108 - covered
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-
-
 def _mount(source: str | None, target: str, fstype: str | None, flags: int,
            data: str | None = None) -> None:
     def enc(s: str | None) -> bytes | None:
         return None if s is None else os.fsencode(s)
 
-    _check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)),
+    check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)),
            f"mount {target}")
 
 
@@ -108,7 +101,7 @@ def hide_file(path: str) -> None:
 def prepare_view(covers: list[tuple[str, list[str]]], hide_files: list[str]) -> None:
     """Enter a new mount namespace, private from the host's, with the covers and hidden
     files applied: the view every agent shares (a zygote prepares it once, at its start)."""
-    _check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     for directory, paths in covers:
         cover(str(directory), [str(p) for p in paths])
@@ -128,7 +121,7 @@ def enter_scratch(spec: dict[str, Any]) -> None:
     namespace).
     """
     if spec.get("unshare"):
-        _check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+        check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     at = str(spec["at"])
     quota = int(spec["quota"])
     uid = spec.get("uid")

@@ -51,6 +51,8 @@ import signal
 import sys
 
 from . import _landlock, _mounts
+from ._libc import check, error
+from ._libc import libc as _libc
 
 # typing costs a worker ~9 ms to import; annotations are strings (PEP 563) anyway.
 TYPE_CHECKING = False
@@ -74,26 +76,19 @@ CLONE_NEWNET = 0x40000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWUSER = 0x10000000
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
 
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
 def _prctl(option: int, arg: int) -> None:
-    _check(_libc.prctl(option, arg, 0, 0, 0), f"prctl({option})")
+    check(_libc.prctl(option, arg, 0, 0, 0), f"prctl({option})")
 
 
 def unshare(flags: int) -> None:
-    _check(_libc.unshare(flags), f"unshare({flags:#x})")
+    check(_libc.unshare(flags), f"unshare({flags:#x})")
 
 
 def setns(fd: int, nstype: int) -> None:
-    _check(_libc.setns(fd, nstype), f"setns({nstype:#x})")
+    check(_libc.setns(fd, nstype), f"setns({nstype:#x})")
 
 
 def enter_user_namespace(flags: int = 0) -> None:
@@ -113,8 +108,7 @@ def pidfd_open(pid: int) -> int:
     """A descriptor that becomes readable when process `pid` ends."""
     fd = int(_libc.syscall(_SYS_PIDFD_OPEN, pid, 0))
     if fd < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"pidfd_open: {os.strerror(err)}")
+        raise error("pidfd_open")
     return fd
 
 
@@ -126,7 +120,7 @@ def _load_seccomp(program: bytes) -> None:
     """Load a seccomp filter (struct sock_filter[], as libseccomp exports it)."""
     buffer = ctypes.create_string_buffer(program, len(program))
     prog = _SockFprog(len(program) // 8, ctypes.addressof(buffer))
-    _check(_libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0),
+    check(_libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0),
            "seccomp")
 
 
@@ -152,9 +146,7 @@ def _drop_capabilities() -> None:
     of the place's has them all in it, and root keeps them where agents share its uid)."""
     header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
     data = (_CapData * 2)()
-    if _libc.syscall(_SYS_CAPSET, ctypes.byref(header), data) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"capset: {os.strerror(err)}")
+    check(_libc.syscall(_SYS_CAPSET, ctypes.byref(header), data), "capset")
 
 
 def _become(uid: int) -> None:

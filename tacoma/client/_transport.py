@@ -29,8 +29,7 @@ from ..wire._errors import (
     TacomaError,
     map_transport_errors,
 )
-from ..wire._events import decode
-from ..wire._protocol import NEED_DATA, Bye, Connection, Event, Role
+from ..wire._protocol import NEED_DATA, Bye, Connection, Event, Role, decoded
 
 __all__ = ["Channel", "EventHandler", "ReceiveBudget", "connect"]
 
@@ -53,14 +52,6 @@ Admission = Callable[["Channel"], str]
 STALL_SECONDS = 30.0
 #: Frames of this many bytes or more are decoded on a thread (see Channel._process).
 DECODE_ELSEWHERE = 1 << 20
-
-
-def _decode_or_error(body: bytes) -> Event | ValueError:
-    """wire._events.decode, on a worker thread: its ValueError is returned, not raised."""
-    try:
-        return decode(body)
-    except ValueError as exc:
-        return exc
 
 
 class ReceiveBudget:
@@ -160,11 +151,7 @@ class Channel(asyncio.Protocol):
                 if len(body) >= DECODE_ELSEWHERE:
                     self._decode_elsewhere(body)
                     return
-                try:
-                    decoded: Event | ValueError = decode(body)
-                except ValueError as exc:
-                    decoded = exc
-                if not self._deliver(self.conn.take(decoded)):
+                if not self._deliver(self.conn.take(decoded(body))):
                     return
         except ProtocolError as exc:
             self._protocol_error(exc)
@@ -173,7 +160,7 @@ class Channel(asyncio.Protocol):
         assert self.transport is not None
         self.transport.pause_reading()
         self._holding(len(body))  # the frame still counts against the budget
-        future = asyncio.get_running_loop().run_in_executor(None, _decode_or_error, body)
+        future = asyncio.get_running_loop().run_in_executor(None, decoded, body)
         self._decoding = future
         future.add_done_callback(self._decoded)
 

@@ -153,6 +153,17 @@ class Containment:
                         if not any(is_below(k, real) and k != real
                                    for real in [os.path.realpath(d)]
                                    for k in (os.path.realpath(p) for p in self.keep))]
+        # The Landlock rules every agent of the place gets: read and run the system and
+        # the installation, read the data directory and /proc, use the harmless devices,
+        # write the scratch directories (reading those it may not write).
+        readable = [*SYSTEM_READ, str(settings.data_dir)]
+        if layers.mounts:
+            readable += [d for d, _ in TMP_DIRS if d not in self.scratch]
+        self.rules: list[tuple[str, int]] = [
+            *((p, _landlock.RUN) for p in self.run_paths),
+            *((p, _landlock.READ) for p in readable),
+            *((p, _landlock.DEVICE) for p in DEVICES),
+            *((p, _landlock.WRITE) for p in (self.scratch if layers.mounts else []))]
         if layers.mounts and len(self.scratch) < len(TMP_DIRS):
             log.warning("agents may not write %s: %s lies below it (keep the state "
                         "directory and the Python installation elsewhere)",
@@ -170,18 +181,10 @@ class Containment:
             plan["view"] = {"covers": self.covers, "hide_files": self.hide_files}
         return plan
 
-    def _landlock(self, writable: list[str], execute: tuple[str, ...]) -> dict[str, Any]:
-        """Landlock rules: read and run the system and the interpreter, read the data
-        directory and /proc, use the harmless devices, write `writable` and the scratch
-        directories, run programs beneath `execute`."""
-        readable = [*SYSTEM_READ, str(self.settings.data_dir)]
-        if self.layers.mounts:
-            writable = [*writable, *self.scratch]
-            readable += [d for d, _ in TMP_DIRS if d not in self.scratch]
-        rules = [*((p, _landlock.RUN) for p in self.run_paths),
-                 *((p, _landlock.READ) for p in readable),
-                 *((p, _landlock.DEVICE) for p in DEVICES),
-                 *((p, _landlock.WRITE) for p in writable),
+    def _landlock(self, workdir: Path, execute: tuple[str, ...]) -> dict[str, Any]:
+        """Landlock rules: the place's own (`self.rules`), and for this process: write its
+        working directory, run programs beneath `execute`."""
+        rules = [*self.rules, (str(workdir), _landlock.WRITE),
                  # exec reads the file too; but no READ_DIR: programs are run by name
                  *((p, _landlock.EXECUTE | _landlock.READ_FILE) for p in execute)]
         return {"rules": rules, "deny_tcp": self.settings.agent_network == "none"}
@@ -228,7 +231,7 @@ class Containment:
         elif layers.mounts:  # the zygote prepared the view; this is the worker's own part
             plan["mounts"] = {**scratch, "at": str(settings.work_dir), "name": workdir.name}
         if layers.landlock_abi:
-            plan["landlock"] = self._landlock([str(workdir)], execute)
+            plan["landlock"] = self._landlock(workdir, execute)
         return plan
 
     def new_uid(self) -> int | None:

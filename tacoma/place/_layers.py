@@ -43,7 +43,6 @@ class Layer:
 class Layers:
     """What a place applies to its agents here."""
 
-    root: bool
     uids: bool
     userns: bool  # without root: workers in a user namespace of the zygote's
     mounts: bool
@@ -134,4 +133,4 @@ def probe(separate_uids: bool = True, network: str = "none", create: bool = True
                 "cpu": "CPU rate and time of all an agent's processes together"}[controller]
         report.append(Layer(f"cgroup {controller}", applied,
                             what if applied else missing[controller]))
-    return Layers(root, uids, userns, mounts, pidns, netns, abi, seccomp, cgroups, report)
+    return Layers(uids, userns, mounts, pidns, netns, abi, seccomp, cgroups, report)

@@ -18,12 +18,9 @@ from __future__ import annotations
 
 import errno
 import functools
-import logging
 import tempfile
 
 __all__ = ["DENIED", "NAMESPACE_FLAGS", "build", "problem"]
-
-log = logging.getLogger("tacoma.place")
 
 #: System calls refused to agents: debugging other processes, changing the file system's
 #: shape or the namespaces, the kernel's key store, BPF, performance counters, userfaultfd

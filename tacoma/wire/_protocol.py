@@ -66,6 +66,7 @@ __all__ = [
     "Meet",
     "Result",
     "Role",
+    "decoded",
 ]
 
 #: Bumped on any incompatible change to framing or events; peers must agree exactly.
@@ -131,6 +132,16 @@ ENDS: Final[dict[str, frozenset[type[Event]]]] = {
     "ack": frozenset({Result, Failed}),
     "go": frozenset({Accepted, Failed}),
 }
+
+
+def decoded(body: bytes) -> Event | ValueError:
+    """The event a frame's body carries, or the ValueError saying what is wrong with it
+    (returned, not raised, so that it can be decoded on another thread and handed to
+    `Connection.take`)."""
+    try:
+        return decode(body)
+    except ValueError as exc:
+        return exc
 
 
 class Connection:
@@ -225,18 +236,14 @@ class Connection:
         if body is NEED_DATA:
             return NEED_DATA
         assert isinstance(body, bytes)
-        try:
-            event = decode(body)
-        except ValueError as exc:
-            self._fail(str(exc))
-        return self.take(event)
+        return self.take(decoded(body))
 
     def next_frame(self) -> bytes | _Need:
         """The body of the next complete frame, not yet decoded, or NEED_DATA.
 
         With `take`, the two halves of next_event, for a driver that decodes a large
-        body elsewhere (`wire._events.decode` is a pure function) and then hands the event,
-        or the ValueError decoding raised, to `take`; frames must be taken in order.
+        body elsewhere (`decoded` is a pure function) and then hands what it returned to
+        `take`; frames must be taken in order.
         """
         if self.their_state == ERROR:
             raise RemoteProtocolError("connection already failed")

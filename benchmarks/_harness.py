@@ -135,7 +135,7 @@ def start_place(state_dir: Path, *extra_args: str) -> ServerProcess:
     (the default quarter would refuse the async batches past 64 meets in flight).
     """
     state_dir.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "tacoma", "place", "--listen", "127.0.0.1:0",
+    argv = [sys.executable, "-P", "-m", "tacoma", "place", "--listen", "127.0.0.1:0",
             "--state-dir", str(state_dir), "-q", "--share", "1", *extra_args]
     return _start("tacoma place", argv, "tacoma place listening on ",
                   state_dir.parent / f"{state_dir.name}.log")

@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -767,3 +768,26 @@ def _recv_exactly(sock: socket.socket, size: int) -> bytes:
         assert chunk, "the place closed the connection"
         data += chunk
     return data
+
+
+def test_places_started_from_a_checkout_run_the_installed_tacoma(tmp_path: Path) -> None:
+    # Run from a directory holding a copy of the tree (a clone's root), `python -m tacoma`
+    # imported the copy, which has no tacoma.interpreters: the places it started knew no
+    # language ("no agent 'ag_python'"). They run the installed tacoma now (python -P).
+    shutil.copytree(Path(__file__).parents[1] / "tacoma", tmp_path / "tacoma",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shadowed = subprocess.run([sys.executable, "-c", "import tacoma.interpreters"],
+                              cwd=tmp_path, capture_output=True, timeout=60, check=False)
+    if shadowed.returncode == 0:
+        pytest.skip("an editable install maps tacoma.interpreters even for a copy of the "
+                    "tree: only a regular install is broken by one")
+    code = textwrap.dedent("""
+        import tacoma
+        with tacoma.local_places(1) as places:
+            print(tacoma.meet(f"ag_python@{places.addresses[0]}",
+                              code='bc["X"] = [b"ran"]').text("X")[0])
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ran"

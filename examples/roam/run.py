@@ -26,7 +26,7 @@ def main() -> None:
         for name, state in zip(NAMES, places.state_dirs, strict=True):
             (state / "data" / "motd.txt").write_text(f"welcome to {name}\n")
             (state / "data" / "motd.txt").chmod(0o644)
-            subprocess.run([sys.executable, "-m", "tacoma", "cabinet", "put", "site",  # noqa: S603
+            subprocess.run([sys.executable, "-P", "-m", "tacoma", "cabinet", "put", "site",  # noqa: S603
                             "-f", f"NOTE=the {name} place", "--replace",
                             "--state-dir", str(state)], check=True, stdout=subprocess.DEVNULL)
         home, *stops = places.addresses

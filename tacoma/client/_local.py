@@ -5,13 +5,16 @@
 
 Each place is a real `tacoma place` process (one per host is the model; several on one host
 stand in for a network), listening on a free loopback port, with a temporary state
-directory of its own; all are stopped, and their state removed, on leaving the block.
+directory of its own (in the user's cache directory: `private_state_dir`); all are
+stopped, and their state removed, on leaving the block.
 Unlike the embedded place, these are separate processes, so agents moving between them
 cross real connections, as between hosts.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shutil
 import subprocess
@@ -22,11 +25,31 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import platformdirs
+
 from ..wire._errors import PlaceUnavailable
 
-__all__ = ["LocalPlaces", "local_places"]
+__all__ = ["LocalPlaces", "local_places", "private_state_dir"]
 
 _READY = re.compile(r"tacoma place listening on (\S+) ")
+
+
+def private_state_dir(kind: str) -> Path:
+    """A new directory for the state of places this process starts (`kind`: "embedded",
+    "local"), named after the process; the ones of processes that died are removed.
+
+    In the user's cache directory, not in /tmp: an agent's /tmp is a scratch directory of
+    its own, and a state directory below /tmp would leave agents a /tmp they may only
+    read (see tacoma/place/_containment.py).
+    """
+    parent = Path(platformdirs.user_cache_dir("tacoma", appauthor=False)) / kind
+    parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for old in parent.glob("place-*"):
+        pid = old.name.split("-")[1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            with contextlib.suppress(OSError):
+                shutil.rmtree(old)
+    return Path(tempfile.mkdtemp(prefix=f"place-{os.getpid()}-", dir=parent))
 
 
 @dataclass
@@ -45,14 +68,15 @@ class LocalPlaces:
 @contextmanager
 def local_places(count: int, *flags: str, timeout: float = 60) -> Iterator[LocalPlaces]:
     """Start `count` places on loopback (with extra `tacoma place` flags); stop them after."""
-    root = Path(tempfile.mkdtemp(prefix="tacoma-places-"))
+    root = private_state_dir("local")
     places = LocalPlaces()
     try:
         for index in range(count):
             state = root / f"place{index}"
             # The command is this interpreter running tacoma itself, with fixed arguments.
             proc = subprocess.Popen(  # noqa: S603
-                [sys.executable, "-m", "tacoma", "place", "--listen", "127.0.0.1:0",
+                # -P: the installed tacoma, not a checkout in the current directory
+                [sys.executable, "-P", "-m", "tacoma", "place", "--listen", "127.0.0.1:0",
                  "--state-dir", str(state), "-q", *flags],
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             places.processes.append(proc)

@@ -4,9 +4,7 @@
 first such meet starts a place on the background loop (`_runtime`), listening on a free
 loopback port with a temporary state directory and a CA of its own (this process alone
 holds its keys), and it serves every later one. The state directory is kept in the user's
-cache directory, not in /tmp: an agent's /tmp is a scratch directory of its own, and a
-state directory below it would leave the agent no /tmp it may write (see
-`_containment`). Ones left by processes that were killed are removed by the next. Agents still
+cache directory, not in /tmp (see client._local.private_state_dir). Agents still
 run in worker processes with the same isolation as at any place; only the place's own
 process is shared. It is stopped, and its state removed, when the process exits.
 """
@@ -14,16 +12,11 @@ process is shared. It is stopped, and its state removed, when the process exits.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import shutil
-import tempfile
-from pathlib import Path
-
-import platformdirs
 
 from ..client import _runtime
 from ..client._identity import register_place
+from ..client._local import private_state_dir
 from ..trust._store import Bundle, TrustStore
 from ..trust._tls import client_context
 from ._place import Place
@@ -41,7 +34,7 @@ async def _start() -> str:
         _lock = asyncio.Lock()
     async with _lock:
         if _place is None:
-            state = _state_dir()
+            state = private_state_dir("embedded")
             # A CA of its own, made in its private state directory and gone with it: the
             # user needs no identity, and nobody else (another local user, an agent) can
             # meet this process's place.
@@ -62,18 +55,6 @@ async def _start() -> str:
             _runtime.on_shutdown(stop)
             _place = place
         return _place.address
-
-
-def _state_dir() -> Path:
-    """A new private state directory, named after this process; those of dead ones go."""
-    parent = Path(platformdirs.user_cache_dir("tacoma", appauthor=False)) / "embedded"
-    parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    for old in parent.glob("place-*"):
-        pid = old.name.split("-")[1]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            with contextlib.suppress(OSError):
-                shutil.rmtree(old)
-    return Path(tempfile.mkdtemp(prefix=f"place-{os.getpid()}-", dir=parent))
 
 
 async def embedded_address() -> str:

@@ -7,7 +7,8 @@
 echoed = meet("ag_echo", Briefcase(PING=[b"ping"]))
 bc["ECHO"] = echoed["PING"]
 for there in bc.text("THERE"):
-    probe = Briefcase(CODE=["import os\nbc['PID'] = [str(os.getpid())]"])
+    probe = Briefcase(CODE=["bc['AT'] = [place]\nbc['FOR'] = [principal or 'anonymous']"])
     answer = meet("ag_python@" + there, probe, timeout=30)
-    bc.append("VISITED", there + ": agent pid " + answer.text("PID")[0])
+    bc.append("VISITED", f"{there}: ran at {answer.text('AT')[0]} "
+                         f"for {answer.text('FOR')[0]}")
 log("visit done at " + place)

@@ -1072,9 +1072,8 @@ def host_files_named(token: str) -> list[Path]:
 def writable_scratch(place: RunningPlace) -> list[str]:
     """The scratch directories the place lets agents write: all, unless a path agents need
     (a checkout or state directory below /tmp) lies below one, as its log then says."""
-    refused = next((line.split("agents may not write ", 1)[1].split(":", 1)[0].split(", ")
-                    for line in place.log().splitlines() if "agents may not write " in line),
-                   [])
+    refused = [line.split("agents may not write ", 1)[1].split(",", 1)[0]
+               for line in place.log().splitlines() if "agents may not write " in line]
     return [d for d in ("/tmp", "/dev/shm", "/var/tmp") if d not in refused]
 
 

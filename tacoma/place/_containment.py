@@ -149,10 +149,10 @@ class Containment:
         # agent may write: a Landlock rule allows what it allows beneath, and the needed
         # paths (the state directory, its cache and data) are shown below it. The agent
         # may then only read it, and writes in its working directory ($TMPDIR).
-        self.scratch = [d for d, _ in TMP_DIRS
-                        if not any(is_below(k, real) and k != real
-                                   for real in [os.path.realpath(d)]
-                                   for k in (os.path.realpath(p) for p in self.keep))]
+        kept = sorted({os.path.realpath(p) for p in self.keep})
+        below = {d: [k for k in kept if k != real and is_below(k, real)]
+                 for d, _ in TMP_DIRS for real in [os.path.realpath(d)]}
+        self.scratch = [d for d, _ in TMP_DIRS if not below[d]]
         # The Landlock rules every agent of the place gets: read and run the system and
         # the installation, read the data directory and /proc, use the harmless devices,
         # write the scratch directories (reading those it may not write).
@@ -164,11 +164,11 @@ class Containment:
             *((p, _landlock.READ) for p in readable),
             *((p, _landlock.DEVICE) for p in DEVICES),
             *((p, _landlock.WRITE) for p in (self.scratch if layers.mounts else []))]
-        if layers.mounts and len(self.scratch) < len(TMP_DIRS):
-            log.warning("agents may not write %s: %s lies below it (keep the state "
-                        "directory and the Python installation elsewhere)",
-                        ", ".join(d for d, _ in TMP_DIRS if d not in self.scratch),
-                        "the state directory or the Python installation")
+        for directory, paths in below.items():
+            if layers.mounts and paths:
+                log.warning("agents may not write %s, as %s lies below it (keep the state "
+                            "directory and the Python installation elsewhere)", directory,
+                            " and ".join(paths))
 
     def zygote_plan(self) -> dict[str, Any]:
         """What a language's zygote enters and prepares once, for all its workers: its

@@ -39,16 +39,21 @@ if TYPE_CHECKING:
     from .agent import Build as Build
     from .agent import Interpreter as Interpreter
     from .client import LocalPlaces as LocalPlaces
+    from .client import MeetStatus as MeetStatus
     from .client import PlaceClient as PlaceClient
     from .client import Traced as Traced
     from .client import ameet as ameet
     from .client import arequest as arequest
+    from .client import aresult as aresult
     from .client import asend as asend
+    from .client import astatus as astatus
     from .client import atrace as atrace
     from .client import local_places as local_places
     from .client import meet as meet
     from .client import request as request
+    from .client import result as result
     from .client import send as send
+    from .client import status as status
     from .client import trace as trace
     from .client import use_identity as use_identity
     from .place import Limits as Limits
@@ -77,6 +82,7 @@ if TYPE_CHECKING:
     from .wire import TransportError as TransportError
     from .wire import TrustError as TrustError
     from .wire import UnknownAgent as UnknownAgent
+    from .wire import UnknownMeet as UnknownMeet
 
 _EXPORTS: dict[str, str] = {
     "CODE": "wire",
@@ -89,6 +95,11 @@ _EXPORTS: dict[str, str] = {
     "meet": "client",
     "request": "client",
     "send": "client",
+    "status": "client",
+    "astatus": "client",
+    "result": "client",
+    "aresult": "client",
+    "MeetStatus": "client",
     "Traced": "client",
     "atrace": "client",
     "trace": "client",
@@ -113,6 +124,7 @@ _EXPORTS: dict[str, str] = {
     "TacomaError": "wire",
     "TransportError": "wire",
     "UnknownAgent": "wire",
+    "UnknownMeet": "wire",
     "Build": "agent",
     "LocalPlaces": "client",
     "local_places": "client",

@@ -207,3 +207,20 @@ def pid_alive(pid: int) -> bool:
 
 is_root = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not is_root, reason="needs root (pids cgroup)")
+
+
+# ---------------------------------------------------------------- hosts on separate stacks
+from tacoma.testbed import Testbed  # noqa: E402 - appended with the one fixture that uses it
+
+
+@pytest.fixture(scope="module")
+def testbed() -> Iterator[Testbed]:
+    """Four hosts (h1..h4), each a network namespace of its own on one bridge that this
+    process reaches too (tacoma.testbed), shared by a test module; skipped where testbeds
+    cannot be made (not root, or no ip or nsenter)."""
+    usable, why = Testbed.available()
+    if not usable:
+        pytest.skip(why)
+    Testbed.cleanup_stale()  # what runs killed before their close left behind
+    with Testbed(4) as bed:
+        yield bed

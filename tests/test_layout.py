@@ -31,8 +31,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "trust": {"wire"},
     "client": {"wire", "trust"},
     "place": {"wire", "agent", "client", "trust"},
-    "cli": {"wire", "agent", "client", "place", "bench", "trust"},
+    "cli": {"wire", "agent", "client", "place", "bench", "trust", "testbed"},
     "bench": {"wire", "agent", "client", "place", "trust"},
+    "testbed": {"wire"},
     "interpreters": {"wire", "agent"},
 }
 #: What may lie directly in tacoma/ besides the packages.

@@ -110,19 +110,46 @@ def test_a_roamer_that_does_not_catch_the_error_fails_where_it_is(
     assert "PlaceUnavailable" in info.value.message
 
 
-def test_a_place_dying_with_the_agent_on_it_ends_the_trip_at_the_deadline(
+def test_a_place_dying_with_the_agent_on_it_is_reported_by_the_rear_guard(
         start_place) -> None:
-    """The caller gives no timeout: the home place's bound on meets ends the trip."""
-    a, b = start_place("--meet-seconds", "4"), start_place()
+    """The place that handed the agent on notices within seconds that the next place died
+    with it (not at the trip's 60 s deadline), and the caller hears where and why."""
+    a, b = start_place(), start_place()
     code = f"import time\nif place == {b.address!r}:\n    time.sleep(60)\ngo_next()"
     killer = threading.Timer(1.5, lambda: b.proc.send_signal(signal.SIGKILL))
     killer.start()
     started = time.monotonic()
     try:
-        with pytest.raises(tacoma.MeetTimeout, match="trip did not end in time"):
-            tacoma.meet(a.target("ag_python"), {"ITINERARY": [b.address]}, code=code)
+        with pytest.raises(tacoma.PlaceUnavailable,
+                           match=f"the agent was lost at place {b.address}"):
+            tacoma.meet(a.target("ag_python"), {"ITINERARY": [b.address]}, code=code,
+                        timeout=60)
     finally:
         killer.cancel()
+    assert time.monotonic() - started < 15
+
+
+def test_a_place_dying_with_the_agent_on_it_ends_the_trip_at_the_deadline(
+        start_place) -> None:
+    """A place stopped (SIGSTOP) with the agent on it, and the one that handed it on gone
+    too: nobody is left to notice, and the trip ends at the home's bound on meets."""
+    a, b, c = start_place("--meet-seconds", "4"), start_place(), start_place()
+    code = (f"import time\nif place == {c.address!r}:\n    time.sleep(60)\n"
+            "go_next()")
+    def cut() -> None:
+        c.proc.send_signal(signal.SIGSTOP)
+        b.proc.send_signal(signal.SIGKILL)
+
+    killer = threading.Timer(1.5, cut)
+    killer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(tacoma.MeetTimeout, match="did not end by its deadline"):
+            tacoma.meet(a.target("ag_python"), {"ITINERARY": [b.address, c.address]},
+                        code=code)
+    finally:
+        killer.cancel()
+        c.proc.send_signal(signal.SIGCONT)
     assert time.monotonic() - started < 30  # never hangs past the meet's own bound
 
 

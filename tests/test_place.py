@@ -486,7 +486,8 @@ def test_agent_log_lines_are_cut(start_place) -> None:
 
 def test_an_agents_own_meets_count_against_max_meets(start_place) -> None:
     # --share 1: the place's limit alone (each principal's share is tested in test_trust).
-    p = start_place("--max-meets", "3", "--share", "1")
+    # Async meets over --max-meets wait in the journal, up to --max-queued.
+    p = start_place("--max-meets", "3", "--share", "1", "--max-queued", "3")
     result = tacoma.meet(p.target("ag_python"), code=textwrap.dedent("""
         import tacoma
         accepted = refused = 0
@@ -499,8 +500,8 @@ def test_an_agents_own_meets_count_against_max_meets(start_place) -> None:
         bc["COUNTS"] = [str(accepted), str(refused)]
     """))
     accepted, refused = (int(n) for n in result["COUNTS"])
-    assert accepted == 2  # this agent's own meet is the third
-    assert refused == 8
+    assert accepted == 2 + 3  # this agent's own meet is the third; 3 more queue
+    assert refused == 5
 
 
 def test_an_unusable_agent_name_is_an_unknown_agent(place: RunningPlace) -> None:
@@ -631,9 +632,10 @@ def test_a_place_that_never_answers_is_a_connect_timeout() -> None:
             tacoma.meet(f"ag_echo@127.0.0.1:{port}", {}, connect_timeout=1)
 
 
-def test_the_places_own_agents_are_served_at_max_meets(start_place) -> None:
-    """A busy place still answers ag_echo, ag_cabinet, ag_admin and ag_home (a trip's end
-    must reach its home), while agents that need a worker are refused."""
+def test_the_places_own_agents_count_against_max_meets(start_place) -> None:
+    """A busy place still answers ag_echo (which holds nothing), ag_admin, ag_status and
+    ag_home (a trip's end must reach its home); ag_cabinet, which holds memory and a thread,
+    is refused at --max-meets like agents that need a worker."""
     p = start_place("--max-meets", "1")
     tacoma.meet(p.target("ag_python"), code="import time\ntime.sleep(5)", mode="async",
                 timeout=30)
@@ -647,7 +649,10 @@ def test_the_places_own_agents_are_served_at_max_meets(start_place) -> None:
     with pytest.raises(tacoma.PlaceUnavailable, match="maximum of 1 meets"):
         tacoma.meet(p.target("ag_python"), code="pass", timeout=10)
     assert tacoma.meet(p.target("ag_echo"), {"X": [b"1"]}) == {"X": [b"1"]}
-    assert tacoma.meet(p.target("ag_cabinet"), {"OP": ["list"]}).folder("CABINETS") == []
+    assert running() == 1
+    assert tacoma.status(f"nosuchmeet@{p.address}").state == "unknown"
+    with pytest.raises(tacoma.PlaceUnavailable, match="maximum of 1 meets"):
+        tacoma.meet(p.target("ag_cabinet"), {"OP": ["list"]})
 
 
 def test_the_zygotes_table_of_ended_workers_does_not_grow() -> None:

@@ -686,6 +686,7 @@ FIELD_STRATEGIES: dict[str, st.SearchStrategy[Any]] = {
     "Role": st.sampled_from(Role),
     "AgentName": st.text(min_size=1, max_size=1024),
     "ShortText": st.text(max_size=200),
+    "MeetId": st.just("") | st.from_regex(r"\A[A-Za-z0-9_-]{8,64}\Z"),
     "str": st.text(max_size=300),
     "Briefcase": briefcases,
     "MeetMode": st.sampled_from(MODES),
@@ -745,18 +746,20 @@ def test_every_event_round_trips(event: Event, data: st.DataObject) -> None:
             assert feed_in_pieces(pair.peer(role), wire, cuts) == [event]
 
 
-#: The bytes each event is sent as, written out: the wire format is PROTOCOL_VERSION 3 (2,
-#: plus Meet's principal) and stays byte for byte what it is.
+#: The bytes each event is sent as, written out: the wire format is PROTOCOL_VERSION 4 (3,
+#: plus Meet's meet_id; 3 was 2 plus Meet's principal) and stays byte for byte what it is.
 GOLDEN = [
     (Hello(PROTOCOL_VERSION, Role.CLIENT, DEFAULT_MAX_FRAME, "tacoma 1.0"),
-     "950103a6636c69656e74ce04000000aa7461636f6d6120312e30"),
+     "950104a6636c69656e74ce04000000aa7461636f6d6120312e30"),
     (Meet(1, "ag_python", Briefcase(CODE=["pass"], DATA=[b"\x00\xff", b""]), "async", 2.5),
-     "970201a961675f707974686f6e82a4434f444591c40470617373a44441544192c40200ffc400a5617379"
-     "6e63cb4004000000000000a0"),
+     "980201a961675f707974686f6e82a4434f444591c40470617373a44441544192c40200ffc400a5617379"
+     "6e63cb4004000000000000a0a0"),
     (Meet(2**63 - 1, "ag_echo", Briefcase()),
-     "9702cf7fffffffffffffffa761675f6563686f80a473796e63c0a0"),
+     "9802cf7fffffffffffffffa761675f6563686f80a473796e63c0a0a0"),
     (Meet(3, "ag_echo", Briefcase(), "go", 1.0, "alice"),
-     "970203a761675f6563686f80a2676fcb3ff0000000000000a5616c696365"),
+     "980203a761675f6563686f80a2676fcb3ff0000000000000a5616c696365a0"),
+    (Meet(4, "ag_echo", Briefcase(), meet_id="k-12345678"),
+     "980204a761675f6563686f80a473796e63c0a0aa6b2d3132333435363738"),
     (Accepted(1, "meet-1"), "930301a66d6565742d31"),
     (Result(1, Briefcase(OUT=[b"x"])), "93040181a34f555491c40178"),
     (Failed(1, "agent-failed", "boom", "Traceback ..."),
@@ -962,3 +965,21 @@ def test_deeply_nested_fields_are_remote_protocol_errors(template: Event, depth:
         check_garbage(b"", data)
         check_garbage(hello_from(Role.CLIENT), data)
         check_garbage(hello_from(Role.PLACE), data)
+
+
+def test_trailing_fields_with_defaults_may_be_left_out() -> None:
+    """A peer that does not use Meet's newer optional fields need not send them; fields
+    without defaults may not be left out."""
+    assert decode(msgpack.packb([2, 5, "ag_echo", {}, "sync", None])) == \
+        Meet(5, "ag_echo", Briefcase())
+    assert decode(msgpack.packb([2, 5, "ag_echo", {}])) == Meet(5, "ag_echo", Briefcase())
+    with pytest.raises(ValueError, match="expected 3 to 7"):
+        decode(msgpack.packb([2, 5, "ag_echo"]))
+    with pytest.raises(ValueError, match="8 fields"):
+        decode(msgpack.packb([2, 5, "ag_echo", {}, "sync", None, "", "", "extra"]))
+
+
+@pytest.mark.parametrize("meet_id", ["short", "x" * 65, "has space!", "ünïcode1", 12345678])
+def test_a_chosen_meet_id_must_be_8_to_64_safe_characters(meet_id: object) -> None:
+    with pytest.raises(ValueError, match="meet_id"):
+        decode(msgpack.packb([2, 5, "ag_echo", {}, "sync", None, "", meet_id]))

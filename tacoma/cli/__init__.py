@@ -6,6 +6,8 @@
     _place     place, doctor, install: running a place here, and setting it up
     _cabinet   the cabinet group: a place's cabinets, read from its database
     _bench     bench (and bench overhead, bench breakdown): the benchmark suite
+    _testbed   testbed up, down, status: separate network stacks to run places in
+    _status    status: what became of a meet, by its id
     _common    exit statuses, folder arguments, briefcases printed and as JSON
 
 Commands call the public API (`tacoma.meet`, `tacoma.Place`, ...); what a command needs

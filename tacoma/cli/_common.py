@@ -22,9 +22,20 @@ import tacoma
 from ..place._settings import default_state_dir
 from ..wire._briefcase import check_folder_name
 
-__all__ = ["EXIT_CODES", "FOLDER_HELP", "FOLDER_METAVAR", "SHOWN_LINES", "CommandFunction",
-           "briefcase_from", "briefcase_json", "fail", "parse_folder_arg", "print_briefcase",
-           "state_dir_option"]
+__all__ = [
+    "EXIT_CODES",
+    "FOLDER_HELP",
+    "FOLDER_METAVAR",
+    "SHOWN_LINES",
+    "CommandFunction",
+    "briefcase_from",
+    "briefcase_json",
+    "exit_code",
+    "fail",
+    "parse_folder_arg",
+    "print_briefcase",
+    "state_dir_option",
+]
 
 #: A command function, as option decorators take and give it.
 CommandFunction = TypeVar("CommandFunction", bound=Callable[..., Any])
@@ -46,12 +57,13 @@ EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (tacoma.NotAllowed, 15),
     (tacoma.NotAuthorized, 16),
     (tacoma.TrustError, 17),
+    (tacoma.UnknownMeet, 18),
     (tacoma.MeetError, 1),
     (tacoma.TacomaError, 1),
 ]
 
 
-def _exit_code(exc: BaseException) -> int:
+def exit_code(exc: BaseException) -> int:
     return next(code for cls, code in EXIT_CODES if isinstance(exc, cls))
 
 
@@ -66,7 +78,7 @@ def fail(exc: tacoma.TacomaError) -> None:
     detail = getattr(exc, "detail", "")
     if detail:
         click.echo(detail.rstrip("\n"), err=True)
-    sys.exit(_exit_code(exc))
+    sys.exit(exit_code(exc))
 
 
 def state_dir_option(help_text: str = "The place's state directory."

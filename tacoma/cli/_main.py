@@ -15,6 +15,8 @@ from ._bench import bench
 from ._cabinet import cabinet
 from ._meet import meet, send
 from ._place import doctor, install, place
+from ._status import status
+from ._testbed import testbed
 from ._trust import trust
 
 __all__ = ["main"]
@@ -26,5 +28,6 @@ def main() -> None:
     """tacoma: mobile agents. Run a place, meet agents at it."""
 
 
-for _command in (meet, send, ps, kill, bench, place, doctor, install, cabinet, trust):
+for _command in (meet, send, status, ps, kill, bench, place, doctor, install, cabinet, trust,
+                 testbed):
     main.add_command(_command)

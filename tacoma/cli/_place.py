@@ -104,6 +104,13 @@ _SETTINGS = tacoma.PlaceSettings()
               default=_SETTINGS.idle_seconds, show_default=True,
               help="Close a connection with no meet in flight after it has been silent this "
                    "long (clients reconnect at their next meet).")
+@click.option("--max-queued", type=click.IntRange(min=0), default=_SETTINGS.max_queued,
+              show_default=True,
+              help="Async meets that may wait in the journal while the place runs "
+                   "--max-meets; more are refused (PlaceUnavailable).")
+@click.option("--keep-results", type=click.FloatRange(min=1), default=_SETTINGS.keep_results,
+              show_default=True, metavar="SECONDS",
+              help="How long the journal keeps a meet's outcome for tacoma status.")
 @click.option("--agent-network", type=click.Choice(["none", "host"]), default="none",
               show_default=True,
               help="What network agents get: none (they reach other agents only through "
@@ -132,7 +139,8 @@ _SETTINGS = tacoma.PlaceSettings()
 def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
           max_meets: int, max_connections: int, grace_seconds: float, mailbox_messages: int,
           mailbox_bytes: int, mailbox_total_bytes: int, same_uid: bool,
-          max_receiving: int, idle_seconds: float, agent_network: str,
+          max_receiving: int, idle_seconds: float, max_queued: int, keep_results: float,
+          agent_network: str,
           identity: str | None, insecure: bool,
           allow: tuple[str, ...], share: float, deny_list: Path | None, quiet: bool,
           verbose: bool, **limits: Any) -> None:
@@ -158,7 +166,7 @@ def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
             limits=tacoma.Limits(**limits), separate_uids=not same_uid, identity=identity,
             insecure=insecure, allow=allow, share=share, deny_list=deny_list,
             agent_network=agent_network, idle_seconds=idle_seconds,
-            max_receiving=max_receiving)
+            max_receiving=max_receiving, max_queued=max_queued, keep_results=keep_results)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO

@@ -18,10 +18,34 @@ from ._identity import current_principal as current_principal
 from ._identity import use_identity as use_identity
 from ._local import LocalPlaces as LocalPlaces
 from ._local import local_places as local_places
+from ._status import MeetStatus as MeetStatus
+from ._status import aresult as aresult
+from ._status import astatus as astatus
+from ._status import result as result
+from ._status import status as status
 from ._traced import Traced as Traced
 from ._traced import atrace as atrace
 from ._traced import trace as trace
 
-__all__ = ["LocalPlaces", "PlaceClient", "Traced", "ameet", "arequest", "asend", "atrace",
-           "current_principal", "local_places", "meet", "request", "send",
-           "set_default_place", "trace", "use_identity"]
+__all__ = [
+           "LocalPlaces",
+           "MeetStatus",
+           "PlaceClient",
+           "Traced",
+           "ameet",
+           "arequest",
+           "aresult",
+           "asend",
+           "astatus",
+           "atrace",
+           "current_principal",
+           "local_places",
+           "meet",
+           "request",
+           "result",
+           "send",
+           "set_default_place",
+           "status",
+           "trace",
+           "use_identity",
+]

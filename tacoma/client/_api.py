@@ -15,7 +15,8 @@ from typing import Any, Literal, cast, overload
 
 from ..wire._address import split_target
 from ..wire._briefcase import CODE, Briefcase
-from ._client import connection, meet_deadline, place_of
+from ..wire._errors import ConnectionLost
+from ._client import connection, meet_deadline, new_meet_id, place_of
 
 __all__ = ["ameet", "arequest", "asend", "make_briefcase", "meet", "request", "send"]
 
@@ -58,9 +59,18 @@ async def ameet(target: str, briefcase: Folders = None, *, code: str | bytes | N
     if mode not in ("sync", "async"):
         raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
     agent, address = await place_of(target)
+    # Named here, so that a caller who loses the connection can ask for the outcome by id
+    # (and an async meet sent again after a lost answer is taken once).
+    meet_id = new_meet_id()
     async with meet_deadline(timeout, f"meet {target} did not finish"):
         client = await connection(address, connect_timeout)
-        return await client.meet(agent, bc, mode, timeout)
+        try:
+            return await client.meet(agent, bc, mode, timeout, meet_id=meet_id)
+        except ConnectionLost as exc:
+            raise ConnectionLost(
+                f"{exc}; the meet's outcome is unknown here: ask the place for it by id "
+                f"(tacoma status {meet_id}@{address}, or tacoma.result)",
+                meet_id=meet_id) from None
 
 
 @overload

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import time
 import weakref
 from collections.abc import Awaitable, Callable
@@ -91,11 +92,13 @@ class PlaceClient:
         return not self._pending and time.monotonic() - self._active > REUSE_SECONDS
 
     async def meet(self, agent: str, briefcase: Briefcase, mode: WireMode = "sync",
-                   timeout: float | None = None, principal: str = "") -> Briefcase | str:
+                   timeout: float | None = None, principal: str = "",
+                   meet_id: str = "") -> Briefcase | str:
         """Send a meet and wait for its reply: the result briefcase, or the async meet id.
 
         `principal` is for places only: the identity a place's forwarded meet is made for
-        (the peer refuses it from anyone whose certificate is not a place's).
+        (the peer refuses it from anyone whose certificate is not a place's). `meet_id`, if
+        given, is the id the place runs the meet as (see wire._events.Meet).
 
         A meet whose briefcase has a TRACE folder is traced (see wire._trace): the client's
         own steps go into the result with the place's and the worker's: marshal, send, and
@@ -105,11 +108,12 @@ class PlaceClient:
         channel = self._open()
         rid = channel.conn.new_rid()
         if TRACE not in briefcase:
-            channel.send(Meet(rid, agent, briefcase, mode, timeout, principal))
+            channel.send(Meet(rid, agent, briefcase, mode, timeout, principal, meet_id))
             answer: Briefcase | str = await self._reply(channel, rid)
             return answer
         started = time.perf_counter_ns()
-        data = channel.conn.send(Meet(rid, agent, briefcase, mode, timeout, principal))
+        data = channel.conn.send(Meet(rid, agent, briefcase, mode, timeout, principal,
+                                      meet_id))
         marshalled = time.perf_counter_ns()
         channel.write(data)
         sent = time.perf_counter_ns()
@@ -170,6 +174,11 @@ class PlaceClient:
             if not future.done():
                 future.set_exception(ConnectionLost(
                     f"place {self.address} closed the connection during the meet: {reason}"))
+
+
+def new_meet_id() -> str:
+    """A fresh meet id for the client to choose (16 URL-safe characters, 96 random bits)."""
+    return secrets.token_urlsafe(12)
 
 
 class ClientCache:

@@ -33,7 +33,7 @@ from ..client._transport import Channel
 from ..trust._store import LOCAL_PLACE, Bundle, TrustStore, check_name
 from ..trust._tls import DenyList, Peer, RateLimitedLog, ServerTLS
 from ..wire._errors import NotAuthorized, TrustError
-from ..wire._names import HOME_AGENT
+from ..wire._names import HOME_AGENT, TRIP_AGENT
 from ._settings import PlaceSettings
 
 __all__ = ["Access", "Principal"]
@@ -197,7 +197,7 @@ class Access:
         """NotAuthorized unless `principal` may meet `agent` here (the --allow rules)."""
         if not self.rules:
             return
-        if agent == HOME_AGENT and peer is not None and peer.is_place:
+        if agent in (HOME_AGENT, TRIP_AGENT) and peer is not None and peer.is_place:
             return  # a trip's end reaches its home whatever the rules
         name = principal.name
         for who, what in self.rules:

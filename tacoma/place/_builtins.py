@@ -1,24 +1,29 @@
-"""The agents a place is itself: ag_echo, ag_cabinet, ag_home and ag_admin.
+"""The agents a place is itself: ag_echo, ag_cabinet, ag_home, ag_admin, ag_status, ag_trip.
 
 They run no one's code and take no worker, so a meet of one is answered on the place's own
 loop: ag_echo returns its briefcase (the null agent, for benchmarks and health checks),
 ag_cabinet is the door to the cabinets (_cabinets), ag_home is where trips end (_trips),
-and ag_admin lists and stops the agents at the place (`tacoma ps`, `tacoma kill`) for
-whoever shows the place's admin token. Each gets the collaborator it needs, not the place.
+ag_admin lists and stops the agents at the place (`tacoma ps`, `tacoma kill`) for
+whoever shows the place's admin token, ag_status says what became of a meet by its id
+(`tacoma status`, from memory and the journal), and ag_trip answers rear guards and stops
+trips (_trips). Each gets the collaborator it needs, not the place.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import math
 import secrets
 import time
 from typing import Any
 
 from ..wire._briefcase import Briefcase
 from ..wire._errors import MeetError, NotAllowed, UnknownAgent
-from ..wire._names import ADMIN_AGENT, CABINET_AGENT, HOME_AGENT
+from ..wire._names import ADMIN_AGENT, CABINET_AGENT, HOME_AGENT, STATUS_AGENT, TRIP_AGENT
 from ._cabinets import Cabinets
+from ._journal import Journal, pack
 from ._meet import Meets
 from ._residents import Residents
 from ._trips import Trips
@@ -32,26 +37,100 @@ class BuiltIns:
     """Answers the meets of the place's own agents (wire._names.BUILT_IN)."""
 
     def __init__(self, cabinets: Cabinets, trips: Trips, meets: Meets, residents: Residents,
-                 admin_token: str) -> None:
+                 admin_token: str, journal: Journal, max_wait: float) -> None:
         self.cabinets = cabinets
+        self.journal = journal
+        self.max_wait = max_wait  # the longest an ag_status meet waits (--meet-seconds)
         self.trips = trips
         self.meets = meets
         self.residents = residents
         self.admin_token = admin_token  # this run's, in the state directory (see _place)
 
     async def serve(self, agent: str, briefcase: Briefcase, who: str | None,
-                    admin: bool = False) -> Briefcase:
-        """Answer a meet of `agent` made by `who` (None: a client outside the place);
-        `admin`: by an identity with the admin role."""
+                    admin: bool = False, principal: str = "") -> Briefcase:
+        """Answer a meet of `agent` made by `who` (None: a client outside the place) for
+        `principal`; `admin`: by an identity with the admin role."""
         if agent == CABINET_AGENT:
             return await self.cabinets.serve(briefcase, who)
         if agent == HOME_AGENT:
-            if not self.trips.end(briefcase):
-                log.info("a trip ended that nobody here waits for any more")
+            late = self.trips.end(briefcase)
+            if late is not None:  # its caller stopped waiting: the journal keeps the end
+                trip_id, failure = late
+                error = (failure.kind, failure.message, failure.detail) if failure else None
+                meet_id = await self.journal.trip_ended(trip_id, briefcase if not failure
+                                                        else None, error)
+                if meet_id is None:
+                    log.warning("trip %s ended, but this place has no record of it", trip_id)
+                else:
+                    log.info("trip %s of meet %s ended after its caller stopped waiting; "
+                             "its outcome is recorded", trip_id, meet_id)
             return Briefcase()
         if agent == ADMIN_AGENT:
             return self._admin(briefcase, admin)
+        if agent == STATUS_AGENT:
+            return await self._status(briefcase, principal, admin)
+        if agent == TRIP_AGENT:
+            raise NotAllowed(f"{TRIP_AGENT} is for places only")
         return briefcase  # ag_echo
+
+    # ------------------------------------------------------------------ ag_status
+    async def _status(self, request: Briefcase, principal: str, admin: bool) -> Briefcase:
+        """ag_status: what became of meet ID (queued, running, done, failed or unknown), for
+        the principal it was made for (or an admin identity); with WAIT, wait up to that
+        many seconds for it to end. A meet of another principal is "unknown", as one the
+        place never had: ids say nothing about who else meets here."""
+        ids = request.text("ID") if "ID" in request else []
+        if len(ids) != 1:
+            raise MeetError(f"{STATUS_AGENT} needs the meet's id in ID")
+        meet_id = ids[0]
+        try:
+            wait = float(request.text("WAIT")[0]) if request.folder("WAIT") else 0.0
+        except ValueError:
+            raise MeetError("WAIT must be a number of seconds") from None
+        if not math.isfinite(wait) or wait < 0:
+            raise MeetError("WAIT must be a number of seconds, at least 0")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(wait, self.max_wait)
+        while True:
+            ended = self.journal.watch(meet_id)  # first: an end while we look is not missed
+            try:
+                answer = await self._state(meet_id, principal, admin)
+                state = answer.text("STATE")[0]
+                left = deadline - loop.time()
+                if state not in ("queued", "running") or left <= 0:
+                    return answer
+                try:
+                    async with asyncio.timeout(left):
+                        await ended
+                except TimeoutError:
+                    pass
+            finally:
+                self.journal.unwatch(meet_id, ended)
+
+    async def _state(self, meet_id: str, principal: str, admin: bool) -> Briefcase:
+        answer = Briefcase(STATE=["unknown"], ID=[meet_id])
+        found = self.meets.find(meet_id)
+        if found is not None:
+            state, meet = found
+            if admin or meet.principal == principal:
+                answer.replace("STATE", [state])
+                answer.replace("AGENT", [meet.agent])
+                answer.replace("RUNS", [str(meet.runs + (state == "running"))])
+            return answer
+        record = await self.journal.get(meet_id)
+        if record is None or not (admin or record.principal == principal):
+            return answer
+        answer.replace("STATE", [record.state])
+        answer.replace("AGENT", [record.agent])
+        answer.replace("RUNS", [str(record.runs)])
+        answer.replace("ACCEPTED", [repr(record.accepted)])
+        if record.ended is not None:
+            answer.replace("ENDED", [repr(record.ended)])
+        if record.result is not None:
+            answer["RESULT"] = [pack(record.result)]
+        if record.error is not None:
+            answer.replace("ERROR", list(record.error))
+        return answer
 
     # ------------------------------------------------------------------ ag_admin
     def _admin(self, request: Briefcase, admin: bool) -> Briefcase:

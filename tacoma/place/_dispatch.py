@@ -22,15 +22,16 @@ worker or the place.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from ..client._client import ClientCache, PlaceClient
 from ..wire._address import canonical_address, split_target
-from ..wire._briefcase import CODE, TRACE, Briefcase
+from ..wire._briefcase import CODE, ITINERARY, RECOVERY, RERUN, TRACE, Briefcase
 from ..wire._errors import (
     MeetError,
     MeetTimeout,
@@ -40,18 +41,19 @@ from ..wire._errors import (
     error_from_wire,
     kind_of,
 )
-from ..wire._names import BUILT_IN, HOME_AGENT, MAILBOX_AGENT
+from ..wire._names import BUILT_IN, HOME_AGENT, MAILBOX_AGENT, TRIP_AGENT
 from ..wire._program import program_bytes
 from ..wire._protocol import Accepted, Event, Failed, Meet, Result
 from ._access import Access, Principal
 from ._agents import Agents
 from ._builds import Builds
 from ._builtins import BuiltIns
-from ._meet import Meets, RunningMeet
+from ._journal import Journal, Record
+from ._meet import AtCapacity, Meets, RunningMeet
 from ._pool import Worker
 from ._residents import Residents
 from ._settings import PlaceSettings
-from ._trips import Trip, Trips, ending
+from ._trips import HEARTBEAT, MISSES, RECOVERIES, Trip, Trips, ending
 
 __all__ = ["Dispatch", "failed"]
 
@@ -63,10 +65,12 @@ class Dispatch:
 
     def __init__(self, settings: PlaceSettings, agents: Agents, meets: Meets,
                  builtins: BuiltIns, builds: Builds, residents: Residents,
-                 trips: Trips, access: Access) -> None:
+                 trips: Trips, access: Access, journal: Journal) -> None:
         self.settings = settings
         self.agents = agents
         self.meets = meets
+        self.journal = journal
+        meets.on_free = self._start_queued
         self.builtins = builtins
         self.builds = builds
         self.residents = residents
@@ -88,12 +92,20 @@ class Dispatch:
         pool, installed_code = self.agents.resolve(meet.agent)
         meet.step("find agent")
         if pool is None:
+            if meet.agent == TRIP_AGENT:  # between places only (Session checks the peer)
+                return await self.serve_trip(meet.briefcase)
             result = await self.builtins.serve(meet.agent, meet.briefcase, meet.caller,
-                                               meet.admin)
+                                               meet.admin, meet.principal)
             meet.end_trace(result)
             return result
         timeout = self.bounded(meet.timeout)
+        if meet.trip is not None and meet.trip.deadline:  # a hop: the trip's one deadline
+            timeout = min(timeout, meet.trip.deadline - time.time())
+            if timeout <= 0:
+                raise MeetTimeout("the trip's deadline passed before the agent arrived here")
         briefcase = meet.briefcase
+        if RERUN in briefcase and not meet.runs:  # only the place says it is a re-run
+            briefcase.remove(RERUN)
         callers_code = briefcase.get(CODE)
         if installed_code is not None:
             briefcase[CODE] = [installed_code]
@@ -131,7 +143,11 @@ class Dispatch:
                 if hop:
                     raise _Moved
                 assert meet.trip is not None
-                result = await self.trips.wait(meet.trip, meet.deadline)
+                try:
+                    result = await self.trips.wait(meet.trip, meet.deadline)
+                except asyncio.CancelledError:  # the caller gave up: stop it where it is
+                    self.in_background(self._stop_trip(meet.trip.id, [meet.went]))
+                    raise
         finally:
             if not hop and meet.trip is not None:  # a trip that began here is over
                 self.trips.waiting.pop(meet.trip.id, None)
@@ -143,27 +159,145 @@ class Dispatch:
         meet.end_trace(result)
         return result
 
-    async def run_async(self, meet: RunningMeet) -> None:
-        """Run a meet nobody waits for (async), and log how it ended."""
+    # ------------------------------------------------------------------ async meets
+    async def submit(self, meet: RunningMeet) -> str:
+        """Take an async meet: write it to the journal (synced), then start it, or queue it
+        if the place is at --max-meets (or its principal at its share); its id.
+
+        Its caller is answered only once this returns: an accepted async meet outlives a
+        crash of the place. Refused (PlaceUnavailable) if it could only queue and the queue
+        is full. A meet sent again with an id the journal has from the same principal (its
+        Accepted was lost) is taken once.
+        """
+        self.agents.resolve(meet.agent)  # answered before it runs: refuse it now if it cannot
         try:
-            await self.run(meet)
-        except TacomaError as exc:
-            log.info("async meet %s (%s) failed: %s", meet.id, meet.agent, exc)
-        except Exception:
-            log.exception("async meet %s (%s) failed on an unexpected error", meet.id,
-                          meet.agent)
+            self.meets.admit("", meet.principal)
+        except AtCapacity:
+            self.meets.may_queue(meet.principal)
+        meet.briefcase.remove(RERUN)
+        outcome = await self.journal.accept(meet.id, meet.agent, meet.principal, meet.via,
+                                            meet.caller, meet.timeout, meet.briefcase,
+                                            "queued")
+        if outcome == "taken":
+            raise MeetError(f"meet id {meet.id} is taken at place {self.address}: choose "
+                            "another")
+        if outcome == "same":
+            return meet.id  # sent again: it is taken once
+        meet.journaled = True
+        try:
+            self.meets.admit("", meet.principal)
+        except AtCapacity:
+            self.meets.queue(meet)
+            log.debug("async meet %s queued (%d waiting)", meet.id, len(self.meets.queued))
+        else:
+            self.meets.spawn(meet, self.run_async(meet))
+        return meet.id
+
+    def _start_queued(self) -> None:
+        """Start the queued async meets that may start now (called when a slot frees)."""
+        while (meet := self.meets.next_queued()) is not None:
+            self.meets.spawn(meet, self.run_async(meet))
+
+    async def run_async(self, meet: RunningMeet) -> None:
+        """Run an async meet (journaled), and record how it ended.
+
+        A place stopping cancels it without a record: it stays in the journal and runs again
+        when the place starts again (at least once; RERUN tells the agent).
+        """
+        try:
+            if meet.stored:
+                meet.briefcase = await self.journal.briefcase(meet.id)
+                meet.stored = False
+            meet.runs = await self.journal.started(meet.id) - 1
+            if meet.runs:
+                meet.briefcase[RERUN] = [str(meet.runs).encode()]
+            result = await self.run(meet)
+        except asyncio.CancelledError:
+            if meet.killed or not self.meets.stopping:
+                await asyncio.shield(self.record(meet, None, self.meets.cancelled(meet)))
+            raise
+        except Exception as exc:
+            if isinstance(exc, TacomaError):
+                log.info("async meet %s (%s) failed: %s", meet.id, meet.agent, exc)
+            else:
+                log.error("async meet %s (%s) failed on an unexpected error", meet.id,
+                          meet.agent, exc_info=exc)
+            await self.record(meet, None, exc)
         else:
             log.info("async meet %s (%s) done", meet.id, meet.agent)
+            await self.record(meet, result, None)
 
+    async def record(self, meet: RunningMeet, result: Briefcase | None,
+                     exc: BaseException | None) -> None:
+        """Put a meet's outcome in the journal, if its caller may ask for it there (an async
+        meet, a trip that began here, a sync meet whose caller is gone)."""
+        if not (meet.journaled or meet.orphaned):
+            return
+        error = None
+        if exc is not None:
+            failure = failed(0, exc)
+            error = (failure.kind, failure.message, failure.detail)
+        try:
+            await self.journal.ended(meet.id, meet.agent, meet.principal, meet.via, result,
+                                     error)
+        except Exception:
+            log.exception("cannot record the outcome of meet %s in the journal", meet.id)
+
+    async def resume(self) -> None:
+        """At start: take up what the journal says was under way when the place stopped.
+
+        Async meets that had not ended are queued and run again (RERUN tells the agent how
+        often they started before); meets whose agents were out on a trip from here wait for
+        its end again; a sync meet whose caller was gone is recorded as failed (sync meets
+        are at most once).
+        """
+        records = await self.journal.open()
+        for record in records:
+            meet = self.meets.new(record.agent, Briefcase(), record.timeout, record.principal,
+                                  record.caller, via=record.via)
+            meet.id = record.id
+            meet.journaled = True
+            if record.trip is not None:
+                self.in_background(self._adopt(record))
+            elif record.kind == "async":
+                meet.runs = record.runs
+                self.meets.queue(meet)
+            else:
+                await self.record(meet, None, PlaceUnavailable(
+                    f"place {self.address} stopped during the meet, and sync meets are not "
+                    "run again"))
+        if records:
+            log.info("the journal had %d meets under way: %d async meets to run again, %d "
+                     "trips to wait for", len(records), len(self.meets.queued),
+                     sum(1 for r in records if r.trip is not None))
+        self._start_queued()
+
+    async def _adopt(self, record: Record) -> None:
+        """A trip that was out when the place stopped: its end, when it comes home, is
+        recorded (ag_home, through the journal); if none came by a minute past its deadline,
+        its outcome is recorded as unknown."""
+        await asyncio.sleep(max(0.0, (record.deadline or 0.0) - time.time()) + 60.0)
+        now = await self.journal.get(record.id)
+        if now is not None and now.ended is None:
+            meet = RunningMeet(record.id, record.agent, Briefcase(), record.timeout,
+                               record.principal, via=record.via)
+            meet.journaled = True
+            await self.record(meet, None, MeetTimeout(
+                "the trip did not come home by its deadline (its home restarted while it "
+                "was out): its outcome is unknown"))
+
+    # ------------------------------------------------------------------ trips (see _trips)
     async def run_hop(self, meet: RunningMeet) -> None:
         """Run one hop of a trip; where the agent ends, send the trip's end home."""
         trip = meet.trip
         assert trip is not None
+        self.trips.arrived(trip, meet)
         try:
             result = await self.run(meet)
         except _Moved:
-            return  # it went on: the next place has the trip now
+            return  # it went on: the next place has the trip now (and _go noted where)
         except asyncio.CancelledError:
+            self.trips.left(trip, "")
             end = ending(trip, None, self.meets.cancelled(meet), self.address)
             self.in_background(self._send_home(trip, end))
             raise
@@ -173,18 +307,186 @@ class Dispatch:
                                                      failure.detail), self.address)
         else:
             end = ending(trip, result, None, self.address)
+        self.trips.left(trip, "")
         await self._send_home(trip, end)
 
     async def _send_home(self, trip: Trip, end: Briefcase) -> None:
-        try:
-            if trip.home == self.address:
-                self.trips.end(end)
+        """Deliver a trip's end to its home, trying again while the home is unreachable
+        (restarting, cut off) until a minute after the trip's deadline."""
+        if trip.home == self.address:
+            await self.builtins.serve(HOME_AGENT, end, None)
+            self._release_guard(trip)
+            return
+        left = trip.time_left()
+        give_up = time.monotonic() + (max(0.0, left) if left is not None else 0.0) + 60.0
+        pause = 0.5
+        while True:
+            try:
+                client = await self.client(trip.home)
+                await asyncio.wait_for(client.meet(HOME_AGENT, Briefcase(end), "sync", 30.0),
+                                       30.0)
+                self._release_guard(trip)
                 return
-            client = await self.client(trip.home)
-            await asyncio.wait_for(client.meet(HOME_AGENT, end, "sync", 30.0), 30.0)
-        except Exception as exc:  # noqa: BLE001 - nobody else to tell; the home times out
-            log.warning("trip %s ended here but cannot reach its home %s: %s", trip.id,
-                        trip.home, exc)
+            except Exception as exc:  # noqa: BLE001 - try again: the home may come back
+                if time.monotonic() + pause > give_up:
+                    log.warning("trip %s ended here but its home %s cannot be reached: %s",
+                                trip.id, trip.home, exc)
+                    return
+                log.info("trip %s: its home %s cannot be reached (%s); trying again",
+                         trip.id, trip.home, exc)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 5.0)
+
+    def _release_guard(self, trip: Trip) -> None:
+        """Tell the place that handed the agent here that its rear guard may go."""
+        if trip.guard and trip.guard != self.address:
+            self.in_background(self._trip_op(trip.guard, "released", trip.id, trip.hop))
+
+    async def _trip_op(self, address: str, op: str, trip_id: str,
+                       hop: int | None = None) -> str:
+        """One ag_trip meet at another place: its STATE, or "" if it could not be asked."""
+        request = Briefcase(OP=[op], TRIP=[trip_id])
+        if hop is not None:
+            request.replace("HOP", [str(hop)])
+        try:
+            async with asyncio.timeout(2 * HEARTBEAT):
+                client = await self.clients.get(address, timeout=2 * HEARTBEAT)
+                answer = await client.meet(TRIP_AGENT, request, "sync", 2 * HEARTBEAT)
+        except Exception as exc:  # noqa: BLE001 - the caller decides what silence means
+            log.debug("ag_trip %s at %s: %s", op, address, exc)
+            return ""
+        assert isinstance(answer, Briefcase)
+        return answer.text("STATE")[0] if answer.folder("STATE") else ""
+
+    async def serve_trip(self, request: Briefcase) -> Briefcase:
+        """ag_trip, for other places: `where` (a rear guard's heartbeat: here, moved,
+        ended or unknown), `released` (the hop it guards was handed on, or ended), `stop`
+        (the trip's caller gave up: stop the agent here, or pass the stop on)."""
+        op = request.text("OP")[0] if request.folder("OP") else ""
+        trip_id = request.text("TRIP")[0] if request.folder("TRIP") else ""
+        try:
+            hop = int(request.text("HOP")[0]) if request.folder("HOP") else 0
+        except ValueError:
+            raise MeetError("HOP must be a hop number") from None
+        if op == "where":
+            return Briefcase(STATE=[self.trips.where((trip_id, hop))])
+        if op == "released":
+            return Briefcase(STATE=["released" if self.trips.release((trip_id, hop))
+                                    else "unknown"])
+        if op == "stop":
+            stopped = self._stop_here(trip_id)
+            onward = self.trips.next_places(trip_id)
+            if onward:
+                self.in_background(self._stop_trip(trip_id, onward))
+            return Briefcase(STATE=["stopped" if stopped else "passed" if onward
+                                    else "unknown"])
+        raise MeetError(f"unknown {TRIP_AGENT} operation {op!r}: where, released or stop")
+
+    def _stop_here(self, trip_id: str) -> bool:
+        stopped = False
+        for hop in self.trips.running(trip_id):
+            assert isinstance(hop, RunningMeet)
+            self.meets.kill(hop, "stopped: its trip's caller gave up")
+            stopped = True
+        for key in [k for k in self.trips.guards if k[0] == trip_id]:
+            self.trips.release(key)
+        return stopped
+
+    async def _stop_trip(self, trip_id: str, places: Sequence[str | None]) -> None:
+        """Stop trip `trip_id` wherever it is now, starting from `places`."""
+        self._stop_here(trip_id)
+        for place in places:
+            if place and place != self.address:
+                await self._trip_op(place, "stop", trip_id)
+
+    async def _guard(self, trip: Trip, target: str, briefcase: Briefcase, agent: str,
+                     principal: str) -> None:
+        """The rear guard of hop `trip`, handed to `target` (see _trips): ask where the
+        agent is every HEARTBEAT; if `target` is lost with it, do what it chose."""
+        misses, reason = 0, ""
+        try:
+            while True:
+                await asyncio.sleep(HEARTBEAT)
+                left = trip.time_left()
+                if left is not None and left <= 0:
+                    return  # the trip is over by its deadline, wherever the agent is
+                state = await self._trip_op(target, "where", trip.id, trip.hop)
+                if state in ("moved", "ended"):
+                    return
+                if state == "here":
+                    misses = 0
+                    continue
+                if state == "unknown":
+                    reason = "it no longer has the agent (it restarted)"
+                    break
+                misses += 1
+                reason = f"it did not answer {misses} heartbeats in a row"
+                if misses >= MISSES:
+                    break
+        finally:
+            self.trips.guards.pop(trip.key, None)
+        log.warning("trip %s: place %s was lost with the agent on it: %s", trip.id, target,
+                    reason)
+        self.in_background(self._recover(trip, target, briefcase, agent, principal,
+                                         reason))
+
+    async def _recover(self, lost: Trip, target: str, briefcase: Briefcase, agent: str,
+                       principal: str, reason: str) -> None:
+        """Do what the agent chose in RECOVERY when place `target` was lost with it."""
+        choice = briefcase.text(RECOVERY)[0] if briefcase.folder(RECOVERY) else "fail"
+        trip = dataclasses.replace(lost, hop=lost.hop - 1)  # as it was here
+        candidates: list[str] = []
+        if choice == "retry":
+            candidates = [target]
+        elif choice == "skip":
+            briefcase = Briefcase(briefcase)
+            briefcase["SKIPPED"] = [*briefcase.get("SKIPPED", []), target.encode()]
+            candidates = [p.decode("utf-8", "replace") for p in briefcase.get(ITINERARY, [])]
+        elif choice not in RECOVERIES:
+            reason += f" (and RECOVERY {choice!r} is none of {', '.join(RECOVERIES)})"
+        while candidates:
+            left = trip.time_left()
+            if left is not None and left <= 0:
+                break
+            place = candidates[0] if choice == "retry" else candidates.pop(0)
+            if choice == "skip":
+                briefcase.replace(ITINERARY, [p.encode() for p in candidates])
+            try:
+                await self._hand_over(trip, place, briefcase, agent, principal,
+                                      left if left is not None else self.bounded(None))
+                log.info("trip %s: the agent went on to %s (%s)", trip.id, place, choice)
+                return
+            except Exception as exc:  # noqa: BLE001 - try the next, or again
+                log.info("trip %s: %s could not take the agent: %s", trip.id, place, exc)
+                if choice == "skip":
+                    briefcase["SKIPPED"] = [*briefcase.get("SKIPPED", []), place.encode()]
+                else:
+                    await asyncio.sleep(HEARTBEAT)
+        if choice == "skip" and (trip.time_left() or 1) > 0:
+            briefcase.remove(ITINERARY)
+            await self._send_home(trip, ending(trip, briefcase, None, self.address))
+            return
+        failure = PlaceUnavailable(f"the agent was lost at place {target}: {reason}")
+        await self._send_home(trip, ending(trip, None, failure, self.address))
+
+    async def _hand_over(self, trip: Trip, target: str, briefcase: Briefcase, agent: str,
+                         principal: str, timeout: float) -> str:
+        """Hand the agent (hop `trip` here) to `target`, and guard it there: its meet id."""
+        onward = trip.onward(self.address)
+        if target == self.address:
+            self.meets.admit()
+            hop = self.meets.new(agent, Briefcase(briefcase), timeout, principal, trip=onward)
+            self.meets.spawn(hop, self.run_hop(hop))
+            self.trips.left(trip, target)
+            return hop.id
+        client = await self.client(target)
+        meet_id = str(await client.meet(agent, onward.stamp(briefcase), "go", timeout,
+                                        principal))
+        self.trips.left(trip, target)
+        guard = asyncio.ensure_future(self._guard(onward, target, Briefcase(briefcase), agent,
+                                                  principal))
+        self.trips.guards[onward.key] = guard
+        return meet_id
 
     async def settle(self) -> None:
         """After the meets ended: give the ends of trips on their way home a moment."""
@@ -196,7 +498,7 @@ class Dispatch:
         await self.builds.close()
         self.clients.close()
 
-    def in_background(self, coro: Coroutine[Any, Any, None]) -> None:
+    def in_background(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.ensure_future(coro)
         self.background.add(task)
         task.add_done_callback(self.background.discard)
@@ -218,11 +520,17 @@ class Dispatch:
             result = await work
         except asyncio.CancelledError:
             answer(failed(rid, self.meets.cancelled(meet)))
+            if meet is not None and meet.journaled:
+                await asyncio.shield(self.record(meet, None, self.meets.cancelled(meet)))
             raise
         except Exception as exc:  # noqa: BLE001 - every meet gets an answer, whatever failed
             answer(failed(rid, exc))
+            if meet is not None:
+                await self.record(meet, None, exc)
             return
         answer(Result(rid, result))
+        if meet is not None and (meet.journaled or meet.orphaned):
+            await self.record(meet, result, None)
 
     # ------------------------------------------------------------------ messages
     async def answer_of(self, meet: Meet, answer: asyncio.Future[Briefcase]) -> Briefcase:
@@ -280,20 +588,20 @@ class Dispatch:
             elif agent in BUILT_IN and event.mode == "sync":
                 # The place's own services (cabinets, ...) run no agent: an admitted agent
                 # may use them even while the place is at --max-meets.
-                answer = await self.builtins.serve(agent, event.briefcase, meet.identity)
+                answer = await self.builtins.serve(agent, event.briefcase, meet.identity,
+                                                   principal=meet.principal)
             else:
                 # An agent's meets count against --max-meets like anyone's, and can be killed.
                 # Its async ones against its principal's share too (a sync one waits for
                 # its answer, within the meet that was admitted: checking it could only
                 # deadlock the parent on its own slot).
-                self.meets.admit("", meet.principal if event.mode == "async" else "")
+                # Its async ones are journaled and may queue, as a client's.
                 inner = self.meets.new(agent, event.briefcase, event.timeout, meet.principal,
                                        meet.identity)
                 if event.mode == "async":
-                    self.agents.resolve(agent)  # answered before it runs: refuse it now
-                    self.meets.spawn(inner, self.run_async(inner))
-                    answer = inner.id
+                    answer = await self.submit(inner)
                 else:
+                    self.meets.admit()
                     # A meet of its own, so that it can be killed.
                     task = self.meets.spawn(inner, self.answered(
                         event.rid, self.run(inner), inner, worker.answer))
@@ -318,28 +626,34 @@ class Dispatch:
             raise MeetError("the agent is already going to another place")
         target = canonical_address(event.agent)
         agent = worker.pool.interpreter.agent
-        trip = meet.trip or self.trips.start()
+        recovery = event.briefcase.text(RECOVERY) if event.briefcase.folder(RECOVERY) else []
+        if recovery and recovery[0] not in RECOVERIES:
+            raise MeetError(f"RECOVERY must be one of {', '.join(RECOVERIES)}, not "
+                            f"{recovery[0]!r}")
+        first = meet.trip is None
         meet.going = True
+        trip: Trip | None = None
         try:
-            if target == self.address:
-                self.meets.admit()
-                hop = self.meets.new(agent, Briefcase(event.briefcase), meet.time_left(),
-                                     meet.principal, trip=trip)
-                self.meets.spawn(hop, self.run_hop(hop))
-                meet_id = hop.id
+            if meet.trip is None:  # the trip begins here: its home journals it
+                trip = self.trips.start(time.time() + meet.time_left())
+                await self.journal.trip(meet.id, meet.agent, meet.principal, meet.via,
+                                        meet.timeout, trip.id, trip.deadline)
+                meet.journaled = True
             else:
-                client = await self.client(target)
-                meet_id = str(await client.meet(agent, trip.stamp(event.briefcase), "go",
-                                                meet.time_left(), meet.principal))
+                trip = meet.trip
+            meet_id = await self._hand_over(trip, target, event.briefcase, agent,
+                                            meet.principal, meet.time_left())
         except BaseException:
             meet.going = False
-            if meet.trip is None:  # the trip did not start after all
+            if first and trip is not None:  # the trip did not start after all
                 self.trips.waiting.pop(trip.id, None)
             raise
         meet.trip = trip
         worker.answer(Accepted(event.rid, meet_id))
         meet.went = target
         worker.moved_on()
+        if not first:
+            self._release_guard(trip)
 
 
 class _Moved(Exception):

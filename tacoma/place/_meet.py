@@ -11,8 +11,9 @@ and the residents work on this object; the worker sees only what it needs of it
 (`_pool.HandedMeet`); nothing gets the whole place (trio gives each task its own record
 the same way).
 
-`Meets` is the book: the ids, the count against --max-meets, the tasks, and why a task was
-cancelled (killed, the place stopping, the caller gone).
+`Meets` is the book: the ids, the count against --max-meets, the async meets queued until a
+slot frees (their briefcases wait in the journal, not in memory), the tasks, and why a task
+was cancelled (killed, the place stopping, the caller gone).
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ import hashlib
 import itertools
 import secrets
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from ..wire._briefcase import Briefcase
 from ..wire._errors import AgentKilled, MeetError, MeetTimeout, PlaceUnavailable
-from ..wire._names import BUILT_IN
+from ..wire._names import ADMIN_AGENT, HOME_AGENT, STATUS_AGENT, TRIP_AGENT
 from ..wire._trace import read as read_trace
 from ..wire._trace import record
 
@@ -36,7 +37,20 @@ if TYPE_CHECKING:
     from ._pool import Worker
     from ._trips import Trip
 
-__all__ = ["Meets", "RunningMeet"]
+__all__ = ["ALWAYS_SERVED", "AtCapacity", "Meets", "RunningMeet"]
+
+#: The place's own agents it serves even at --max-meets (counted, never refused while it
+#: runs): a trip's end must reach its home (ag_home), a rear guard must learn where its trip
+#: is (ag_trip), the administrator must reach a busy place (ag_admin), and a caller must
+#: learn what became of its meet when the place is busiest (ag_status: it holds no more than
+#: a future while it waits). The other built-ins hold memory or a thread (ag_cabinet) and
+#: are admitted like any meet; ag_echo is answered at once and holds nothing.
+ALWAYS_SERVED = frozenset({HOME_AGENT, ADMIN_AGENT, TRIP_AGENT, STATUS_AGENT})
+
+
+class AtCapacity(PlaceUnavailable):
+    """Refused for want of a slot (--max-meets, or the principal's share): an async meet
+    waits in the queue instead."""
 
 
 class RunningMeet:
@@ -50,15 +64,20 @@ class RunningMeet:
         "agent",
         "briefcase",
         "caller",
+        "chosen_id",
         "deadline",
         "going",
         "id",
         "installed_as",
+        "journaled",
         "killed",
+        "orphaned",
         "principal",
         "program",
         "resident",
+        "runs",
         "started",
+        "stored",
         "timeout",
         "trace",
         "trip",
@@ -90,7 +109,14 @@ class RunningMeet:
         self.resident: str | None = None  # its agent's name while it is resident
         self.went: str | None = None  # where its agent went, once it moved on
         self.going = False  # while its agent's go is under way
-        self.killed = False  # stopped by tacoma kill
+        self.killed = ""  # why it was stopped (tacoma kill, its trip's caller gave up)
+        #: Its outcome goes into the journal when it ends: an async meet, a meet whose agent
+        #: went on a trip from here, or a sync meet whose caller's connection was lost.
+        self.journaled = False
+        self.orphaned = False  # a sync meet whose caller is gone: it runs on, and is recorded
+        self.stored = False  # its briefcase waits in the journal (queued), not here
+        self.runs = 0  # how many times it started before (re-runs after a restart)
+        self.chosen_id = False  # its client chose its id (and can ask for it by id)
         self._identity: str | None = None
 
     @property
@@ -141,8 +167,18 @@ class RunningMeet:
 class Meets:
     """The meets running at one place: ids, admission against --max-meets, their tasks."""
 
-    def __init__(self, max_meets: int, address: str, share: float = 1.0) -> None:
+    def __init__(self, max_meets: int, address: str, share: float = 1.0,
+                 max_queued: int = 0) -> None:
         self.max_meets = max_meets
+        self.max_queued = max_queued
+        #: Async meets waiting for a slot, oldest first, and how many each principal has
+        #: waiting (at most its share of --max-queued).
+        self.queued: collections.deque[RunningMeet] = collections.deque()
+        self.queue_share = max(1, int(max_queued * share))
+        self.queued_by_principal: collections.Counter[str] = collections.Counter()
+        self._queued_ids: set[str] = set()
+        #: Called when a meet ends and frees a slot (the dispatcher starts queued meets).
+        self.on_free: Callable[[], None] | None = None
         #: The most meets any one principal may have running (its fair share).
         self.share = max(1, int(max_meets * share))
         self.by_principal: collections.Counter[str] = collections.Counter()
@@ -162,27 +198,84 @@ class Meets:
         them, its agents' too) are under its share (no principal: no share is checked, as
         for an agent's own meets, or on an --insecure place).
 
-        The place's own agents (BUILT_IN) take no worker and are always served while the
-        place runs: a trip's end must reach its home (ag_home), and the administrator
-        must reach a busy place (ag_admin).
+        Refusals for want of a slot are AtCapacity. ALWAYS_SERVED agents are not refused
+        while the place runs.
         """
         if self.stopping:
             raise PlaceUnavailable(f"place {self.address} is shutting down")
-        if agent in BUILT_IN:
+        if agent in ALWAYS_SERVED:
             return
         if self._count >= self.max_meets:
-            raise PlaceUnavailable(f"place {self.address} is running its maximum of "
-                                   f"{self.max_meets} meets; try again later")
+            raise AtCapacity(f"place {self.address} is running its maximum of "
+                             f"{self.max_meets} meets; try again later")
         if principal and self.by_principal[principal] >= self.share:
-            raise PlaceUnavailable(f"{principal} has its share of {self.share} meets running "
-                                   f"at place {self.address}; try again when some end")
+            raise AtCapacity(f"{principal} has its share of {self.share} meets running "
+                             f"at place {self.address}; try again when some end")
+
+    def may_queue(self, principal: str) -> None:
+        """PlaceUnavailable unless one more async meet of `principal` may wait for a slot
+        (under --max-queued, and its share of it)."""
+        if self.stopping:
+            raise PlaceUnavailable(f"place {self.address} is shutting down")
+        if len(self.queued) >= self.max_queued:
+            raise PlaceUnavailable(f"place {self.address} is running its maximum of "
+                                   f"{self.max_meets} meets and has {self.max_queued} more "
+                                   "queued (--max-queued); try again later")
+        if principal and self.queued_by_principal[principal] >= self.queue_share:
+            raise PlaceUnavailable(f"{principal} has its share of {self.queue_share} async "
+                                   f"meets queued at place {self.address}; try again later")
+
+    def queue(self, meet: RunningMeet) -> None:
+        """Let an async meet (journaled, its briefcase dropped here) wait for a slot."""
+        meet.stored = True
+        meet.briefcase = Briefcase()
+        self.queued.append(meet)
+        self._queued_ids.add(meet.id)
+        self.queued_by_principal[meet.principal] += 1
+
+    def next_queued(self) -> RunningMeet | None:
+        """The oldest queued meet that may start now (its principal under its share), taken
+        off the queue; None if none may."""
+        if self.stopping or self._count >= self.max_meets:
+            return None
+        for meet in self.queued:
+            if not meet.principal or self.by_principal[meet.principal] < self.share:
+                self.queued.remove(meet)
+                self._queued_ids.discard(meet.id)
+                left = self.queued_by_principal[meet.principal] - 1
+                if left:
+                    self.queued_by_principal[meet.principal] = left
+                else:
+                    del self.queued_by_principal[meet.principal]
+                return meet
+        return None
+
+    def find(self, meet_id: str) -> tuple[str, RunningMeet] | None:
+        """A meet this place holds now, by id: ("running", meet) or ("queued", meet)."""
+        meet = self.running.get(meet_id)
+        if meet is not None:
+            return "running", meet
+        if meet_id in self._queued_ids:
+            return "queued", next(q for q in self.queued if q.id == meet_id)
+        return None
 
     def new(self, agent: str, briefcase: Briefcase, timeout: float | None,
             principal: str = "", caller: str | None = None, trip: Trip | None = None,
-            traced_at: int = 0, via: str = "") -> RunningMeet:
-        """A RunningMeet with a new id (not yet counted: `spawn` counts it)."""
-        return RunningMeet(f"{self._boot}-{next(self._ids)}", agent, briefcase, timeout,
-                           principal, caller, trip, traced_at, via)
+            traced_at: int = 0, via: str = "", meet_id: str = "") -> RunningMeet:
+        """A RunningMeet with the id its client chose, or a new one (not yet counted:
+        `spawn` counts it). MeetError if a meet with the chosen id is held here now."""
+        if meet_id:
+            if meet_id in self.running or meet_id in self._queued_ids:
+                raise MeetError(f"a meet with id {meet_id} is already at place "
+                                f"{self.address}: ids must be unique")
+            chosen = True
+        else:
+            meet_id = f"{self._boot}-{next(self._ids)}"
+            chosen = False
+        meet = RunningMeet(meet_id, agent, briefcase, timeout, principal, caller, trip,
+                           traced_at, via)
+        meet.chosen_id = chosen
+        return meet
 
     def spawn(self, meet: RunningMeet, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run a meet as a task, counted exactly while it runs.
@@ -208,6 +301,8 @@ class Meets:
                     del self.by_principal[principal]
                 self.running.pop(meet.id, None)
                 self._tasks.pop(meet.id, None)
+                if self.queued and self.on_free is not None:
+                    self.on_free()
 
         async def tracked() -> None:
             try:
@@ -229,9 +324,9 @@ class Meets:
     def tasks(self) -> list[asyncio.Task[None]]:
         return [task for task in self._tasks.values() if not task.done()]
 
-    def kill(self, meet: RunningMeet) -> None:
+    def kill(self, meet: RunningMeet, why: str = "killed by tacoma kill") -> None:
         """Stop a meet's agent: its task is cancelled, and its caller told AgentKilled."""
-        meet.killed = True
+        meet.killed = why
         task = self._tasks.get(meet.id)
         if task is not None:
             task.cancel()
@@ -239,7 +334,7 @@ class Meets:
     def cancelled(self, meet: RunningMeet | None) -> MeetError:
         """Why a meet's task was cancelled, as the error its caller gets."""
         if meet is not None and meet.killed:
-            return AgentKilled(f"killed by tacoma kill at place {self.address}")
+            return AgentKilled(f"{meet.killed} at place {self.address}")
         if self.stopping:
             return PlaceUnavailable(f"place {self.address} stopped during the meet")
         return MeetError("meet cancelled")

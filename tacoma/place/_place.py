@@ -16,6 +16,7 @@ the collaborators it needs:
     _containment  the sandbox plan, the outside of confinement, from the layers this host
                 allows (`_layers`): uids (`_uids`), cgroups (`_cgroups`), the file system
                 an agent sees, its Landlock rules and seccomp filter (`_seccomp`)
+    _journal    async meets, trips and orphaned results, kept across restarts (SQLite)
     _builds, _residents, _trips, _cabinets   compiled programs, messages, moving agents,
                 the place's folders
 """
@@ -48,6 +49,7 @@ from ._cabinets import Cabinets
 from ._cgroups import Cgroups
 from ._containment import Containment
 from ._dispatch import Dispatch
+from ._journal import Journal
 from ._layers import probe
 from ._meet import Meets
 from ._pool import WorkerPool
@@ -72,6 +74,8 @@ class Place:
         self.address = ""
         self.sessions: set[Session] = set()
         self.cabinets = Cabinets(self.settings.state_dir / "cabinets.sqlite3")
+        self.journal = Journal(self.settings.state_dir / "journal.sqlite3",
+                               self.settings.keep_results)
         self.cgroups: Cgroups | None = None
         self.uids: AgentUids | None = None
         #: Bytes of incomplete frames held for all connections together.
@@ -137,6 +141,11 @@ class Place:
         containment = Containment(settings, layers, self.uids, address, module_paths,
                                   self.access.secrets)
         self.dispatch = self._parts(interpreters, containment, enterable, admin_token)
+        try:
+            await self.dispatch.resume()
+        except sqlite3.Error as exc:
+            raise PlaceUnavailable(f"cannot open the journal {self.journal.path}: {exc}") \
+                from exc
         await self._server.start_serving()
         self._recheck_revoked()
         tls = (f"mutual TLS as {self.access.name}" if self.access.tls is not None
@@ -155,9 +164,10 @@ class Place:
         residents = Residents(settings.mailbox_messages, settings.mailbox_bytes,
                               settings.mailbox_total_bytes, agents.has)
         meets = Meets(settings.max_meets, address,
-                      settings.share if not settings.insecure else 1.0)
+                      settings.share if not settings.insecure else 1.0, settings.max_queued)
         trips = Trips(address)
-        builtins = BuiltIns(self.cabinets, trips, meets, residents, admin_token)
+        builtins = BuiltIns(self.cabinets, trips, meets, residents, admin_token, self.journal,
+                            settings.limits.meet_seconds)
         builds = Builds(containment, cache_mode)
         for agent, interpreter in interpreters.items():
             problem = interpreter.check()
@@ -172,7 +182,7 @@ class Place:
             pool.fill()
         assert self.access is not None
         return Dispatch(settings, agents, meets, builtins, builds, residents, trips,
-                        self.access)
+                        self.access, self.journal)
 
     def agent_names(self) -> list[str]:
         """Every agent this place can meet now: built-in, interpreters, installed."""
@@ -275,6 +285,7 @@ class Place:
         if dispatch is not None:
             await dispatch.close()
         await self.cabinets.close()
+        await self.journal.close()
         if dispatch is not None:
             await asyncio.gather(*(pool.close() for pool in dispatch.agents.pools.values()),
                                  return_exceptions=True)

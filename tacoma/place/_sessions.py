@@ -2,11 +2,13 @@
 
 A session reads Meet and Cancel events off its Channel. A Meet becomes, by its mode and
 name: a message to a resident agent (see _residents), a moving agent arriving (`go`, see
-_trips: answered Accepted once taken), an async meet (answered Accepted, then run), or a
-sync meet (run, then answered with its Result). Every meet runs in a task of its own; its
-failure, however it happens, becomes a Failed reply on its own request id and touches
-nothing else. A broken connection loses only its own meets (whose agents are killed:
-nobody is left to receive their result).
+_trips: answered Accepted once taken), an async meet (journaled, answered Accepted, then
+run or queued: see _journal), or a sync meet (run, then answered with its Result). Every
+meet runs in a task of its own; its failure, however it happens, becomes a Failed reply on
+its own request id and touches nothing else. A Cancel stops its meet's agent. A broken
+connection stops the agents of its sync meets, except those whose client chose the meet's
+id: a client that can ask for the outcome by id later (`tacoma status`) gets it recorded
+in the journal, and its agent runs on to its end.
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ import time
 
 from ..client._transport import Channel
 from ..wire._briefcase import TRACE
-from ..wire._errors import LimitExceeded, MeetError, MessageError, ProtocolError, kind_of
+from ..wire._errors import (
+    LimitExceeded,
+    MeetError,
+    MessageError,
+    ProtocolError,
+    kind_of,
+)
+from ..wire._names import ECHO_AGENT, TRIP_AGENT
 from ..wire._protocol import Accepted, Cancel, Event, Failed, Meet, Result
 from ._access import Access, Principal
 from ._dispatch import Dispatch, failed
@@ -39,6 +48,8 @@ class Session:
         self.access = access
         self.channel: Channel
         self.tasks: dict[int, asyncio.Task[None]] = {}  # by request id
+        #: The sync meets of tasks whose clients chose their ids (by request id).
+        self.chosen: dict[int, RunningMeet] = {}
         #: Its peer, as the principal of the meets it makes for itself, and whether that
         #: peer may use ag_admin (both known once its certificate is: see admit).
         self.own = Principal("")
@@ -87,8 +98,14 @@ class Session:
         if self in self.sessions:  # admitted, and not yet closed
             self.sessions.discard(self)
             self.access.closed(channel)
-        for task in self.tasks.values():
-            task.cancel()  # sync meets nobody waits for any more: kill their agents
+        for rid, task in self.tasks.items():
+            meet = self.chosen.get(rid)
+            if meet is not None:  # its caller can ask by id: it runs on, and is recorded
+                meet.orphaned = True
+                log.info("meet %s runs on without its caller (%s), whose connection was "
+                         "lost; its outcome goes into the journal", meet.id, channel.peer)
+            else:
+                task.cancel()  # sync meets nobody waits for any more: kill their agents
 
     # -- meets
     def accept(self, event: Meet) -> None:
@@ -100,7 +117,7 @@ class Session:
                          else self.own)
             self.access.authorize(principal, event.agent, self.dispatch.address, peer,
                                   self.channel.peer)
-            if event.mode == "go":
+            if event.mode == "go" or event.agent == TRIP_AGENT:
                 self.access.may_move(peer)
         except MeetError as exc:
             self._reply(failed(event.rid, exc))
@@ -108,26 +125,38 @@ class Session:
         if event.mode != "go" and self.dispatch.residents.get(event.agent) is not None:
             self._accept_message(event)
             return
+        if event.agent == ECHO_AGENT and event.mode == "sync" and not accepted \
+                and not self.meets.stopping:
+            # The null agent holds nothing and waits for nothing: answered here and now, it
+            # never takes a slot (every other meet, built-in or not, counts).
+            self._reply(Result(event.rid, event.briefcase))
+            return
         try:
             # A principal's share is checked for the meets its client makes, and for the
             # async meets its agents make through other places; not for a forwarded sync
             # meet (its agent's meet waits on it) nor a trip's hop (the admitted meet, going
             # on).
             shared = event.mode != "go" and (not principal.via or event.mode == "async")
-            self.meets.admit(event.agent if event.mode == "sync" else "",
-                             principal.name if shared else "")
             if event.mode == "ack":
                 raise MessageError(f"the ack mode is for messages to resident agents, and "
                                    f"{event.agent} is not one here")
+            if event.mode != "async":  # async meets are admitted, or queued, by submit
+                self.meets.admit(event.agent if event.mode == "sync" else "",
+                                 principal.name if shared else "")
+            elif event.meet_id and (found := self.meets.find(event.meet_id)) is not None \
+                    and found[1].principal == principal.name:
+                self._reply(Accepted(event.rid, event.meet_id))  # sent again: taken once
+                return
             trip = Trip.take(event.briefcase) if event.mode == "go" else None
-            if event.mode != "sync":  # answered before it runs: refuse it now if it cannot
+            if event.mode == "go":  # answered before it runs: refuse it now if it cannot
                 self.dispatch.agents.resolve(event.agent)
+            meet = self.meets.new(event.agent, event.briefcase, event.timeout, principal.name,
+                                  trip=trip,
+                                  traced_at=accepted if event.mode == "sync" else 0,
+                                  via=principal.via, meet_id=event.meet_id)
         except MeetError as exc:
             self._reply(failed(event.rid, exc))
             return
-        meet = self.meets.new(event.agent, event.briefcase, event.timeout, principal.name,
-                              trip=trip, traced_at=accepted if event.mode == "sync" else 0,
-                              via=principal.via)
         meet.admin = self.admin and not principal.via
         if log.isEnabledFor(logging.DEBUG):
             log.debug("meet %s: %s (%s) for %s%s from %s", meet.id, event.agent, event.mode,
@@ -137,12 +166,23 @@ class Session:
             self._reply(Accepted(event.rid, meet.id))
             self.meets.spawn(meet, self.dispatch.run_hop(meet))
         elif event.mode == "async":
-            self._reply(Accepted(event.rid, meet.id))
-            self.meets.spawn(meet, self.dispatch.run_async(meet))
+            # Not cancellable: once journaled, an async meet runs whatever its caller does.
+            self.dispatch.in_background(self._submit(event.rid, meet))
         else:
             task = self.meets.spawn(meet, self.dispatch.answered(
                 event.rid, self.dispatch.run(meet), meet, self._reply))
             self._track(event.rid, task, meet)
+            if meet.chosen_id:
+                self.chosen[event.rid] = meet
+
+    async def _submit(self, rid: int, meet: RunningMeet) -> None:
+        """An async meet: answered Accepted once the journal holds it (see _journal)."""
+        try:
+            meet_id = await self.dispatch.submit(meet)
+        except Exception as exc:  # noqa: BLE001 - refused, or a journal that cannot write
+            self._reply(failed(rid, exc))
+        else:
+            self._reply(Accepted(rid, meet_id))
 
     def _accept_message(self, event: Meet) -> None:
         """A meet with a resident agent: a message to it (see _residents)."""
@@ -165,6 +205,7 @@ class Session:
 
         def done(_: object) -> None:
             self.tasks.pop(rid, None)
+            self.chosen.pop(rid, None)
             if task.cancelled() and rid in self.channel.conn.owed:
                 # Cancelled before its coroutine started (a Cancel right behind its Meet):
                 # nothing ran to answer it, so answer here, and the rid is forgotten.

@@ -111,6 +111,10 @@ class PlaceSettings:
         is closed (with a Bye saying so); clients reconnect when they next meet. Clients
         stop reusing a connection idle for 45 s, so below 60 s a meet may cross the close
         (the CLI refuses such values; the Python API allows them, for tests).
+    max_queued: async meets that may wait in the journal for a slot while the place runs
+        max_meets (each principal its share of them); more are refused (PlaceUnavailable).
+    keep_results: seconds the journal keeps a meet's outcome after it ended (for `tacoma
+        status`).
     """
 
     listen: str = DEFAULT_LISTEN
@@ -134,6 +138,8 @@ class PlaceSettings:
     agent_network: str = "none"
     idle_seconds: float = IDLE_SECONDS
     max_receiving: int = 256 * 1024 * 1024
+    max_queued: int = 1024
+    keep_results: float = 24 * 3600.0
 
     def __post_init__(self) -> None:
         # Absolute: agents' working directories are below it, and they start elsewhere.
@@ -161,6 +167,11 @@ class PlaceSettings:
             raise ValueError(f"pool_size must be 0 to 64, got {self.pool_size!r}")
         if not isinstance(self.max_frame, int) or self.max_frame < 64 * 1024:
             raise ValueError(f"max_frame must be at least 65536 bytes, got {self.max_frame!r}")
+        if not isinstance(self.max_queued, int) or self.max_queued < 0:
+            raise ValueError(f"max_queued must be at least 0, got {self.max_queued!r}")
+        if not isinstance(self.keep_results, int | float) or not self.keep_results > 0:
+            raise ValueError(f"keep_results must be above 0 seconds, got "
+                             f"{self.keep_results!r}")
         if not isinstance(self.max_meets, int) or self.max_meets < 1:
             raise ValueError(f"max_meets must be at least 1, got {self.max_meets!r}")
         if not isinstance(self.max_connections, int) or self.max_connections < 1:

@@ -1,20 +1,41 @@
-"""Trips: agents that move from place to place and come home.
+"""Trips: agents that move from place to place and come home, and end in a known state.
 
 Weak mobility, as in TACOMA: an agent moves by carrying its CODE and folders to the next
 place, where its program starts again from the top with that briefcase. `go(place)` asks the
 agent's place to hand it on; the place meets the same language's agent at the next place in
 the `go` mode, and once that place has *taken* the agent (answered Accepted) the agent's
-process ends and its worker is released. A hop therefore holds nothing at the place it
-leaves: a trip of 4,000 hops holds no worker and no connection open for the trip.
+process ends and its worker is released.
 
 The place where a trip begins (the one that ran the first `go` of an agent met there) is
-its *home*: it registers the trip here and waits for its end, within the deadline of the
-meet that started it. Every hop carries the trip's home address and id in a HOME folder,
-which each place takes out of the briefcase before the agent sees it. Where the agent ends
-without going on, its place meets the home's built-in `ag_home` with the final briefcase
-(or the failure: kind, message and detail), and the sync meet that started the trip returns
-it. So the caller of a sync meet gets the briefcase of the whole trip, and never hangs:
-a place that dies with the agent on it ends the trip at the meet's deadline (MeetTimeout).
+its *home*: it writes the trip to its journal (so that a home that restarts still takes
+the trip's end) and waits for its end. Every hop carries, in a HOME folder that each place
+takes out before the agent sees it, the trip's home, id, **deadline** and hop number, and
+the place that handed it on. The deadline is set once, at the first `go`, from the meet's
+own, and never restarted: every place runs the agent only until then (clocks of places
+must agree to within the precision callers need; the sender's remaining time bounds it too).
+
+**Rear guards** (TACOMA's NAP): a place that handed the agent on keeps a copy of the
+briefcase it handed over, and a rear guard that asks the next place every HEARTBEAT
+seconds where the agent is (`ag_trip`, OP where). The next place releases it as soon as it
+has handed the agent on in turn (OP released), or its end was sent home. When the next
+place stops answering for MISSES heartbeats in a row (killed, cut off) or says it no longer
+has the agent (restarted), the guard does what the agent chose in its RECOVERY folder:
+
+    fail   (the default) the home hears that the agent was lost at that place, and why;
+    retry  hand the same briefcase to that place again, until its deadline;
+    skip   hand it to the next place of its ITINERARY instead, noting the skipped place in
+           SKIPPED; with no place left, the trip ends home with that briefcase.
+
+So the caller of a trip learns within seconds that a place died with its agent, rather
+than at its deadline. What is not covered: a place that dies in the instant between handing
+the agent on and releasing its guard (the guard may then relaunch an agent that lives on),
+and two adjacent places dying together (the caller hears MeetTimeout at the deadline, and
+can ask for the outcome by id later).
+
+**Stopping a trip**: when the caller cancels, the home sends OP stop down the trip's path:
+each place stops the agent if it is there, or passes the stop on to where it handed it.
+A trip's end that arrives after its caller stopped waiting (deadline, lost connection) is
+recorded in the home's journal under the meet's id, never dropped.
 
 If the next place cannot take the agent (down, refusing, unknown address), `go` fails in the
 agent with the place's error, and the agent is still where it was: it may skip that place,
@@ -24,6 +45,7 @@ try again, or end, which sends its briefcase home.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 import time
 from dataclasses import dataclass
@@ -31,22 +53,41 @@ from dataclasses import dataclass
 from ..wire._briefcase import HOME, Briefcase
 from ..wire._errors import MeetError, MeetTimeout, error_from_wire
 
-__all__ = ["Trip", "Trips", "ending"]
+__all__ = ["HEARTBEAT", "MISSES", "Trip", "Trips", "ending"]
 
-# HOME (_briefcase): the folder a hop carries its trip in, [home address, trip id]; the place
-# takes it out. ITINERARY: the places an agent still means to visit, in order (`go_next`
-# takes the first one off and goes there).
+#: Seconds between a rear guard's questions to the place its agent went to.
+HEARTBEAT = 1.0
+#: Heartbeats in a row a place may miss before its rear guard takes the agent as lost.
+MISSES = 3
+#: What an agent may choose in RECOVERY (the first is the default).
+RECOVERIES = ("fail", "retry", "skip")
 
 
 @dataclass(frozen=True, slots=True)
 class Trip:
+    """A trip, as one hop of it carries it."""
+
     home: str
     id: str
+    deadline: float = 0.0  # time.time() by which the trip must end (0: none carried)
+    hop: int = 0  # hand-overs so far
+    guard: str = ""  # the place that handed the agent here, and guards it
+
+    def onward(self, guard: str) -> Trip:
+        """The trip as the next hop carries it, handed on by `guard`."""
+        return dataclasses.replace(self, hop=self.hop + 1, guard=guard)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.id, self.hop
+
+    def time_left(self) -> float | None:
+        return self.deadline - time.time() if self.deadline else None
 
     def stamp(self, briefcase: Briefcase) -> Briefcase:
         """`briefcase` as it travels on a hop: with the trip in its HOME folder."""
         travelling = Briefcase(briefcase)
-        travelling[HOME] = [self.home, self.id]
+        travelling[HOME] = [self.home, self.id, repr(self.deadline), str(self.hop), self.guard]
         return travelling
 
     @classmethod
@@ -54,13 +95,16 @@ class Trip:
         """The trip a hop's briefcase carries, removed from it; MeetError if malformed."""
         home = briefcase.folder(HOME)
         briefcase.remove(HOME)
-        if len(home) != 2:
+        if len(home) not in (2, 5):
             raise MeetError("a moving agent's briefcase must carry its trip in HOME: "
-                            "[home address, trip id]")
+                            "[home address, trip id, deadline, hop, guard]")
         try:
-            return cls(home[0].decode("utf-8"), home[1].decode("ascii"))
-        except UnicodeDecodeError:
-            raise MeetError("the HOME folder of a moving agent is not text") from None
+            texts = [part.decode("utf-8") for part in home]
+            if len(texts) == 2:
+                return cls(texts[0], texts[1])
+            return cls(texts[0], texts[1], float(texts[2]), int(texts[3]), texts[4])
+        except (UnicodeDecodeError, ValueError):
+            raise MeetError("the HOME folder of a moving agent is malformed") from None
 
 
 def ending(trip: Trip, briefcase: Briefcase | None, failure: MeetError | None,
@@ -77,14 +121,22 @@ def ending(trip: Trip, briefcase: Briefcase | None, failure: MeetError | None,
 
 
 class Trips:
-    """The trips that started at this place, waiting for their ends."""
+    """The trips of one place: those that began here (waiting for their ends), the hops
+    running here, those it handed on (until their deadlines), and its rear guards."""
 
     def __init__(self, address: str) -> None:
         self.address = address
         self.waiting: dict[str, asyncio.Future[Briefcase]] = {}
+        #: Hops running here, by (trip id, hop).
+        self.here: dict[tuple[str, int], object] = {}
+        #: Hops this place handed on or ended: where they went ("" if ended here), kept
+        #: until the trip's deadline (monotonic), for rear guards and stops.
+        self.passed: dict[tuple[str, int], tuple[str, float]] = {}
+        #: Rear guards kept here, by the hop they watch (trip id, hop at the next place).
+        self.guards: dict[tuple[str, int], asyncio.Task[None]] = {}
 
-    def start(self) -> Trip:
-        trip = Trip(self.address, secrets.token_hex(16))
+    def start(self, deadline: float) -> Trip:
+        trip = Trip(self.address, secrets.token_hex(16), deadline)
         self.waiting[trip.id] = asyncio.get_running_loop().create_future()
         return trip
 
@@ -96,23 +148,78 @@ class Trips:
                                           + max(0.0, deadline - time.monotonic())):
                 return await future
         except TimeoutError:
-            raise MeetTimeout("the agent's trip did not end in time: it is still on the way, "
-                              "or a place it was at went down") from None
+            raise MeetTimeout("the agent's trip did not end by its deadline: the agent is "
+                              "stopped wherever it is, and its end, if one comes, is "
+                              "recorded under the meet's id (tacoma status)") from None
         finally:
             self.waiting.pop(trip.id, None)
 
-    def end(self, briefcase: Briefcase) -> bool:
-        """Deliver a trip's end (a meet of ag_home); False if no trip here waits for it."""
+    def end(self, briefcase: Briefcase) -> tuple[str, MeetError | None] | None:
+        """Deliver a trip's end (a meet of ag_home): None if the trip's meet here took it;
+        else nobody here waits for it any more (its caller's deadline passed, or the place
+        restarted), and the trip id and failure (None: `briefcase` is its result) are
+        returned for the journal."""
         home = briefcase.folder(HOME)
         briefcase.remove(HOME)
-        if not home:
+        if not home or len(home) not in (1, 4):
             raise MeetError("ag_home takes a trip's end: HOME must hold the trip id")
-        future = self.waiting.get(home[0].decode("ascii", "replace"))
-        if future is None or future.done() or len(home) not in (1, 4):
-            return False
+        trip_id = home[0].decode("ascii", "replace")
+        failure = None
         if len(home) == 4:
             kind, message, detail = (part.decode("utf-8", "replace") for part in home[1:])
-            future.set_exception(error_from_wire(kind, message, detail))
+            failure = error_from_wire(kind, message, detail)
+        future = self.waiting.get(trip_id)
+        if future is None or future.done():
+            return trip_id, failure
+        if failure is not None:
+            future.set_exception(failure)
         else:
             future.set_result(briefcase)
+        return None
+
+    # -- hops here, and hops handed on
+    def arrived(self, trip: Trip, meet: object) -> None:
+        self.here[trip.key] = meet
+
+    def left(self, trip: Trip, went: str) -> None:
+        """The hop `trip` of an agent here is over: it went to `went` ("" if it ended)."""
+        self.here.pop(trip.key, None)
+        left = trip.time_left()
+        if trip.deadline and left is not None:
+            self._prune()
+            self.passed[trip.key] = (went, time.monotonic() + max(0.0, left) + 60.0)
+
+    def where(self, key: tuple[str, int]) -> str:
+        """What this place knows of hop `key`: here, moved, ended or unknown."""
+        if key in self.here:
+            return "here"
+        passed = self.passed.get(key)
+        if passed is not None:
+            return "moved" if passed[0] else "ended"
+        return "unknown"
+
+    def next_places(self, trip_id: str) -> list[str]:
+        """Where this place handed trip `trip_id` on to (for a stop to follow it)."""
+        return [went for (tid, _), (went, _) in self.passed.items() if tid == trip_id and went]
+
+    def running(self, trip_id: str) -> list[object]:
+        return [meet for (tid, _), meet in self.here.items() if tid == trip_id]
+
+    def _prune(self) -> None:
+        if len(self.passed) % 256 == 0:
+            now = time.monotonic()
+            for key in [k for k, (_, until) in self.passed.items() if until < now]:
+                del self.passed[key]
+
+    def release(self, key: tuple[str, int]) -> bool:
+        """Stop the rear guard watching hop `key` (handed on or ended there)."""
+        guard = self.guards.pop(key, None)
+        if guard is None:
+            return False
+        guard.cancel()
         return True
+
+    def close(self) -> None:
+        for guard in self.guards.values():
+            guard.cancel()
+        self.guards.clear()

@@ -29,11 +29,12 @@ from ._errors import TacomaError as TacomaError
 from ._errors import TransportError as TransportError
 from ._errors import TrustError as TrustError
 from ._errors import UnknownAgent as UnknownAgent
+from ._errors import UnknownMeet as UnknownMeet
 
 __all__ = [
     "CODE", "RESERVED_FOLDERS", "AgentFailed", "AgentKilled", "Briefcase", "CabinetError",
     "ConnectError", "ConnectionLost", "LimitExceeded", "LocalProtocolError", "MailboxFull",
     "MeetError", "MeetTimeout", "MessageError", "NotAllowed", "NotAuthorized",
     "PlaceUnavailable", "ProtocolError", "RemoteProtocolError", "TacomaError", "TransportError",
-    "TrustError", "UnknownAgent",
+    "TrustError", "UnknownAgent", "UnknownMeet",
 ]

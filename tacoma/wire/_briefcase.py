@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 
-__all__ = ["CODE", "ENVELOPE", "HOME", "ITINERARY", "RESERVED_FOLDERS", "TRACE", "Briefcase",
-           "check_folder_name"]
+__all__ = ["CODE", "ENVELOPE", "HOME", "ITINERARY", "RECOVERY", "RERUN", "RESERVED_FOLDERS",
+           "TRACE", "Briefcase", "check_folder_name"]
 
 #: The folder that carries an agent's program (source text for the interpreter agents).
 CODE = "CODE"
@@ -27,7 +27,14 @@ HOME = "HOME"
 ENVELOPE = "ENVELOPE"
 #: Present in a meet's briefcase, asks for the meet to be traced (see _trace).
 TRACE = "TRACE"
-RESERVED_FOLDERS = frozenset({CODE, ITINERARY, HOME, ENVELOPE, TRACE})
+#: Set by the place, and only by it, when it runs an async meet again after a restart: how
+#: many times it started before (so that an agent can make its work idempotent).
+RERUN = "RERUN"
+#: A moving agent's choice of what its rear guard does if a place dies with it on it:
+#: "fail" (the default: its home hears the failure), "retry" (hand it to that place again)
+#: or "skip" (on to the next place of its ITINERARY). See place._trips.
+RECOVERY = "RECOVERY"
+RESERVED_FOLDERS = frozenset({CODE, ITINERARY, HOME, ENVELOPE, TRACE, RERUN, RECOVERY})
 
 #: The folders of a request to a place's ag_cabinet that say what to do, not what to store
 #: (see place._cabinets); a cabinet cannot hold folders by these names.

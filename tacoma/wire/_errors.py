@@ -13,6 +13,7 @@ Every error tacoma raises is a TacomaError. The tree follows where a fault lies:
     │   └── ConnectionLost            the peer went away in the middle of a meet
     └── MeetError                     the place answered: this meet failed
         ├── UnknownAgent (LookupError)
+        ├── UnknownMeet (LookupError)
         ├── AgentFailed               the agent raised; carries the agent's traceback text
         ├── AgentKilled               the agent's process died (signal, limit hit)
         ├── MeetTimeout (TimeoutError)
@@ -55,6 +56,7 @@ __all__ = [
     "TransportError",
     "TrustError",
     "UnknownAgent",
+    "UnknownMeet",
     "map_transport_errors",
 ]
 
@@ -93,7 +95,15 @@ class ConnectError(TransportError):
 
 
 class ConnectionLost(TransportError):
-    """The connection closed while a meet was still waiting for its answer."""
+    """The connection closed while a meet was still waiting for its answer.
+
+    `meet_id` is the meet's id when the client chose it (tacoma.meet does): its outcome is
+    unknown to the caller, who can ask the place for it by id (`tacoma status`).
+    """
+
+    def __init__(self, *args: object, meet_id: str = "") -> None:
+        super().__init__(*args)
+        self.meet_id = meet_id
 
 
 class MeetError(TacomaError):
@@ -118,6 +128,12 @@ class UnknownAgent(MeetError, LookupError):
     """The place has no agent by that name; `detail` lists the agents it has."""
 
     kind = "unknown-agent"
+
+
+class UnknownMeet(MeetError, LookupError):
+    """The place has no record of that meet id (see place._journal: what "unknown" means)."""
+
+    kind = "unknown-meet"
 
 
 class AgentFailed(MeetError):
@@ -197,6 +213,7 @@ KINDS: dict[str, type[MeetError]] = {
     for cls in (
         MeetError,
         UnknownAgent,
+        UnknownMeet,
         AgentFailed,
         AgentKilled,
         MeetTimeout,

@@ -23,6 +23,7 @@ import dataclasses
 import enum
 import math
 import operator
+import re
 import reprlib
 from dataclasses import dataclass
 
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     FrameLimit = int
     AgentName = str
     ShortText = str
+    MeetId = str
     LogLevel = str
     MeetMode = Literal["sync", "async", "ack", "go"]
     Timeout = float | None
@@ -113,6 +115,15 @@ def _is_rid(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_RID
 
 
+#: A meet id a client chooses: 8 to 64 letters, digits, "_" and "-" (or "": the place names
+#: the meet). Place-made ids have the same form.
+_MEET_ID = re.compile(r"[A-Za-z0-9_-]{8,64}").fullmatch
+
+
+def _is_meet_id(v: Any) -> bool:
+    return v == "" or (isinstance(v, str) and _MEET_ID(v) is not None)
+
+
 def _is_timeout(v: Any) -> bool:
     return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)
                          and v > 0 and math.isfinite(v))
@@ -141,6 +152,7 @@ FIELD_TYPES: Final[dict[str, FieldType]] = {
     "AgentName": FieldType("a non-empty str of at most 1024 characters",
                            lambda v: isinstance(v, str) and 0 < len(v) <= 1024),
     "ShortText": FieldType("a short str", lambda v: isinstance(v, str) and len(v) <= 200),
+    "MeetId": FieldType('"" or 8 to 64 letters, digits, _ and -', _is_meet_id),
     "str": FieldType("a str", lambda v: isinstance(v, str)),
     "Briefcase": FieldType("a Briefcase", lambda v: isinstance(v, Briefcase),
                            Briefcase.to_wire, Briefcase.from_wire),
@@ -162,6 +174,9 @@ class Event:
     tag: ClassVar[int] = 0
     #: Each field's name and type, in declared order: what follows the tag on the wire.
     wire_fields: ClassVar[tuple[tuple[str, FieldType], ...]] = ()
+    #: The wire values of the trailing fields that have defaults: a frame may leave them
+    #: out (a peer that does not use a newer optional field need not send it).
+    wire_defaults: ClassVar[tuple[Any, ...]] = ()
 
     def __post_init__(self) -> None:
         """Check every field (raise TypeError, saying which and why); called by __init__.
@@ -213,6 +228,14 @@ def _event(cls: type[E]) -> type[E]:
                             f"is no field type; use one of {', '.join(FIELD_TYPES)}")
         wire_fields.append((field.name, kind))
     cls.wire_fields = tuple(wire_fields)
+    defaults: list[Any] = []
+    for field, (_, kind) in zip(dataclasses.fields(cls), wire_fields,  # type: ignore
+                                strict=True):
+        if field.default is dataclasses.MISSING:
+            defaults.clear()  # only a trailing run of defaulted fields may be left out
+        else:
+            defaults.append(kind.to_wire(field.default) if kind.to_wire else field.default)
+    cls.wire_defaults = tuple(defaults)
 
     # Each field i is read as self.<name>, passed to check_i, and converted by to_wire_i on
     # the way out and from_wire_i on the way in where its type has them.
@@ -264,6 +287,11 @@ class Meet(Event):
     forwards an agent's meet or moves an agent to another place (honoured only from a peer
     whose certificate says it is a place), and that name again from a place to the worker
     that runs the agent (the agent API's `principal`).
+
+    `meet_id` is the id the client chose for the meet ("": the place makes one). Knowing it
+    before any answer, a client that loses its connection can ask the place for the meet's
+    outcome by id (`tacoma status`) instead of running it again; an async meet sent twice
+    with the same id is taken once.
     """
 
     tag = 2
@@ -273,6 +301,7 @@ class Meet(Event):
     mode: MeetMode = "sync"
     timeout: Timeout = None
     principal: ShortText = ""
+    meet_id: MeetId = ""
 
 
 @_event
@@ -357,11 +386,16 @@ def decode(body: bytes) -> Event:
     cls = EVENTS.get(value[0])
     if cls is None:
         raise ValueError(f"unknown event tag {value[0]!r}")
-    if len(value) - 1 != len(cls.wire_fields):
-        raise ValueError(f"malformed {cls.__name__}: {len(value) - 1} fields, "
-                         f"expected {len(cls.wire_fields)}")
+    fields = value[1:]
+    missing = len(cls.wire_fields) - len(fields)
+    if missing:
+        if not 0 < missing <= len(cls.wire_defaults):
+            least = len(cls.wire_fields) - len(cls.wire_defaults)
+            raise ValueError(f"malformed {cls.__name__}: {len(fields)} fields, expected "
+                             f"{least} to {len(cls.wire_fields)}")
+        fields += cls.wire_defaults[-missing:]
     try:
-        return cls.build(value[1:])
+        return cls.build(fields)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"malformed {cls.__name__}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - whatever a peer's frame makes a check raise

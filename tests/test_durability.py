@@ -1,0 +1,221 @@
+"""Durable meets: the journal, async meets that outlive their place, and status by id.
+
+Real places in real processes, killed with SIGKILL and started again on the same state
+directory (and port): an accepted async meet runs after the restart (at least once, the
+agent told by RERUN), each outcome is recorded once under its meet id, and `tacoma status`
+says what became of a meet. Loopback only; the multi-host faults are in test_faults.py.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import tacoma
+
+from conftest import RunningPlace, launch_place
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_until(check, timeout: float = 30, what: str = "the condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_an_async_meets_result_is_kept_under_its_id(start_place) -> None:
+    p = start_place()
+    meet_id = tacoma.meet(p.target("ag_python"), {"N": [b"7"]}, mode="async",
+                          code='bc["TWICE"] = [bc["N"][0] * 2]')
+    result = tacoma.result(f"{meet_id}@{p.address}", timeout=30)
+    assert result["TWICE"] == [b"77"]
+    status = tacoma.status(f"{meet_id}@{p.address}")
+    assert (status.state, status.agent, status.runs) == ("done", "ag_python", 1)
+    assert status.accepted is not None and status.ended is not None
+    assert status.ended >= status.accepted
+
+
+def test_a_failed_async_meet_is_reported_with_its_error(start_place) -> None:
+    p = start_place()
+    meet_id = tacoma.meet(p.target("ag_python"), mode="async", code="raise KeyError('x')")
+    with pytest.raises(tacoma.AgentFailed, match="KeyError"):
+        tacoma.result(f"{meet_id}@{p.address}", timeout=30)
+    status = tacoma.status(f"{meet_id}@{p.address}")
+    assert status.state == "failed" and isinstance(status.error, tacoma.AgentFailed)
+
+
+def test_an_unknown_id_is_unknown(start_place) -> None:
+    p = start_place()
+    assert tacoma.status(f"nosuchmeet@{p.address}").state == "unknown"
+    with pytest.raises(tacoma.UnknownMeet, match="no record of meet nosuchmeet"):
+        tacoma.result(f"nosuchmeet@{p.address}", wait=False)
+
+
+def test_result_without_wait_says_it_has_not_ended(start_place) -> None:
+    p = start_place()
+    meet_id = tacoma.meet(p.target("ag_python"), mode="async",
+                          code="import time; time.sleep(3)")
+    with pytest.raises(tacoma.MeetTimeout, match="not yet ended"):
+        tacoma.result(f"{meet_id}@{p.address}", wait=False)
+    assert tacoma.status(f"{meet_id}@{p.address}").state in ("queued", "running")
+    with pytest.raises(tacoma.MeetTimeout):
+        tacoma.result(f"{meet_id}@{p.address}", timeout=0.5)
+    assert "CODE" in tacoma.result(f"{meet_id}@{p.address}", timeout=30)
+
+
+def test_async_meets_over_max_meets_queue_and_then_run(start_place) -> None:
+    p = start_place("--max-meets", "2", "--share", "1", "--max-queued", "6")
+    ids = [tacoma.meet(p.target("ag_python"), {"N": [str(i)]}, mode="async",
+                       code="import time; time.sleep(0.3)") for i in range(8)]
+    with pytest.raises(tacoma.PlaceUnavailable, match="--max-queued"):
+        tacoma.meet(p.target("ag_python"), mode="async", code="pass")
+    states = {tacoma.status(f"{i}@{p.address}").state for i in ids}
+    assert "queued" in states
+    for meet_id in ids:
+        assert tacoma.result(f"{meet_id}@{p.address}", timeout=60)["N"]
+
+
+def test_an_async_meet_sent_twice_with_one_id_is_taken_once(start_place) -> None:
+    from tacoma.client._client import PlaceClient
+
+    p = start_place()
+
+    async def twice() -> list[object]:
+        client = await PlaceClient.connect(p.address)
+        try:
+            code = Briefcase(CODE=['cabinet_append("runs", "R", b"1")'])
+            first = await client.meet("ag_python", code, "async", meet_id="same-id-123")
+            again = await client.meet("ag_python", code, "async", meet_id="same-id-123")
+            return [first, again]
+        finally:
+            client.close()
+
+    import asyncio
+
+    from tacoma import Briefcase
+
+    assert asyncio.run(twice()) == ["same-id-123", "same-id-123"]
+    tacoma.result(f"same-id-123@{p.address}", timeout=30)
+    time.sleep(0.5)
+    runs = tacoma.meet(p.target("ag_cabinet"), {"OP": ["read"], "CABINET": ["runs"],
+                                                "FOLDER": ["R"]})
+    assert runs["R"] == [b"1"]
+
+
+#: Each async meet marks that it ran in a cabinet, once per run, and says if it is a re-run.
+MARKER = textwrap.dedent("""
+    import time
+    time.sleep(0.2)
+    rerun = bc.get("RERUN", [b"0"])[0].decode()
+    cabinet_append("runs", "RAN", bc["N"][0] + b":" + rerun.encode())
+    bc["RERUN_SEEN"] = [rerun]
+""")
+
+
+def _restartable(tmp_path: Path, *flags: str) -> tuple[RunningPlace, str]:
+    listen = f"127.0.0.1:{free_port()}"
+    return launch_place(tmp_path / "state", *flags, listen=listen), listen
+
+
+@pytest.mark.parametrize("how", ["kill -9", "--grace 1"])
+def test_async_meets_outlive_a_place_that_is_killed(tmp_path: Path, how: str) -> None:
+    """50 accepted async meets, the place killed (or stopped with a short grace) while some
+    run and the rest are queued: after the restart every one runs, and each outcome is
+    recorded once; those that were running when it died run again, and know it."""
+    flags = ("--max-meets", "3", "--share", "1")
+    if how == "--grace 1":
+        flags += ("--grace", "1")
+    p, listen = _restartable(tmp_path, *flags)
+    ids = [tacoma.meet(p.target("ag_python"), {"N": [str(i)]}, mode="async", code=MARKER,
+                       timeout=60) for i in range(50)]
+    wait_until(lambda: any(tacoma.status(f"{i}@{p.address}").state == "done" for i in ids),
+               what="some meets to end")
+    if how == "kill -9":
+        p.stop(signal.SIGKILL)
+    else:
+        assert p.stop(signal.SIGTERM) == 0
+    p = launch_place(tmp_path / "state", *flags, listen=listen)
+    try:
+        results = {i: tacoma.result(f"{i}@{p.address}", timeout=120) for i in ids}
+        assert sorted(int(r["N"][0]) for r in results.values()) == list(range(50))
+        ran = tacoma.meet(p.target("ag_cabinet"), {"OP": ["read"], "CABINET": ["runs"],
+                                                   "FOLDER": ["RAN"]})["RAN"]
+        numbers = [int(entry.split(b":")[0]) for entry in ran]
+        assert set(numbers) == set(range(50))  # every one ran: at least once
+        assert len(numbers) - 50 <= 3  # a re-run only for those running at the kill
+        for entry in ran:
+            number, rerun = entry.split(b":")
+            if numbers.count(int(number)) > 1 and rerun != b"0":
+                assert rerun == b"1"
+        statuses = [tacoma.status(f"{i}@{p.address}") for i in ids]
+        assert all(s.state == "done" for s in statuses)
+        reruns = [s for s in statuses if s.runs > 1]
+        assert all(results[s.id]["RERUN_SEEN"] == [str(s.runs - 1).encode()] for s in reruns)
+    finally:
+        p.stop()
+
+
+def test_a_sync_meet_whose_caller_is_gone_runs_on_and_is_recorded(start_place) -> None:
+    """A client killed during a sync meet: the agent is not killed with its connection (the
+    client chose the meet's id, so it can ask for the outcome), and the result waits."""
+    p = start_place()
+    script = textwrap.dedent(f"""
+        import tacoma, sys
+        try:
+            tacoma.meet("ag_python@{p.address}", code="import time; time.sleep(2); "
+                        "bc['OK'] = [b'1']", timeout=60)
+        except tacoma.ConnectionLost as exc:
+            print(exc.meet_id)
+    """)
+    client = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                              text=True)
+    token = (p.state_dir / "admin.token").read_text().strip()
+
+    def running() -> list[dict[str, object]]:
+        rows = tacoma.meet(p.target("ag_admin"), {"OP": ["ps"], "TOKEN": [token]})
+        return [json.loads(row) for row in rows["AGENTS"]]
+
+    wait_until(lambda: len(running()) == 1, what="the agent to start")
+    meet_id = running()[0]["meet"]
+    client.kill()
+    client.wait()
+    assert tacoma.result(f"{meet_id}@{p.address}", timeout=30)["OK"] == [b"1"]
+
+
+def test_the_cli_says_the_status(start_place) -> None:
+    p = start_place()
+    meet_id = tacoma.meet(p.target("ag_python"), mode="async", code='bc["X"] = [b"y"]')
+    cli = [sys.executable, "-m", "tacoma", "status"]
+    done = subprocess.run([*cli, f"{meet_id}@{p.address}", "--wait", "30", "--json"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["state"] == "done" and out["folders"]["X"] == ["y"]
+    human = subprocess.run([*cli, f"{meet_id}@{p.address}"], capture_output=True, text=True,
+                           timeout=60)
+    assert "done (ag_python)" in human.stderr and "y" in human.stdout
+    unknown = subprocess.run([*cli, f"nosuchmeet@{p.address}"], capture_output=True,
+                             text=True, timeout=60)
+    assert unknown.returncode == 18 and "UnknownMeet" in unknown.stderr
+    failing = tacoma.meet(p.target("ag_python"), mode="async", code="raise SystemExit(3)")
+    failed = subprocess.run([*cli, f"{failing}@{p.address}", "--wait", "30"],
+                            capture_output=True, text=True, timeout=60)
+    assert failed.returncode == 5 and "AgentFailed" in failed.stderr
+    usage = subprocess.run([*cli, "justanid"], capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2 and "MEET_ID@HOST:PORT" in usage.stderr

@@ -793,11 +793,15 @@ def _echo_works(p: RunningPlace) -> bool:
 
 
 def test_one_identity_runs_at_most_its_share_of_meets(start_place, bob: str) -> None:
-    p = start_place("--max-meets", "4", "--share", "0.5", "--grace", "1")
+    # Over its share of running meets, an identity's async meets queue, up to its share of
+    # --max-queued (here 1), and are refused after that.
+    p = start_place("--max-meets", "4", "--share", "0.5", "--grace", "1",
+                    "--max-queued", "2")
     sleeper = "import time; time.sleep(3)"
-    ids = [tacoma.meet(p.target("ag_python"), code=sleeper, mode="async") for _ in range(2)]
-    assert len(set(ids)) == 2
-    with pytest.raises(tacoma.PlaceUnavailable, match="share"):
+    ids = [tacoma.meet(p.target("ag_python"), code=sleeper, mode="async") for _ in range(3)]
+    assert len(set(ids)) == 3
+    assert tacoma.status(f"{ids[2]}@{p.address}").state == "queued"
+    with pytest.raises(tacoma.PlaceUnavailable, match="share of 1 async meets queued"):
         tacoma.meet(p.target("ag_python"), code=sleeper, mode="async")
 
     async def as_bob() -> Briefcase | str:
@@ -962,7 +966,8 @@ def test_a_peer_retrying_in_a_loop_is_logged_once(start_place) -> None:
 
 # --------------------------------------------------------------------------- review fixes
 def test_an_agents_async_meets_count_against_its_principals_share(start_place) -> None:
-    p = start_place("--max-meets", "8", "--share", "0.25")  # a share of 2
+    # A share of 2 meets running, and of 1 queued.
+    p = start_place("--max-meets", "8", "--share", "0.25", "--max-queued", "4")
     code = textwrap.dedent("""
         import tacoma
         accepted = refused = 0
@@ -976,7 +981,8 @@ def test_an_agents_async_meets_count_against_its_principals_share(start_place) -
     """)
     result = tacoma.meet(p.target("ag_python"), code=code, timeout=60)
     accepted, refused = (int(n) for n in result.text("COUNTS"))
-    assert (accepted, refused) == (1, 5)  # its own meet holds the other slot of the share
+    # Its own meet holds the other slot of the share; one more waits in the queue.
+    assert (accepted, refused) == (2, 4)
     serves(p)
 
 

@@ -72,6 +72,10 @@ class Access:
         self.tls: ServerTLS | None = None
         self.name = ""  # the place's own identity's name
         self.connections: collections.Counter[str] = collections.Counter()
+        #: Open connections of peers without an identity (an --insecure place: nobody is
+        #: anyone there), by their host address: each source gets the share an identity
+        #: gets elsewhere, so that one host's flood of idle connections leaves room.
+        self.sources: collections.Counter[str] = collections.Counter()
         self.connection_share = max(1, int(settings.max_connections * settings.share))
         self.refusals = RateLimitedLog(log)
         #: What agents must never see: the trust directory, the place's identity file.
@@ -131,6 +135,11 @@ class Access:
         else why not (the peer hears it in a Bye)."""
         peer = channel.identity
         if self.tls is None or peer is None:
+            source = channel.peer.rsplit(":", 1)[0]
+            if self.sources[source] >= self.connection_share:
+                return self._refuse(channel, f"{source} holds its share of "
+                                             f"{self.connection_share} connections; close some")
+            self.sources[source] += 1
             return ""
         if self.revoked(peer):
             return self._refuse(channel, f"identity {peer.name} (certificate {peer.serial}) "
@@ -146,6 +155,12 @@ class Access:
     def closed(self, channel: Channel) -> None:
         """A connection `admit` let in ended."""
         peer = channel.identity
+        if peer is None:
+            source = channel.peer.rsplit(":", 1)[0]
+            if self.sources[source] > 1:
+                self.sources[source] -= 1
+            else:
+                self.sources.pop(source, None)
         if peer is not None and self.connections[peer.name] > 0:
             self.connections[peer.name] -= 1
             if not self.connections[peer.name]:

@@ -53,7 +53,7 @@ from ._meet import AtCapacity, Meets, RunningMeet
 from ._pool import Worker
 from ._residents import Residents
 from ._settings import PlaceSettings
-from ._trips import HEARTBEAT, MISSES, RECOVERIES, Trip, Trips, ending
+from ._trips import HEARTBEAT, LOST_AFTER, RECOVERIES, Trip, Trips, ending
 
 __all__ = ["Dispatch", "failed"]
 
@@ -349,9 +349,9 @@ class Dispatch:
         if hop is not None:
             request.replace("HOP", [str(hop)])
         try:
-            async with asyncio.timeout(2 * HEARTBEAT):
-                client = await self.clients.get(address, timeout=2 * HEARTBEAT)
-                answer = await client.meet(TRIP_AGENT, request, "sync", 2 * HEARTBEAT)
+            async with asyncio.timeout(LOST_AFTER / 2):
+                client = await self.clients.get(address, timeout=LOST_AFTER / 2)
+                answer = await client.meet(TRIP_AGENT, request, "sync", LOST_AFTER / 2)
         except Exception as exc:  # noqa: BLE001 - the caller decides what silence means
             log.debug("ag_trip %s at %s: %s", op, address, exc)
             return ""
@@ -403,7 +403,7 @@ class Dispatch:
                      principal: str) -> None:
         """The rear guard of hop `trip`, handed to `target` (see _trips): ask where the
         agent is every HEARTBEAT; if `target` is lost with it, do what it chose."""
-        misses, reason = 0, ""
+        heard, reason = time.monotonic(), ""
         try:
             while True:
                 await asyncio.sleep(HEARTBEAT)
@@ -414,14 +414,13 @@ class Dispatch:
                 if state in ("moved", "ended"):
                     return
                 if state == "here":
-                    misses = 0
+                    heard = time.monotonic()
                     continue
                 if state == "unknown":
                     reason = "it no longer has the agent (it restarted)"
                     break
-                misses += 1
-                reason = f"it did not answer {misses} heartbeats in a row"
-                if misses >= MISSES:
+                if time.monotonic() - heard >= LOST_AFTER:
+                    reason = f"it did not answer its rear guard for {LOST_AFTER:g} s"
                     break
         finally:
             self.trips.guards.pop(trip.key, None)

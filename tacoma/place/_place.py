@@ -11,7 +11,8 @@ the collaborators it needs:
     _dispatch   the meet path itself (`Dispatch.run`), hops, and agents' own meets
     _meet       `RunningMeet`, one meet's state; `Meets`, the book of running meets
     _agents     which agents the place has, and how a name finds one
-    _builtins   the agents the place is itself: ag_echo, ag_cabinet, ag_home, ag_admin
+    _builtins   the agents the place is itself: ag_echo, ag_cabinet, ag_home, ag_admin,
+                ag_status (ag_trip is the dispatcher's: it serves rear guards)
     _pool       pre-started worker processes, one per meet (`_zygotes` forks them)
     _containment  the sandbox plan, the outside of confinement, from the layers this host
                 allows (`_layers`): uids (`_uids`), cgroups (`_cgroups`), the file system

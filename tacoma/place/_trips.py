@@ -18,7 +18,7 @@ must agree to within the precision callers need; the sender's remaining time bou
 briefcase it handed over, and a rear guard that asks the next place every HEARTBEAT
 seconds where the agent is (`ag_trip`, OP where). The next place releases it as soon as it
 has handed the agent on in turn (OP released), or its end was sent home. When the next
-place stops answering for MISSES heartbeats in a row (killed, cut off) or says it no longer
+place leaves it without an answer for LOST_AFTER seconds (killed, cut off) or says it no longer
 has the agent (restarted), the guard does what the agent chose in its RECOVERY folder:
 
     fail   (the default) the home hears that the agent was lost at that place, and why;
@@ -53,12 +53,14 @@ from dataclasses import dataclass
 from ..wire._briefcase import HOME, Briefcase
 from ..wire._errors import MeetError, MeetTimeout, error_from_wire
 
-__all__ = ["HEARTBEAT", "MISSES", "Trip", "Trips", "ending"]
+__all__ = ["HEARTBEAT", "LOST_AFTER", "Trip", "Trips", "ending"]
 
 #: Seconds between a rear guard's questions to the place its agent went to.
 HEARTBEAT = 1.0
-#: Heartbeats in a row a place may miss before its rear guard takes the agent as lost.
-MISSES = 3
+#: Seconds a place may leave its rear guard without an answer before the guard takes the
+#: agent as lost (several heartbeats: on a link losing 30% of its packets, TCP's
+#: retransmissions delay single answers by seconds).
+LOST_AFTER = 6.0
 #: What an agent may choose in RECOVERY (the first is the default).
 RECOVERIES = ("fail", "retry", "skip")
 

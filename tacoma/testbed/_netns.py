@@ -122,6 +122,8 @@ class Testbed:
     `close()` removes all of it. As root, with ip and nsenter (see `available`).
     """
 
+    __test__ = False  # not a test class, to pytest, whatever its name says
+
     def __init__(self, hosts: int = 4, *, tag: str | None = None,
                  net: int | None = None) -> None:
         """`tag` names this testbed's namespaces and link (default: from the pid, unique in

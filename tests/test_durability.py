@@ -219,3 +219,44 @@ def test_the_cli_says_the_status(start_place) -> None:
     assert failed.returncode == 5 and "AgentFailed" in failed.stderr
     usage = subprocess.run([*cli, "justanid"], capture_output=True, text=True, timeout=60)
     assert usage.returncode == 2 and "MEET_ID@HOST:PORT" in usage.stderr
+
+
+#: An agent in each language that only sleeps: its result is the briefcase it got, RERUN
+#: included when the place runs it again.
+SLEEPERS = {
+    "ag_python": "import time\ntime.sleep(4)",
+    "ag_tcl": "after 4000",
+    "ag_scheme": "(sleep 4)",
+    "ag_c": "#include <tacoma.h>\n#include <unistd.h>\nint main(void) { sleep(4); return 0; }",
+}
+
+
+@pytest.mark.parametrize("agent", list(SLEEPERS))
+def test_every_language_sees_that_it_runs_again(tmp_path: Path, agent: str) -> None:
+    p, listen = _restartable(tmp_path)
+    meet_id = tacoma.meet(p.target(agent), {"X": [b"1"]}, mode="async", code=SLEEPERS[agent],
+                          timeout=60)
+    token = (p.state_dir / "admin.token").read_text().strip()
+
+    def running() -> bool:
+        rows = tacoma.meet(p.target("ag_admin"), {"OP": ["ps"], "TOKEN": [token]})
+        return bool(rows.folder("AGENTS"))
+
+    wait_until(running, what="the agent to start")
+    p.stop(signal.SIGKILL)
+    p = launch_place(tmp_path / "state", listen=listen)
+    try:
+        result = tacoma.result(f"{meet_id}@{p.address}", timeout=60)
+        assert result["RERUN"] == [b"1"] and result["X"] == [b"1"]
+        assert tacoma.status(f"{meet_id}@{p.address}").runs == 2
+    finally:
+        p.stop()
+
+
+def test_a_client_cannot_say_it_is_a_rerun(start_place) -> None:
+    p = start_place()
+    meet_id = tacoma.meet(p.target("ag_python"), {"RERUN": [b"5"]}, mode="async",
+                          code='bc["SAW"] = bc.get("RERUN", [b"none"])')
+    assert tacoma.result(f"{meet_id}@{p.address}", timeout=30)["SAW"] == [b"none"]
+    assert tacoma.meet(p.target("ag_python"), {"RERUN": [b"5"]},
+                       code='bc["SAW"] = bc.get("RERUN", [b"none"])')["SAW"] == [b"none"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 
@@ -279,3 +280,63 @@ def test_an_installed_agent_that_moves_keeps_its_program_to_itself(
     result = tacoma.meet(a.target("roamer"), {"ITINERARY": [b.address]}, timeout=30)
     assert result.text("SEEN") == [a.address, b.address]
     assert "CODE" not in result
+
+
+#: A roamer in each language that chooses RECOVERY skip, and sleeps at the places in SLOW.
+SKIPPERS = {
+    "ag_python": textwrap.dedent("""
+        bc["RECOVERY"] = ["skip"]
+        bc.append("SEEN", place)
+        if place in bc.text("SLOW"):
+            import time
+            time.sleep(30)
+        go_next()
+    """),
+    "ag_tcl": textwrap.dedent("""
+        bc_replace RECOVERY [list skip]
+        bc_append_text SEEN [place]
+        if {[place] in [bc_text SLOW]} { after 30000 }
+        go_next
+    """),
+    "ag_scheme": textwrap.dedent("""
+        (bc-replace "RECOVERY" (list "skip"))
+        (bc-append "SEEN" (place))
+        (when (member (place) (bc-text "SLOW")) (sleep 30))
+        (go-next)
+    """),
+    "ag_c": textwrap.dedent("""
+        #include <tacoma.h>
+        #include <string.h>
+        #include <unistd.h>
+        int main(void) {
+            tc_list slow;
+            tc_append_text(TC_SELF, "RECOVERY", "skip");
+            tc_append_text(TC_SELF, "SEEN", tc_place());
+            if (tc_text(TC_SELF, "SLOW", &slow) == 0) {
+                for (size_t i = 0; i < slow.count; i++)
+                    if (strcmp((const char *)slow.items[i].data, tc_place()) == 0) sleep(30);
+                tc_list_free(&slow);
+            }
+            if (tc_go_next() < 0) tc_fail("go_next: %s", tc_error());
+            return 0;
+        }
+    """),
+}
+
+
+@pytest.mark.parametrize("agent", list(SKIPPERS))
+def test_every_language_chooses_what_happens_when_a_place_dies_with_it(
+        start_place, agent: str) -> None:
+    """RECOVERY skip, set by the agent itself: b is killed with the agent on it; a's rear
+    guard hands the agent, as a handed it over, on to c, and notes b in SKIPPED."""
+    a, b, c = start_place(), start_place(), start_place()
+    killer = threading.Timer(2, lambda: b.proc.send_signal(signal.SIGKILL))
+    killer.start()
+    try:
+        result = tacoma.meet(a.target(agent), {"ITINERARY": [b.address, c.address],
+                                               "SLOW": [b.address]},
+                             code=SKIPPERS[agent], timeout=90)
+    finally:
+        killer.cancel()
+    assert result.text("SKIPPED") == [b.address]
+    assert result.text("SEEN") == [a.address, c.address]

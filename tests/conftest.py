@@ -24,6 +24,7 @@ from pathlib import Path
 
 import platformdirs
 import pytest
+from tacoma.testbed import Testbed
 
 READY = re.compile(r"tacoma place listening on (\S+) ")
 
@@ -210,7 +211,6 @@ needs_root = pytest.mark.skipif(not is_root, reason="needs root (pids cgroup)")
 
 
 # ---------------------------------------------------------------- hosts on separate stacks
-from tacoma.testbed import Testbed  # noqa: E402 - appended with the one fixture that uses it
 
 
 @pytest.fixture(scope="module")

@@ -58,7 +58,16 @@ def test_meet_async_prints_the_meet_id(place: RunningPlace, agent: Path) -> None
     out = tacoma("meet", place.target("ag_python"), "--code", str(agent), "-f", "NAME=x",
                  "--async")
     assert out.returncode == 0, out.stderr
-    assert len(out.stdout.strip().splitlines()) == 1 and "-" in out.stdout
+    assert len(out.stdout.strip().splitlines()) == 1
+    meet_id = out.stdout.strip()
+    status = tacoma("status", f"{meet_id}@{place.address}", "--wait", "30", "--json")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["folders"]["GREETING"] == ["hello, x"]
+
+
+def test_an_async_meet_needs_a_place_that_outlives_the_command(agent: Path) -> None:
+    out = tacoma("meet", "ag_python", "--code", str(agent), "--async")
+    assert out.returncode == 2 and "outlives this command" in out.stderr
 
 
 def test_meet_without_a_place_uses_an_embedded_one(agent: Path) -> None:

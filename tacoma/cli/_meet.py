@@ -69,6 +69,10 @@ def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async
     _checked_target(target)
     if traced and is_async:
         raise click.UsageError("--trace times a sync meet: it cannot be --async")
+    if is_async and split_target(target)[1] is None:
+        raise click.UsageError("an async meet needs a place that outlives this command (the "
+                               "embedded place stops with it): give AGENT@HOST:PORT of a "
+                               "place started with tacoma place")
     bc = briefcase_from(folders, code_path)
     try:
         if traced:

@@ -15,45 +15,43 @@ An agent meets other agents by sending Meets up its worker channel (`agent_meet`
 place (a meet of its own, counted and killable like any), at another place (through the
 place's cached client connections), a resident here (a message, see _residents), its
 mailbox (ag_mailbox), or the place's own services; and it moves by a meet in the `go`
-mode (`_go`, see _trips). Every meet's state is its `RunningMeet`; nothing is parked on the
+mode (`Hops.go`, see _hops and _trips). Every meet's state is its `RunningMeet`; nothing is parked on the
 worker or the place.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from ..client._client import ClientCache, PlaceClient
 from ..wire._address import canonical_address, split_target
-from ..wire._briefcase import CODE, ITINERARY, RECOVERY, RERUN, TRACE, Briefcase
+from ..wire._briefcase import CODE, RERUN, TRACE, Briefcase
 from ..wire._errors import (
     MeetError,
     MeetTimeout,
     MessageError,
     PlaceUnavailable,
     TacomaError,
-    error_from_wire,
-    kind_of,
 )
-from ..wire._names import BUILT_IN, HOME_AGENT, MAILBOX_AGENT, TRIP_AGENT
+from ..wire._names import BUILT_IN, MAILBOX_AGENT, TRIP_AGENT
 from ..wire._program import program_bytes
-from ..wire._protocol import Accepted, Event, Failed, Meet, Result
+from ..wire._protocol import Accepted, Event, Meet, Result
 from ._access import Access, Principal
 from ._agents import Agents
 from ._builds import Builds
 from ._builtins import BuiltIns
+from ._hops import Hops, Moved
 from ._journal import Journal, Record
-from ._meet import AtCapacity, Meets, RunningMeet
+from ._meet import AtCapacity, Meets, RunningMeet, failed
 from ._pool import Worker
 from ._residents import Residents
 from ._settings import PlaceSettings
-from ._trips import HEARTBEAT, LOST_AFTER, RECOVERIES, Trip, Trips, ending
+from ._trips import Trips
 
 __all__ = ["Dispatch", "failed"]
 
@@ -80,6 +78,8 @@ class Dispatch:
         # Connections to other places, for agents' meets, made as this place's identity.
         self.clients = ClientCache(access.credentials, access.vet_place)
         self.background: set[asyncio.Task[None]] = set()
+        self.hops = Hops(self.address, trips, meets, journal, self.clients, builtins, self.run,
+                         self.in_background, self.bounded)
 
     # ------------------------------------------------------------------ the meet path
     async def run(self, meet: RunningMeet) -> Briefcase:
@@ -93,7 +93,7 @@ class Dispatch:
         meet.step("find agent")
         if pool is None:
             if meet.agent == TRIP_AGENT:  # between places only (Session checks the peer)
-                return await self.serve_trip(meet.briefcase)
+                return await self.hops.serve_trip(meet.briefcase)
             result = await self.builtins.serve(meet.agent, meet.briefcase, meet.caller,
                                                meet.admin, meet.principal)
             meet.end_trace(result)
@@ -141,12 +141,12 @@ class Dispatch:
                 pool.release(worker)
             if meet.went is not None:  # the agent moved on: its trip goes on without us
                 if hop:
-                    raise _Moved
+                    raise Moved
                 assert meet.trip is not None
                 try:
                     result = await self.trips.wait(meet.trip, meet.deadline)
                 except asyncio.CancelledError:  # the caller gave up: stop it where it is
-                    self.in_background(self._stop_trip(meet.trip.id, [meet.went]))
+                    self.in_background(self.hops.stop_trip(meet.trip.id, [meet.went]))
                     raise
         finally:
             if not hop and meet.trip is not None:  # a trip that began here is over
@@ -286,207 +286,6 @@ class Dispatch:
                 "the trip did not come home by its deadline (its home restarted while it "
                 "was out): its outcome is unknown"))
 
-    # ------------------------------------------------------------------ trips (see _trips)
-    async def run_hop(self, meet: RunningMeet) -> None:
-        """Run one hop of a trip; where the agent ends, send the trip's end home."""
-        trip = meet.trip
-        assert trip is not None
-        self.trips.arrived(trip, meet)
-        try:
-            result = await self.run(meet)
-        except _Moved:
-            return  # it went on: the next place has the trip now (and _go noted where)
-        except asyncio.CancelledError:
-            self.trips.left(trip, "")
-            end = ending(trip, None, self.meets.cancelled(meet), self.address)
-            self.in_background(self._send_home(trip, end))
-            raise
-        except Exception as exc:  # noqa: BLE001 - whatever ended the trip, home hears it
-            failure = failed(0, exc)
-            end = ending(trip, None, error_from_wire(failure.kind, failure.message,
-                                                     failure.detail), self.address)
-        else:
-            end = ending(trip, result, None, self.address)
-        self.trips.left(trip, "")
-        await self._send_home(trip, end)
-
-    async def _send_home(self, trip: Trip, end: Briefcase) -> None:
-        """Deliver a trip's end to its home, trying again while the home is unreachable
-        (restarting, cut off) until a minute after the trip's deadline."""
-        if trip.home == self.address:
-            await self.builtins.serve(HOME_AGENT, end, None)
-            self._release_guard(trip)
-            return
-        left = trip.time_left()
-        give_up = time.monotonic() + (max(0.0, left) if left is not None else 0.0) + 60.0
-        pause = 0.5
-        while True:
-            try:
-                client = await self.client(trip.home)
-                await asyncio.wait_for(client.meet(HOME_AGENT, Briefcase(end), "sync", 30.0),
-                                       30.0)
-                self._release_guard(trip)
-                return
-            except Exception as exc:  # noqa: BLE001 - try again: the home may come back
-                if time.monotonic() + pause > give_up:
-                    log.warning("trip %s ended here but its home %s cannot be reached: %s",
-                                trip.id, trip.home, exc)
-                    return
-                log.info("trip %s: its home %s cannot be reached (%s); trying again",
-                         trip.id, trip.home, exc)
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 5.0)
-
-    def _release_guard(self, trip: Trip) -> None:
-        """Tell the place that handed the agent here that its rear guard may go."""
-        if trip.guard and trip.guard != self.address:
-            self.in_background(self._trip_op(trip.guard, "released", trip.id, trip.hop))
-
-    async def _trip_op(self, address: str, op: str, trip_id: str,
-                       hop: int | None = None) -> str:
-        """One ag_trip meet at another place: its STATE, or "" if it could not be asked."""
-        request = Briefcase(OP=[op], TRIP=[trip_id])
-        if hop is not None:
-            request.replace("HOP", [str(hop)])
-        try:
-            async with asyncio.timeout(LOST_AFTER / 2):
-                client = await self.clients.get(address, timeout=LOST_AFTER / 2)
-                answer = await client.meet(TRIP_AGENT, request, "sync", LOST_AFTER / 2)
-        except Exception as exc:  # noqa: BLE001 - the caller decides what silence means
-            log.debug("ag_trip %s at %s: %s", op, address, exc)
-            return ""
-        assert isinstance(answer, Briefcase)
-        return answer.text("STATE")[0] if answer.folder("STATE") else ""
-
-    async def serve_trip(self, request: Briefcase) -> Briefcase:
-        """ag_trip, for other places: `where` (a rear guard's heartbeat: here, moved,
-        ended or unknown), `released` (the hop it guards was handed on, or ended), `stop`
-        (the trip's caller gave up: stop the agent here, or pass the stop on)."""
-        op = request.text("OP")[0] if request.folder("OP") else ""
-        trip_id = request.text("TRIP")[0] if request.folder("TRIP") else ""
-        try:
-            hop = int(request.text("HOP")[0]) if request.folder("HOP") else 0
-        except ValueError:
-            raise MeetError("HOP must be a hop number") from None
-        if op == "where":
-            return Briefcase(STATE=[self.trips.where((trip_id, hop))])
-        if op == "released":
-            return Briefcase(STATE=["released" if self.trips.release((trip_id, hop))
-                                    else "unknown"])
-        if op == "stop":
-            stopped = self._stop_here(trip_id)
-            onward = self.trips.next_places(trip_id)
-            if onward:
-                self.in_background(self._stop_trip(trip_id, onward))
-            return Briefcase(STATE=["stopped" if stopped else "passed" if onward
-                                    else "unknown"])
-        raise MeetError(f"unknown {TRIP_AGENT} operation {op!r}: where, released or stop")
-
-    def _stop_here(self, trip_id: str) -> bool:
-        stopped = False
-        for hop in self.trips.running(trip_id):
-            assert isinstance(hop, RunningMeet)
-            self.meets.kill(hop, "stopped: its trip's caller gave up")
-            stopped = True
-        for key in [k for k in self.trips.guards if k[0] == trip_id]:
-            self.trips.release(key)
-        return stopped
-
-    async def _stop_trip(self, trip_id: str, places: Sequence[str | None]) -> None:
-        """Stop trip `trip_id` wherever it is now, starting from `places`."""
-        self._stop_here(trip_id)
-        for place in places:
-            if place and place != self.address:
-                await self._trip_op(place, "stop", trip_id)
-
-    async def _guard(self, trip: Trip, target: str, briefcase: Briefcase, agent: str,
-                     principal: str) -> None:
-        """The rear guard of hop `trip`, handed to `target` (see _trips): ask where the
-        agent is every HEARTBEAT; if `target` is lost with it, do what it chose."""
-        heard, reason = time.monotonic(), ""
-        try:
-            while True:
-                await asyncio.sleep(HEARTBEAT)
-                left = trip.time_left()
-                if left is not None and left <= 0:
-                    return  # the trip is over by its deadline, wherever the agent is
-                state = await self._trip_op(target, "where", trip.id, trip.hop)
-                if state in ("moved", "ended"):
-                    return
-                if state == "here":
-                    heard = time.monotonic()
-                    continue
-                if state == "unknown":
-                    reason = "it no longer has the agent (it restarted)"
-                    break
-                if time.monotonic() - heard >= LOST_AFTER:
-                    reason = f"it did not answer its rear guard for {LOST_AFTER:g} s"
-                    break
-        finally:
-            self.trips.guards.pop(trip.key, None)
-        log.warning("trip %s: place %s was lost with the agent on it: %s", trip.id, target,
-                    reason)
-        self.in_background(self._recover(trip, target, briefcase, agent, principal,
-                                         reason))
-
-    async def _recover(self, lost: Trip, target: str, briefcase: Briefcase, agent: str,
-                       principal: str, reason: str) -> None:
-        """Do what the agent chose in RECOVERY when place `target` was lost with it."""
-        choice = briefcase.text(RECOVERY)[0] if briefcase.folder(RECOVERY) else "fail"
-        trip = dataclasses.replace(lost, hop=lost.hop - 1)  # as it was here
-        candidates: list[str] = []
-        if choice == "retry":
-            candidates = [target]
-        elif choice == "skip":
-            briefcase = Briefcase(briefcase)
-            briefcase["SKIPPED"] = [*briefcase.get("SKIPPED", []), target.encode()]
-            candidates = [p.decode("utf-8", "replace") for p in briefcase.get(ITINERARY, [])]
-        elif choice not in RECOVERIES:
-            reason += f" (and RECOVERY {choice!r} is none of {', '.join(RECOVERIES)})"
-        while candidates:
-            left = trip.time_left()
-            if left is not None and left <= 0:
-                break
-            place = candidates[0] if choice == "retry" else candidates.pop(0)
-            if choice == "skip":
-                briefcase.replace(ITINERARY, [p.encode() for p in candidates])
-            try:
-                await self._hand_over(trip, place, briefcase, agent, principal,
-                                      left if left is not None else self.bounded(None))
-                log.info("trip %s: the agent went on to %s (%s)", trip.id, place, choice)
-                return
-            except Exception as exc:  # noqa: BLE001 - try the next, or again
-                log.info("trip %s: %s could not take the agent: %s", trip.id, place, exc)
-                if choice == "skip":
-                    briefcase["SKIPPED"] = [*briefcase.get("SKIPPED", []), place.encode()]
-                else:
-                    await asyncio.sleep(HEARTBEAT)
-        if choice == "skip" and (trip.time_left() or 1) > 0:
-            briefcase.remove(ITINERARY)
-            await self._send_home(trip, ending(trip, briefcase, None, self.address))
-            return
-        failure = PlaceUnavailable(f"the agent was lost at place {target}: {reason}")
-        await self._send_home(trip, ending(trip, None, failure, self.address))
-
-    async def _hand_over(self, trip: Trip, target: str, briefcase: Briefcase, agent: str,
-                         principal: str, timeout: float) -> str:
-        """Hand the agent (hop `trip` here) to `target`, and guard it there: its meet id."""
-        onward = trip.onward(self.address)
-        if target == self.address:
-            self.meets.admit()
-            hop = self.meets.new(agent, Briefcase(briefcase), timeout, principal, trip=onward)
-            self.meets.spawn(hop, self.run_hop(hop))
-            self.trips.left(trip, target)
-            return hop.id
-        client = await self.client(target)
-        meet_id = str(await client.meet(agent, onward.stamp(briefcase), "go", timeout,
-                                        principal))
-        self.trips.left(trip, target)
-        guard = asyncio.ensure_future(self._guard(onward, target, Briefcase(briefcase), agent,
-                                                  principal))
-        self.trips.guards[onward.key] = guard
-        return meet_id
-
     async def settle(self) -> None:
         """After the meets ended: give the ends of trips on their way home a moment."""
         if self.background:
@@ -561,7 +360,7 @@ class Dispatch:
             if meet.went is not None:
                 raise MeetError(f"the agent has gone to {meet.went}")
             if event.mode == "go":
-                await self._go(worker, meet, event)
+                await self.hops.go(worker, meet, event)
                 return
             agent, address = split_target(event.agent)
             if address is not None:
@@ -614,57 +413,3 @@ class Dispatch:
                           else Result(event.rid, answer))
         except Exception as exc:  # noqa: BLE001 - the agent is waiting for an answer
             worker.answer(failed(event.rid, exc))
-
-    async def _go(self, worker: Worker, meet: RunningMeet, event: Meet) -> None:
-        """Hand a moving agent on to the place `event.agent` (see _trips).
-
-        Answered Accepted once the next place has taken the agent; any failure (the place
-        is down, refuses, cannot run the language) reaches the agent, which is still here.
-        """
-        if meet.going:
-            raise MeetError("the agent is already going to another place")
-        target = canonical_address(event.agent)
-        agent = worker.pool.interpreter.agent
-        recovery = event.briefcase.text(RECOVERY) if event.briefcase.folder(RECOVERY) else []
-        if recovery and recovery[0] not in RECOVERIES:
-            raise MeetError(f"RECOVERY must be one of {', '.join(RECOVERIES)}, not "
-                            f"{recovery[0]!r}")
-        first = meet.trip is None
-        meet.going = True
-        trip: Trip | None = None
-        try:
-            if meet.trip is None:  # the trip begins here: its home journals it
-                trip = self.trips.start(time.time() + meet.time_left())
-                await self.journal.trip(meet.id, meet.agent, meet.principal, meet.via,
-                                        meet.timeout, trip.id, trip.deadline)
-                meet.journaled = True
-            else:
-                trip = meet.trip
-            meet_id = await self._hand_over(trip, target, event.briefcase, agent,
-                                            meet.principal, meet.time_left())
-        except BaseException:
-            meet.going = False
-            if first and trip is not None:  # the trip did not start after all
-                self.trips.waiting.pop(trip.id, None)
-            raise
-        meet.trip = trip
-        worker.answer(Accepted(event.rid, meet_id))
-        meet.went = target
-        worker.moved_on()
-        if not first:
-            self._release_guard(trip)
-
-
-class _Moved(Exception):
-    """Raised by Dispatch.run for a hop whose agent moved on to another place."""
-
-
-def failed(rid: int, exc: BaseException) -> Failed:
-    """The Failed reply for an exception raised while serving a meet."""
-    if isinstance(exc, MeetError):
-        return Failed(rid, exc.kind, exc.message, exc.detail)
-    if isinstance(exc, TacomaError | ValueError):  # ValueError: a bad target from an agent
-        return Failed(rid, kind_of(exc), str(exc))
-    log.error("meet failed on an unexpected error", exc_info=exc)
-    return Failed(rid, PlaceUnavailable.kind,
-                  f"the place could not serve this meet: {type(exc).__name__}: {exc}")

@@ -22,14 +22,23 @@ import asyncio
 import collections
 import hashlib
 import itertools
+import logging
 import secrets
 import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from ..wire._briefcase import Briefcase
-from ..wire._errors import AgentKilled, MeetError, MeetTimeout, PlaceUnavailable
+from ..wire._errors import (
+    AgentKilled,
+    MeetError,
+    MeetTimeout,
+    PlaceUnavailable,
+    TacomaError,
+    kind_of,
+)
 from ..wire._names import ADMIN_AGENT, HOME_AGENT, STATUS_AGENT, TRIP_AGENT
+from ..wire._protocol import Failed
 from ..wire._trace import read as read_trace
 from ..wire._trace import record
 
@@ -37,7 +46,7 @@ if TYPE_CHECKING:
     from ._pool import Worker
     from ._trips import Trip
 
-__all__ = ["ALWAYS_SERVED", "AtCapacity", "Meets", "RunningMeet"]
+__all__ = ["ALWAYS_SERVED", "AtCapacity", "Meets", "RunningMeet", "failed"]
 
 #: The place's own agents it serves even at --max-meets (counted, never refused while it
 #: runs): a trip's end must reach its home (ag_home), a rear guard must learn where its trip
@@ -45,6 +54,8 @@ __all__ = ["ALWAYS_SERVED", "AtCapacity", "Meets", "RunningMeet"]
 #: learn what became of its meet when the place is busiest (ag_status: it holds no more than
 #: a future while it waits). The other built-ins hold memory or a thread (ag_cabinet) and
 #: are admitted like any meet; ag_echo is answered at once and holds nothing.
+log = logging.getLogger("tacoma.place")
+
 ALWAYS_SERVED = frozenset({HOME_AGENT, ADMIN_AGENT, TRIP_AGENT, STATUS_AGENT})
 
 
@@ -338,3 +349,14 @@ class Meets:
         if self.stopping:
             return PlaceUnavailable(f"place {self.address} stopped during the meet")
         return MeetError("meet cancelled")
+
+
+def failed(rid: int, exc: BaseException) -> Failed:
+    """The Failed reply for an exception raised while serving a meet."""
+    if isinstance(exc, MeetError):
+        return Failed(rid, exc.kind, exc.message, exc.detail)
+    if isinstance(exc, TacomaError | ValueError):  # ValueError: a bad target from an agent
+        return Failed(rid, kind_of(exc), str(exc))
+    log.error("meet failed on an unexpected error", exc_info=exc)
+    return Failed(rid, PlaceUnavailable.kind,
+                  f"the place could not serve this meet: {type(exc).__name__}: {exc}")

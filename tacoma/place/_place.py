@@ -18,6 +18,7 @@ the collaborators it needs:
                 allows (`_layers`): uids (`_uids`), cgroups (`_cgroups`), the file system
                 an agent sees, its Landlock rules and seccomp filter (`_seccomp`)
     _journal    async meets, trips and orphaned results, kept across restarts (SQLite)
+    _hops       the place's side of trips: hand-overs, hops, rear guards, recovery, stops
     _builds, _residents, _trips, _cabinets   compiled programs, messages, moving agents,
                 the place's folders
 """

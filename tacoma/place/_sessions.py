@@ -29,8 +29,8 @@ from ..wire._errors import (
 from ..wire._names import ECHO_AGENT, TRIP_AGENT
 from ..wire._protocol import Accepted, Cancel, Event, Failed, Meet, Result
 from ._access import Access, Principal
-from ._dispatch import Dispatch, failed
-from ._meet import RunningMeet
+from ._dispatch import Dispatch
+from ._meet import RunningMeet, failed
 from ._trips import Trip
 
 __all__ = ["Session"]
@@ -164,7 +164,7 @@ class Session:
                       f" via {principal.via}" if principal.via else "", self.channel.peer)
         if trip is not None:
             self._reply(Accepted(event.rid, meet.id))
-            self.meets.spawn(meet, self.dispatch.run_hop(meet))
+            self.meets.spawn(meet, self.dispatch.hops.run_hop(meet))
         elif event.mode == "async":
             # Not cancellable: once journaled, an async meet runs whatever its caller does.
             self.dispatch.in_background(self._submit(event.rid, meet))

@@ -1,0 +1,300 @@
+"""The place's side of trips: hand-overs, hops run here, rear guards, recovery and stops.
+
+What a trip is, and what it promises, is in `_trips` (the trip as data, and the book of the
+trips at a place); this is what a place does for them: `go` hands an agent on (journaling
+the trip at its home first), `run_hop` runs a hop that arrived and sends the trip's end
+home (again while the home is unreachable), `_guard` is a rear guard, `_recover` does what
+the agent chose in RECOVERY, and `serve_trip` answers other places' rear guards and stops
+(the built-in `ag_trip`). The meet path itself (`Dispatch.run`) is given as a callable: it
+runs a hop's agent like any meet's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..client._client import ClientCache
+from ..wire._address import canonical_address
+from ..wire._briefcase import ITINERARY, RECOVERY, Briefcase
+from ..wire._errors import MeetError, PlaceUnavailable, error_from_wire
+from ..wire._names import HOME_AGENT, TRIP_AGENT
+from ..wire._protocol import Accepted, Meet
+from ._builtins import BuiltIns
+from ._journal import Journal
+from ._meet import Meets, RunningMeet, failed
+from ._trips import HEARTBEAT, LOST_AFTER, RECOVERIES, Trip, Trips, ending
+
+if TYPE_CHECKING:
+    from ._pool import Worker
+
+__all__ = ["Hops", "Moved"]
+
+log = logging.getLogger("tacoma.place")
+
+
+class Moved(Exception):
+    """Raised by the meet path for a hop whose agent moved on to another place."""
+
+
+class Hops:
+    """What one place does for trips (see the module's docstring)."""
+
+    def __init__(self, address: str, trips: Trips, meets: Meets, journal: Journal,
+                 clients: ClientCache, builtins: BuiltIns,
+                 run: Callable[[RunningMeet], Awaitable[Briefcase]],
+                 in_background: Callable[[Coroutine[Any, Any, Any]], None],
+                 bounded: Callable[[float | None], float]) -> None:
+        self.address = address
+        self.trips = trips
+        self.meets = meets
+        self.journal = journal
+        self.clients = clients
+        self.builtins = builtins
+        self._run = run
+        self._in_background = in_background
+        self._bounded = bounded
+
+    async def go(self, worker: Worker, meet: RunningMeet, event: Meet) -> None:
+        """Hand a moving agent on to the place `event.agent` (see _trips).
+
+        Answered Accepted once the next place has taken the agent; any failure (the place
+        is down, refuses, cannot run the language) reaches the agent, which is still here.
+        """
+        if meet.going:
+            raise MeetError("the agent is already going to another place")
+        target = canonical_address(event.agent)
+        agent = worker.pool.interpreter.agent
+        recovery = event.briefcase.text(RECOVERY) if event.briefcase.folder(RECOVERY) else []
+        if recovery and recovery[0] not in RECOVERIES:
+            raise MeetError(f"RECOVERY must be one of {', '.join(RECOVERIES)}, not "
+                            f"{recovery[0]!r}")
+        first = meet.trip is None
+        meet.going = True
+        trip: Trip | None = None
+        try:
+            if meet.trip is None:  # the trip begins here: its home journals it
+                trip = self.trips.start(time.time() + meet.time_left())
+                await self.journal.trip(meet.id, meet.agent, meet.principal, meet.via,
+                                        meet.timeout, trip.id, trip.deadline)
+                meet.journaled = True
+            else:
+                trip = meet.trip
+            meet_id = await self._hand_over(trip, target, event.briefcase, agent,
+                                            meet.principal, meet.time_left())
+        except BaseException:
+            meet.going = False
+            if first and trip is not None:  # the trip did not start after all
+                self.trips.waiting.pop(trip.id, None)
+            raise
+        meet.trip = trip
+        worker.answer(Accepted(event.rid, meet_id))
+        meet.went = target
+        worker.moved_on()
+        if not first:
+            self._release_guard(trip)
+
+
+    async def run_hop(self, meet: RunningMeet) -> None:
+        """Run one hop of a trip; where the agent ends, send the trip's end home."""
+        trip = meet.trip
+        assert trip is not None
+        self.trips.arrived(trip, meet)
+        try:
+            result = await self._run(meet)
+        except Moved:
+            return  # it went on: the next place has the trip now (and go noted where)
+        except asyncio.CancelledError:
+            self.trips.left(trip, "")
+            end = ending(trip, None, self.meets.cancelled(meet), self.address)
+            self._in_background(self._send_home(trip, end))
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever ended the trip, home hears it
+            failure = failed(0, exc)
+            end = ending(trip, None, error_from_wire(failure.kind, failure.message,
+                                                     failure.detail), self.address)
+        else:
+            end = ending(trip, result, None, self.address)
+        self.trips.left(trip, "")
+        await self._send_home(trip, end)
+
+    async def _send_home(self, trip: Trip, end: Briefcase) -> None:
+        """Deliver a trip's end to its home, trying again while the home is unreachable
+        (restarting, cut off) until a minute after the trip's deadline."""
+        if trip.home == self.address:
+            await self.builtins.serve(HOME_AGENT, end, None)
+            self._release_guard(trip)
+            return
+        left = trip.time_left()
+        give_up = time.monotonic() + (max(0.0, left) if left is not None else 0.0) + 60.0
+        pause = 0.5
+        while True:
+            try:
+                client = await self.clients.get(trip.home, timeout=10.0)
+                await asyncio.wait_for(client.meet(HOME_AGENT, Briefcase(end), "sync", 30.0),
+                                       30.0)
+                self._release_guard(trip)
+                return
+            except Exception as exc:  # noqa: BLE001 - try again: the home may come back
+                if time.monotonic() + pause > give_up:
+                    log.warning("trip %s ended here but its home %s cannot be reached: %s",
+                                trip.id, trip.home, exc)
+                    return
+                log.info("trip %s: its home %s cannot be reached (%s); trying again",
+                         trip.id, trip.home, exc)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 5.0)
+
+    def _release_guard(self, trip: Trip) -> None:
+        """Tell the place that handed the agent here that its rear guard may go."""
+        if trip.guard and trip.guard != self.address:
+            self._in_background(self._trip_op(trip.guard, "released", trip.id, trip.hop))
+
+    async def _trip_op(self, address: str, op: str, trip_id: str,
+                       hop: int | None = None) -> str:
+        """One ag_trip meet at another place: its STATE, or "" if it could not be asked."""
+        request = Briefcase(OP=[op], TRIP=[trip_id])
+        if hop is not None:
+            request.replace("HOP", [str(hop)])
+        try:
+            async with asyncio.timeout(LOST_AFTER / 2):
+                client = await self.clients.get(address, timeout=LOST_AFTER / 2)
+                answer = await client.meet(TRIP_AGENT, request, "sync", LOST_AFTER / 2)
+        except Exception as exc:  # noqa: BLE001 - the caller decides what silence means
+            log.debug("ag_trip %s at %s: %s", op, address, exc)
+            return ""
+        assert isinstance(answer, Briefcase)
+        return answer.text("STATE")[0] if answer.folder("STATE") else ""
+
+    async def serve_trip(self, request: Briefcase) -> Briefcase:
+        """ag_trip, for other places: `where` (a rear guard's heartbeat: here, moved,
+        ended or unknown), `released` (the hop it guards was handed on, or ended), `stop`
+        (the trip's caller gave up: stop the agent here, or pass the stop on)."""
+        op = request.text("OP")[0] if request.folder("OP") else ""
+        trip_id = request.text("TRIP")[0] if request.folder("TRIP") else ""
+        try:
+            hop = int(request.text("HOP")[0]) if request.folder("HOP") else 0
+        except ValueError:
+            raise MeetError("HOP must be a hop number") from None
+        if op == "where":
+            return Briefcase(STATE=[self.trips.where((trip_id, hop))])
+        if op == "released":
+            return Briefcase(STATE=["released" if self.trips.release((trip_id, hop))
+                                    else "unknown"])
+        if op == "stop":
+            stopped = self._stop_here(trip_id)
+            onward = self.trips.next_places(trip_id)
+            if onward:
+                self._in_background(self.stop_trip(trip_id, onward))
+            return Briefcase(STATE=["stopped" if stopped else "passed" if onward
+                                    else "unknown"])
+        raise MeetError(f"unknown {TRIP_AGENT} operation {op!r}: where, released or stop")
+
+    def _stop_here(self, trip_id: str) -> bool:
+        stopped = False
+        for hop in self.trips.running(trip_id):
+            assert isinstance(hop, RunningMeet)
+            self.meets.kill(hop, "stopped: its trip's caller gave up")
+            stopped = True
+        for key in [k for k in self.trips.guards if k[0] == trip_id]:
+            self.trips.release(key)
+        return stopped
+
+    async def stop_trip(self, trip_id: str, places: Sequence[str | None]) -> None:
+        """Stop trip `trip_id` wherever it is now, starting from `places`."""
+        self._stop_here(trip_id)
+        for place in places:
+            if place and place != self.address:
+                await self._trip_op(place, "stop", trip_id)
+
+    async def _guard(self, trip: Trip, target: str, briefcase: Briefcase, agent: str,
+                     principal: str) -> None:
+        """The rear guard of hop `trip`, handed to `target` (see _trips): ask where the
+        agent is every HEARTBEAT; if `target` is lost with it, do what it chose."""
+        heard, reason = time.monotonic(), ""
+        try:
+            while True:
+                await asyncio.sleep(HEARTBEAT)
+                left = trip.time_left()
+                if left is not None and left <= 0:
+                    return  # the trip is over by its deadline, wherever the agent is
+                state = await self._trip_op(target, "where", trip.id, trip.hop)
+                if state in ("moved", "ended"):
+                    return
+                if state == "here":
+                    heard = time.monotonic()
+                    continue
+                if state == "unknown":
+                    reason = "it no longer has the agent (it restarted)"
+                    break
+                if time.monotonic() - heard >= LOST_AFTER:
+                    reason = f"it did not answer its rear guard for {LOST_AFTER:g} s"
+                    break
+        finally:
+            self.trips.guards.pop(trip.key, None)
+        log.warning("trip %s: place %s was lost with the agent on it: %s", trip.id, target,
+                    reason)
+        self._in_background(self._recover(trip, target, briefcase, agent, principal,
+                                         reason))
+
+    async def _recover(self, lost: Trip, target: str, briefcase: Briefcase, agent: str,
+                       principal: str, reason: str) -> None:
+        """Do what the agent chose in RECOVERY when place `target` was lost with it."""
+        choice = briefcase.text(RECOVERY)[0] if briefcase.folder(RECOVERY) else "fail"
+        trip = dataclasses.replace(lost, hop=lost.hop - 1)  # as it was here
+        candidates: list[str] = []
+        if choice == "retry":
+            candidates = [target]
+        elif choice == "skip":
+            briefcase = Briefcase(briefcase)
+            briefcase["SKIPPED"] = [*briefcase.get("SKIPPED", []), target.encode()]
+            candidates = [p.decode("utf-8", "replace") for p in briefcase.get(ITINERARY, [])]
+        elif choice not in RECOVERIES:
+            reason += f" (and RECOVERY {choice!r} is none of {', '.join(RECOVERIES)})"
+        while candidates:
+            left = trip.time_left()
+            if left is not None and left <= 0:
+                break
+            place = candidates[0] if choice == "retry" else candidates.pop(0)
+            if choice == "skip":
+                briefcase.replace(ITINERARY, [p.encode() for p in candidates])
+            try:
+                await self._hand_over(trip, place, briefcase, agent, principal,
+                                      left if left is not None else self._bounded(None))
+                log.info("trip %s: the agent went on to %s (%s)", trip.id, place, choice)
+                return
+            except Exception as exc:  # noqa: BLE001 - try the next, or again
+                log.info("trip %s: %s could not take the agent: %s", trip.id, place, exc)
+                if choice == "skip":
+                    briefcase["SKIPPED"] = [*briefcase.get("SKIPPED", []), place.encode()]
+                else:
+                    await asyncio.sleep(HEARTBEAT)
+        if choice == "skip" and (trip.time_left() or 1) > 0:
+            briefcase.remove(ITINERARY)
+            await self._send_home(trip, ending(trip, briefcase, None, self.address))
+            return
+        failure = PlaceUnavailable(f"the agent was lost at place {target}: {reason}")
+        await self._send_home(trip, ending(trip, None, failure, self.address))
+
+    async def _hand_over(self, trip: Trip, target: str, briefcase: Briefcase, agent: str,
+                         principal: str, timeout: float) -> str:
+        """Hand the agent (hop `trip` here) to `target`, and guard it there: its meet id."""
+        onward = trip.onward(self.address)
+        if target == self.address:
+            self.meets.admit()
+            hop = self.meets.new(agent, Briefcase(briefcase), timeout, principal, trip=onward)
+            self.meets.spawn(hop, self.run_hop(hop))
+            self.trips.left(trip, target)
+            return hop.id
+        client = await self.clients.get(target, timeout=10.0)
+        meet_id = str(await client.meet(agent, onward.stamp(briefcase), "go", timeout,
+                                        principal))
+        self.trips.left(trip, target)
+        guard = asyncio.ensure_future(self._guard(onward, target, Briefcase(briefcase), agent,
+                                                  principal))
+        self.trips.guards[onward.key] = guard
+        return meet_id

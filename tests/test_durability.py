@@ -260,3 +260,108 @@ def test_a_client_cannot_say_it_is_a_rerun(start_place) -> None:
     assert tacoma.result(f"{meet_id}@{p.address}", timeout=30)["SAW"] == [b"none"]
     assert tacoma.meet(p.target("ag_python"), {"RERUN": [b"5"]},
                        code='bc["SAW"] = bc.get("RERUN", [b"none"])')["SAW"] == [b"none"]
+
+
+# ------------------------------------------------------------------ found in review
+def test_a_burst_of_async_meets_does_not_pass_max_queued(start_place) -> None:
+    import asyncio
+
+    p = start_place("--max-meets", "1", "--share", "1", "--max-queued", "2")
+    tacoma.meet(p.target("ag_python"), mode="async", code="import time; time.sleep(5)")
+
+    async def burst() -> list[object]:
+        return await asyncio.gather(*(
+            tacoma.ameet(p.target("ag_python"), mode="async", code="pass")
+            for _ in range(50)), return_exceptions=True)
+
+    answers = asyncio.run(burst())
+    accepted = [a for a in answers if isinstance(a, str)]
+    assert len(accepted) == 2
+    assert all(isinstance(a, tacoma.PlaceUnavailable) for a in answers if a not in accepted)
+
+
+def test_place_made_ids_cannot_be_chosen_by_clients(start_place) -> None:
+    from tacoma.client._client import PlaceClient
+
+    import asyncio
+
+    from tacoma import Briefcase
+
+    p = start_place()
+
+    async def claim() -> None:
+        client = await PlaceClient.connect(p.address)
+        try:
+            made = await client.meet("ag_python", Briefcase(CODE=["pass"]), "async")
+            assert isinstance(made, str) and "." in made
+            with pytest.raises(TypeError, match="meet_id"):  # no client may send it
+                await client.meet("ag_echo", Briefcase(), "async", meet_id=made)
+        finally:
+            client.close()
+
+    asyncio.run(claim())
+
+
+def test_waiting_for_a_status_holds_no_slot(start_place) -> None:
+    """With --max-meets 1, callers waiting for a queued meet's end must not keep it from
+    starting."""
+    import asyncio
+
+    p = start_place("--max-meets", "1", "--share", "1")
+    first = tacoma.meet(p.target("ag_python"), mode="async", code="import time; time.sleep(1)")
+    second = tacoma.meet(p.target("ag_python"), mode="async", code="pass")
+
+    async def waits() -> list[object]:
+        return await asyncio.gather(*(tacoma.astatus(f"{second}@{p.address}", wait=30)
+                                      for _ in range(3)))
+
+    started = time.monotonic()
+    assert {s.state for s in asyncio.run(waits())} == {"done"}
+    assert time.monotonic() - started < 15
+    assert tacoma.status(f"{first}@{p.address}").state == "done"
+
+
+def test_outcomes_are_forgotten_while_the_place_runs(start_place) -> None:
+    p = start_place("--keep-results", "1")
+    meet_id = tacoma.meet(p.target("ag_python"), mode="async", code="pass")
+    tacoma.result(f"{meet_id}@{p.address}", timeout=30)
+    wait_until(lambda: tacoma.status(f"{meet_id}@{p.address}").state == "unknown", 15,
+               "the outcome to expire")
+
+
+@pytest.mark.parametrize("agent", ["ag_trip", "ag_home"])
+def test_agents_cannot_meet_the_places_trip_agents(start_place, agent: str) -> None:
+    p = start_place()
+    code = textwrap.dedent(f"""
+        import tacoma
+        for mode in ("sync", "async"):
+            try:
+                meet("{agent}", Briefcase(OP=["stop"], TRIP=["x"], HOME=["x"]), mode=mode)
+            except tacoma.NotAllowed as exc:
+                bc.append("REFUSED", mode)
+    """)
+    assert tacoma.meet(p.target("ag_python"), code=code).text("REFUSED") == ["sync", "async"]
+
+
+def test_an_async_meet_whose_go_failed_runs_again_after_a_crash(tmp_path: Path) -> None:
+    p, listen = _restartable(tmp_path)
+    code = textwrap.dedent("""
+        import time
+        if not bc.get("RERUN"):
+            try:
+                go("127.0.0.1:1")
+            except Exception:
+                pass
+            time.sleep(30)
+    """)
+    meet_id = tacoma.meet(p.target("ag_python"), mode="async", code=code, timeout=60)
+    token = (p.state_dir / "admin.token").read_text().strip()
+    wait_until(lambda: bool(tacoma.meet(p.target("ag_admin"), {
+        "OP": ["ps"], "TOKEN": [token]}).folder("AGENTS")), what="the agent to run")
+    time.sleep(1.5)  # its go failed meanwhile
+    p.stop(signal.SIGKILL)
+    p = launch_place(tmp_path / "state", listen=listen)
+    try:
+        assert tacoma.result(f"{meet_id}@{p.address}", timeout=60)["RERUN"] == [b"1"]
+    finally:
+        p.stop()

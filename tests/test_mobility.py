@@ -340,3 +340,33 @@ def test_every_language_chooses_what_happens_when_a_place_dies_with_it(
         killer.cancel()
     assert result.text("SKIPPED") == [b.address]
     assert result.text("SEEN") == [a.address, c.address]
+
+
+def test_a_cancelled_trip_that_passed_places_twice_is_stopped_once(start_place) -> None:
+    """A stop follows the trip's path; a trip that passed a place several times must not
+    make the stop bounce between places (each place handles a trip's stop once)."""
+    a, b = start_place(), start_place()
+    code = textwrap.dedent("""
+        bc.append("SEEN", place)
+        if len(bc["SEEN"]) >= 5:
+            import time
+            time.sleep(60)
+        go_next()
+    """)
+    with pytest.raises(tacoma.MeetTimeout):
+        tacoma.meet(a.target("ag_python"), {"ITINERARY": [b.address, a.address, b.address,
+                                                          a.address, b.address]},
+                    code=code, timeout=4)
+    token = (b.state_dir / "admin.token").read_text().strip()
+
+    def b_is_idle() -> bool:
+        return not tacoma.meet(b.target("ag_admin"), {"OP": ["ps"], "TOKEN": [token]}
+                               ).folder("AGENTS")
+
+    deadline = time.monotonic() + 15
+    while not b_is_idle():
+        assert time.monotonic() < deadline, "the agent at b was not stopped"
+        time.sleep(0.2)
+    started = time.monotonic()
+    assert a.stop() == 0 and b.stop() == 0
+    assert time.monotonic() - started < 20

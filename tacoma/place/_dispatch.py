@@ -15,8 +15,8 @@ An agent meets other agents by sending Meets up its worker channel (`agent_meet`
 place (a meet of its own, counted and killable like any), at another place (through the
 place's cached client connections), a resident here (a message, see _residents), its
 mailbox (ag_mailbox), or the place's own services; and it moves by a meet in the `go`
-mode (`Hops.go`, see _hops and _trips). Every meet's state is its `RunningMeet`; nothing is parked on the
-worker or the place.
+mode (`Hops.go`, see _hops and _trips). Every meet's state is its `RunningMeet`; nothing
+is parked on the worker or the place.
 """
 
 from __future__ import annotations
@@ -35,10 +35,11 @@ from ..wire._errors import (
     MeetError,
     MeetTimeout,
     MessageError,
+    NotAllowed,
     PlaceUnavailable,
     TacomaError,
 )
-from ..wire._names import BUILT_IN, MAILBOX_AGENT, TRIP_AGENT
+from ..wire._names import BUILT_IN, HOME_AGENT, MAILBOX_AGENT, TRIP_AGENT
 from ..wire._program import program_bytes
 from ..wire._protocol import Accepted, Event, Meet, Result
 from ._access import Access, Principal
@@ -170,14 +171,25 @@ class Dispatch:
         Accepted was lost) is taken once.
         """
         self.agents.resolve(meet.agent)  # answered before it runs: refuse it now if it cannot
+        if meet.agent in (HOME_AGENT, TRIP_AGENT):
+            raise MeetError(f"{meet.agent} is met in sync mode, by places")
+        reserved = False
         try:
             self.meets.admit("", meet.principal)
         except AtCapacity:
+            # A place in the queue is held for it while it is written (so that a burst of
+            # async meets cannot pass --max-queued between the check and the write).
             self.meets.may_queue(meet.principal)
+            self.meets.reserve(meet.principal)
+            reserved = True
         meet.briefcase.remove(RERUN)
-        outcome = await self.journal.accept(meet.id, meet.agent, meet.principal, meet.via,
-                                            meet.caller, meet.timeout, meet.briefcase,
-                                            "queued")
+        try:
+            outcome = await self.journal.accept(meet.id, meet.agent, meet.principal, meet.via,
+                                                meet.caller, meet.timeout, meet.briefcase,
+                                                "queued")
+        finally:
+            if reserved:
+                self.meets.unreserve(meet.principal)
         if outcome == "taken":
             raise MeetError(f"meet id {meet.id} is taken at place {self.address}: choose "
                             "another")
@@ -186,12 +198,21 @@ class Dispatch:
         meet.journaled = True
         try:
             self.meets.admit("", meet.principal)
-        except AtCapacity:
+        except PlaceUnavailable:  # at capacity, or stopping: it waits in the journal
             self.meets.queue(meet)
             log.debug("async meet %s queued (%d waiting)", meet.id, len(self.meets.queued))
         else:
             self.meets.spawn(meet, self.run_async(meet))
         return meet.id
+
+    async def prune_journal(self) -> None:
+        """Forget outcomes older than --keep-results, every so often, while the place runs."""
+        while True:
+            await asyncio.sleep(min(3600.0, max(1.0, self.journal.keep_seconds / 4)))
+            try:
+                await self.journal.prune()
+            except Exception:
+                log.exception("pruning the journal failed")
 
     def _start_queued(self) -> None:
         """Start the queued async meets that may start now (called when a slot frees)."""
@@ -271,6 +292,7 @@ class Dispatch:
                      "trips to wait for", len(records), len(self.meets.queued),
                      sum(1 for r in records if r.trip is not None))
         self._start_queued()
+        self.in_background(self.prune_journal())
 
     async def _adopt(self, record: Record) -> None:
         """A trip that was out when the place stopped: its end, when it comes home, is
@@ -294,6 +316,7 @@ class Dispatch:
     async def close(self) -> None:
         """Stop compiling, and close the connections to other places."""
         await self.builds.close()
+        self.hops.close()
         self.clients.close()
 
     def in_background(self, coro: Coroutine[Any, Any, Any]) -> None:
@@ -318,7 +341,7 @@ class Dispatch:
             result = await work
         except asyncio.CancelledError:
             answer(failed(rid, self.meets.cancelled(meet)))
-            if meet is not None and meet.journaled:
+            if meet is not None and (meet.journaled or meet.orphaned):
                 await asyncio.shield(self.record(meet, None, self.meets.cancelled(meet)))
             raise
         except Exception as exc:  # noqa: BLE001 - every meet gets an answer, whatever failed
@@ -363,6 +386,8 @@ class Dispatch:
                 await self.hops.go(worker, meet, event)
                 return
             agent, address = split_target(event.agent)
+            if agent in (HOME_AGENT, TRIP_AGENT):  # trips' own business, between places
+                raise NotAllowed(f"{agent} is for places only, not for agents")
             if address is not None:
                 address = canonical_address(address)
                 if address == self.address:
@@ -397,7 +422,9 @@ class Dispatch:
                 inner = self.meets.new(agent, event.briefcase, event.timeout, meet.principal,
                                        meet.identity)
                 if event.mode == "async":
-                    answer = await self.submit(inner)
+                    # Shielded: once journaled, it is queued or started even if the agent
+                    # is killed meanwhile (else its row would wait for a restart).
+                    answer = await asyncio.shield(self.submit(inner))
                 else:
                     self.meets.admit()
                     # A meet of its own, so that it can be killed.

@@ -59,6 +59,10 @@ class Hops:
         self._in_background = in_background
         self._bounded = bounded
 
+    def close(self) -> None:
+        """Stop the rear guards (the place stops)."""
+        self.trips.close()
+
     async def go(self, worker: Worker, meet: RunningMeet, event: Meet) -> None:
         """Hand a moving agent on to the place `event.agent` (see _trips).
 
@@ -79,9 +83,9 @@ class Hops:
         try:
             if meet.trip is None:  # the trip begins here: its home journals it
                 trip = self.trips.start(time.time() + meet.time_left())
+                meet.journaled = True  # first: if cancelled while written, it is recorded
                 await self.journal.trip(meet.id, meet.agent, meet.principal, meet.via,
                                         meet.timeout, trip.id, trip.deadline)
-                meet.journaled = True
             else:
                 trip = meet.trip
             meet_id = await self._hand_over(trip, target, event.briefcase, agent,
@@ -90,6 +94,7 @@ class Hops:
             meet.going = False
             if first and trip is not None:  # the trip did not start after all
                 self.trips.waiting.pop(trip.id, None)
+                self._in_background(self.journal.trip_not_begun(meet.id, meet.principal))
             raise
         meet.trip = trip
         worker.answer(Accepted(event.rid, meet_id))
@@ -97,7 +102,6 @@ class Hops:
         worker.moved_on()
         if not first:
             self._release_guard(trip)
-
 
     async def run_hop(self, meet: RunningMeet) -> None:
         """Run one hop of a trip; where the agent ends, send the trip's end home."""
@@ -186,10 +190,12 @@ class Hops:
             return Briefcase(STATE=["released" if self.trips.release((trip_id, hop))
                                     else "unknown"])
         if op == "stop":
+            if not self.trips.mark_stopped(trip_id):
+                return Briefcase(STATE=["stopped"])  # this place passed the stop on already
             stopped = self._stop_here(trip_id)
             onward = self.trips.next_places(trip_id)
             if onward:
-                self._in_background(self.stop_trip(trip_id, onward))
+                self._in_background(self._pass_stop(trip_id, onward))
             return Briefcase(STATE=["stopped" if stopped else "passed" if onward
                                     else "unknown"])
         raise MeetError(f"unknown {TRIP_AGENT} operation {op!r}: where, released or stop")
@@ -205,9 +211,15 @@ class Hops:
         return stopped
 
     async def stop_trip(self, trip_id: str, places: Sequence[str | None]) -> None:
-        """Stop trip `trip_id` wherever it is now, starting from `places`."""
+        """Stop trip `trip_id` wherever it is now, starting from `places`. Each place
+        handles a trip's stop once (a trip may pass a place many times)."""
+        if not self.trips.mark_stopped(trip_id):
+            return
         self._stop_here(trip_id)
-        for place in places:
+        await self._pass_stop(trip_id, places)
+
+    async def _pass_stop(self, trip_id: str, places: Sequence[str | None]) -> None:
+        for place in dict.fromkeys(places):
             if place and place != self.address:
                 await self._trip_op(place, "stop", trip_id)
 
@@ -255,9 +267,12 @@ class Hops:
             candidates = [p.decode("utf-8", "replace") for p in briefcase.get(ITINERARY, [])]
         elif choice not in RECOVERIES:
             reason += f" (and RECOVERY {choice!r} is none of {', '.join(RECOVERIES)})"
+        give_up = time.monotonic() + self._bounded(None)  # a trip without a deadline
         while candidates:
+            if self.trips.is_stopped(trip.id):
+                return  # its caller gave up: nothing to hand on, nobody to tell
             left = trip.time_left()
-            if left is not None and left <= 0:
+            if (left is not None and left <= 0) or time.monotonic() > give_up:
                 break
             place = candidates[0] if choice == "retry" else candidates.pop(0)
             if choice == "skip":
@@ -273,6 +288,8 @@ class Hops:
                     briefcase["SKIPPED"] = [*briefcase.get("SKIPPED", []), place.encode()]
                 else:
                     await asyncio.sleep(HEARTBEAT)
+        if self.trips.is_stopped(trip.id):
+            return
         if choice == "skip" and (trip.time_left() or 1) > 0:
             briefcase.remove(ITINERARY)
             await self._send_home(trip, ending(trip, briefcase, None, self.address))

@@ -258,8 +258,8 @@ class Journal:
         """A meet's agent goes on a trip from here: its home waits for the end even if it
         restarts meanwhile."""
         def write(db: sqlite3.Connection) -> None:
-            updated = db.execute("UPDATE meets SET trip = ?, deadline = ? WHERE id = ?",
-                                 (trip, deadline, meet_id)).rowcount
+            updated = db.execute("UPDATE meets SET trip = ?, deadline = ? WHERE id = ? AND "
+                                 "principal = ?", (trip, deadline, meet_id, principal)).rowcount
             if not updated:
                 db.execute("INSERT INTO meets (id, kind, agent, principal, via, timeout, state, "
                            "runs, accepted, trip, deadline) VALUES (?, 'sync', ?, ?, ?, ?, "
@@ -268,6 +268,13 @@ class Journal:
                             deadline))
 
         await self._write(write)
+
+    async def trip_not_begun(self, meet_id: str, principal: str) -> None:
+        """The trip `trip` wrote did not begin after all (the first go failed): the meet is
+        what it was, an async meet to run again after a restart, say."""
+        await self._write(lambda db: db.execute(
+            "UPDATE meets SET trip = NULL, deadline = NULL WHERE id = ? AND principal = ?",
+            (meet_id, principal)))
 
     async def ended(self, meet_id: str, agent: str, principal: str, via: str,
                     result: Briefcase | None, error: tuple[str, str, str] | None) -> None:
@@ -279,8 +286,8 @@ class Journal:
         def write(db: sqlite3.Connection) -> None:
             now = time.time()
             updated = db.execute("UPDATE meets SET state = ?, ended = ?, result = ?, error = ?, "
-                                 "briefcase = NULL WHERE id = ?",
-                                 (state, now, packed, failure, meet_id)).rowcount
+                                 "briefcase = NULL WHERE id = ? AND principal = ?",
+                                 (state, now, packed, failure, meet_id, principal)).rowcount
             if not updated:
                 db.execute("INSERT INTO meets (id, kind, agent, principal, via, state, runs, "
                            "accepted, ended, result, error) VALUES (?, 'sync', ?, ?, ?, ?, 1, "

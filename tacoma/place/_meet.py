@@ -188,6 +188,8 @@ class Meets:
         self.queue_share = max(1, int(max_queued * share))
         self.queued_by_principal: collections.Counter[str] = collections.Counter()
         self._queued_ids: set[str] = set()
+        self._reserved: collections.Counter[str] = collections.Counter()
+        self._reserved_total = 0
         #: Called when a meet ends and frees a slot (the dispatcher starts queued meets).
         self.on_free: Callable[[], None] | None = None
         #: The most meets any one principal may have running (its fair share).
@@ -228,13 +230,26 @@ class Meets:
         (under --max-queued, and its share of it)."""
         if self.stopping:
             raise PlaceUnavailable(f"place {self.address} is shutting down")
-        if len(self.queued) >= self.max_queued:
+        if len(self.queued) + self._reserved_total >= self.max_queued:
             raise PlaceUnavailable(f"place {self.address} is running its maximum of "
                                    f"{self.max_meets} meets and has {self.max_queued} more "
                                    "queued (--max-queued); try again later")
-        if principal and self.queued_by_principal[principal] >= self.queue_share:
+        if principal and (self.queued_by_principal[principal] + self._reserved[principal]
+                          >= self.queue_share):
             raise PlaceUnavailable(f"{principal} has its share of {self.queue_share} async "
                                    f"meets queued at place {self.address}; try again later")
+
+    def reserve(self, principal: str) -> None:
+        """Hold a place in the queue for an async meet being written to the journal."""
+        self._reserved[principal] += 1
+        self._reserved_total += 1
+
+    def unreserve(self, principal: str) -> None:
+        self._reserved_total -= 1
+        if self._reserved[principal] > 1:
+            self._reserved[principal] -= 1
+        else:
+            del self._reserved[principal]
 
     def queue(self, meet: RunningMeet) -> None:
         """Let an async meet (journaled, its briefcase dropped here) wait for a slot."""
@@ -281,7 +296,8 @@ class Meets:
                                 f"{self.address}: ids must be unique")
             chosen = True
         else:
-            meet_id = f"{self._boot}-{next(self._ids)}"
+            # A "." no client-chosen id may have: the place's own ids cannot be claimed.
+            meet_id = f"{self._boot}.{next(self._ids)}"
             chosen = False
         meet = RunningMeet(meet_id, agent, briefcase, timeout, principal, caller, trip,
                            traced_at, via)
@@ -294,22 +310,27 @@ class Meets:
         The count drops in the coroutine's own `finally`, not in a done callback (which runs
         a loop iteration later, so meets arriving meanwhile would be refused as over
         --max-meets); the callback only covers a task cancelled before it started.
+        ALWAYS_SERVED agents are not counted (a caller waiting in ag_status must not hold
+        the slot of the meet it waits for).
         """
-        self._count += 1
+        weight = 0 if meet.agent in ALWAYS_SERVED else 1
+        self._count += weight
         principal = meet.principal
-        self.by_principal[principal] += 1
+        if weight:
+            self.by_principal[principal] += 1
         counted = True
 
         def uncount() -> None:
             nonlocal counted
             if counted:
                 counted = False
-                self._count -= 1
-                left = self.by_principal[principal] - 1
-                if left:
-                    self.by_principal[principal] = left
-                else:
-                    del self.by_principal[principal]
+                self._count -= weight
+                if weight:
+                    left = self.by_principal[principal] - 1
+                    if left:
+                        self.by_principal[principal] = left
+                    else:
+                        del self.by_principal[principal]
                 self.running.pop(meet.id, None)
                 self._tasks.pop(meet.id, None)
                 if self.queued and self.on_free is not None:

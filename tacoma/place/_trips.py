@@ -136,6 +136,8 @@ class Trips:
         self.passed: dict[tuple[str, int], tuple[str, float]] = {}
         #: Rear guards kept here, by the hop they watch (trip id, hop at the next place).
         self.guards: dict[tuple[str, int], asyncio.Task[None]] = {}
+        #: Trips whose caller gave up, whose stop this place handled: until when (monotonic).
+        self.stopped: dict[str, float] = {}
 
     def start(self, deadline: float) -> Trip:
         trip = Trip(self.address, secrets.token_hex(16), deadline)
@@ -201,8 +203,23 @@ class Trips:
         return "unknown"
 
     def next_places(self, trip_id: str) -> list[str]:
-        """Where this place handed trip `trip_id` on to (for a stop to follow it)."""
-        return [went for (tid, _), (went, _) in self.passed.items() if tid == trip_id and went]
+        """Where this place handed trip `trip_id` on to (for a stop to follow it), each once."""
+        now = time.monotonic()
+        return list(dict.fromkeys(went for (tid, _), (went, until) in self.passed.items()
+                                  if tid == trip_id and went and until >= now))
+
+    def mark_stopped(self, trip_id: str) -> bool:
+        """Note that trip `trip_id` is being stopped; False if this place already did."""
+        now = time.monotonic()
+        if self.stopped.get(trip_id, 0.0) >= now:
+            return False
+        if len(self.stopped) > 1024:
+            self.stopped = {t: until for t, until in self.stopped.items() if until >= now}
+        self.stopped[trip_id] = now + 3600.0
+        return True
+
+    def is_stopped(self, trip_id: str) -> bool:
+        return self.stopped.get(trip_id, 0.0) >= time.monotonic()
 
     def running(self, trip_id: str) -> list[object]:
         return [meet for (tid, _), meet in self.here.items() if tid == trip_id]

@@ -116,7 +116,7 @@ def _is_rid(v: Any) -> bool:
 
 
 #: A meet id a client chooses: 8 to 64 letters, digits, "_" and "-" (or "": the place names
-#: the meet). Place-made ids have the same form.
+#: the meet). Place-made ids have a "." in them, so that no client can claim one.
 _MEET_ID = re.compile(r"[A-Za-z0-9_-]{8,64}").fullmatch
 
 

@@ -188,27 +188,30 @@ def test_meet_async_submission_rate(benchmark: Any, loop: asyncio.AbstractEventL
                                     place: ServerProcess, summary: Summary) -> None:
     """ASYNC_BATCH async meets to ag_echo in flight at once on one connection, per round."""
     target = f"ag_echo@{place.address}"
+    last: list[str] = []
 
     async def submit_batch() -> None:
         meet_ids = await asyncio.gather(*(tacoma.ameet(target, PAYLOAD, mode="async")
                                           for _ in range(ASYNC_BATCH)))
         assert all(isinstance(meet_id, str) and meet_id for meet_id in meet_ids), meet_ids
         assert len(set(meet_ids)) == ASYNC_BATCH, "meet ids must be distinct"
+        last[:] = meet_ids
 
     async def previous_batch_ended() -> None:
-        # Each round should start at an idle place: an async meet is accepted before it
-        # runs, so the last batch's meets may still be in flight. Two sync meets in a row
-        # are a barrier: the place replies to the second after those have run.
-        for _ in range(2):
-            assert await tacoma.ameet(target, PAYLOAD) == PAYLOAD
+        # Each round should start at an idle place: an async meet is accepted (journaled)
+        # before it runs, so the last batch's meets may still be in flight. Their ends,
+        # asked for by id, are the barrier.
+        await asyncio.gather(*(tacoma.aresult(f"{meet_id}@{place.address}", timeout=120)
+                               for meet_id in last))
 
     def barrier() -> None:
         loop.run_until_complete(previous_batch_ended())
 
     benchmark.extra_info.update(
         measures=f"one round = {ASYNC_BATCH} async tacoma.ameet calls to ag_echo submitted "
-                 "concurrently over one connection, until every Accepted (meet id) arrived; "
-                 "before each round (untimed) two sync meets make sure the last batch ended",
+                 "concurrently over one connection, until every Accepted (meet id) arrived, "
+                 "each written to the place's journal first; before each round (untimed) the "
+                 "last batch's results are asked for by id, so that it ended",
         batch=ASYNC_BATCH)
     loop.run_until_complete(submit_batch())  # untimed first call: see the header
     benchmark.pedantic(lambda: loop.run_until_complete(submit_batch()), setup=barrier,

@@ -8,6 +8,7 @@ says what became of a meet. Loopback only; the multi-host faults are in test_fau
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import socket
@@ -19,6 +20,8 @@ from pathlib import Path
 
 import pytest
 import tacoma
+from tacoma import Briefcase
+from tacoma.client._client import PlaceClient
 
 from conftest import RunningPlace, launch_place
 
@@ -92,8 +95,6 @@ def test_async_meets_over_max_meets_queue_and_then_run(start_place) -> None:
 
 
 def test_an_async_meet_sent_twice_with_one_id_is_taken_once(start_place) -> None:
-    from tacoma.client._client import PlaceClient
-
     p = start_place()
 
     async def twice() -> list[object]:
@@ -105,10 +106,6 @@ def test_an_async_meet_sent_twice_with_one_id_is_taken_once(start_place) -> None
             return [first, again]
         finally:
             client.close()
-
-    import asyncio
-
-    from tacoma import Briefcase
 
     assert asyncio.run(twice()) == ["same-id-123", "same-id-123"]
     tacoma.result(f"same-id-123@{p.address}", timeout=30)
@@ -264,8 +261,6 @@ def test_a_client_cannot_say_it_is_a_rerun(start_place) -> None:
 
 # ------------------------------------------------------------------ found in review
 def test_a_burst_of_async_meets_does_not_pass_max_queued(start_place) -> None:
-    import asyncio
-
     p = start_place("--max-meets", "1", "--share", "1", "--max-queued", "2")
     tacoma.meet(p.target("ag_python"), mode="async", code="import time; time.sleep(5)")
 
@@ -281,12 +276,6 @@ def test_a_burst_of_async_meets_does_not_pass_max_queued(start_place) -> None:
 
 
 def test_place_made_ids_cannot_be_chosen_by_clients(start_place) -> None:
-    from tacoma.client._client import PlaceClient
-
-    import asyncio
-
-    from tacoma import Briefcase
-
     p = start_place()
 
     async def claim() -> None:
@@ -305,8 +294,6 @@ def test_place_made_ids_cannot_be_chosen_by_clients(start_place) -> None:
 def test_waiting_for_a_status_holds_no_slot(start_place) -> None:
     """With --max-meets 1, callers waiting for a queued meet's end must not keep it from
     starting."""
-    import asyncio
-
     p = start_place("--max-meets", "1", "--share", "1")
     first = tacoma.meet(p.target("ag_python"), mode="async", code="import time; time.sleep(1)")
     second = tacoma.meet(p.target("ag_python"), mode="async", code="pass")

@@ -35,8 +35,8 @@ def status(target: str, wait: float | None, as_json: bool) -> None:
 
     \b
     Examples:
-      tacoma status 3f2a9c01de-17@127.0.0.1:7707
-      tacoma status 3f2a9c01de-17@127.0.0.1:7707 --wait 60 --json
+      tacoma status p4Rk2xV9_cLm0sQe@127.0.0.1:7707
+      tacoma status p4Rk2xV9_cLm0sQe@127.0.0.1:7707 --wait 60 --json
     """
     if "@" not in target:
         raise click.BadParameter("give the meet's id and its place: MEET_ID@HOST:PORT",

@@ -79,6 +79,9 @@ class Dispatch:
         # Connections to other places, for agents' meets, made as this place's identity.
         self.clients = ClientCache(access.credentials, access.vet_place)
         self.background: set[asyncio.Task[None]] = set()
+        #: Long-lived tasks the place cancels when it stops: journal pruning, and trips
+        #: adopted from the journal waiting for their deadlines.
+        self._watching: set[asyncio.Task[None]] = set()
         self.hops = Hops(self.address, trips, meets, journal, self.clients, builtins, self.run,
                          self.in_background, self.bounded)
 
@@ -278,8 +281,10 @@ class Dispatch:
                                   record.caller, via=record.via)
             meet.id = record.id
             meet.journaled = True
-            if record.trip is not None:
-                self.in_background(self._adopt(record))
+            if record.trip is not None:  # long-lived: not one settle() waits for
+                adopted = asyncio.ensure_future(self._adopt(record))
+                self._watching.add(adopted)
+                adopted.add_done_callback(self._watching.discard)
             elif record.kind == "async":
                 meet.runs = record.runs
                 self.meets.queue(meet)
@@ -292,7 +297,8 @@ class Dispatch:
                      "trips to wait for", len(records), len(self.meets.queued),
                      sum(1 for r in records if r.trip is not None))
         self._start_queued()
-        self.in_background(self.prune_journal())
+        # Not a background task: settle() waits for those, and this one never ends.
+        self._watching.add(asyncio.ensure_future(self.prune_journal()))
 
     async def _adopt(self, record: Record) -> None:
         """A trip that was out when the place stopped: its end, when it comes home, is
@@ -316,6 +322,8 @@ class Dispatch:
     async def close(self) -> None:
         """Stop compiling, and close the connections to other places."""
         await self.builds.close()
+        for task in self._watching:
+            task.cancel()
         self.hops.close()
         self.clients.close()
 

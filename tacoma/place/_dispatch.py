@@ -25,7 +25,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from ..client._client import ClientCache, PlaceClient
@@ -340,13 +340,14 @@ class Dispatch:
         limit = self.settings.limits.meet_seconds
         return limit if timeout is None else min(timeout, limit)
 
-    async def answered(self, rid: int, work: Coroutine[Any, Any, Briefcase],
+    async def answered(self, rid: int, work: Callable[[], Awaitable[Briefcase]],
                        meet: RunningMeet | None, answer: Callable[[Event], None]) -> None:
-        """Answer request `rid` with what `work` returns: its Result, or a Failed saying why
-        it failed or was cancelled (the caller left or cancelled, the meet was killed, the
-        place stops); a cancellation still cancels."""
+        """Answer request `rid` with what `work()` returns: its Result, or a Failed saying
+        why it failed or was cancelled (the caller left or cancelled, the meet was killed,
+        the place stops); a cancellation still cancels. `work` is called here, not by the
+        caller: a task cancelled before it starts then leaves no coroutine never awaited."""
         try:
-            result = await work
+            result = await work()
         except asyncio.CancelledError:
             answer(failed(rid, self.meets.cancelled(meet)))
             if meet is not None and (meet.journaled or meet.orphaned):
@@ -437,7 +438,7 @@ class Dispatch:
                     self.meets.admit()
                     # A meet of its own, so that it can be killed.
                     task = self.meets.spawn(inner, self.answered(
-                        event.rid, self.run(inner), inner, worker.answer))
+                        event.rid, functools.partial(self.run, inner), inner, worker.answer))
                     try:
                         await asyncio.shield(task)
                     except asyncio.CancelledError:

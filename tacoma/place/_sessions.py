@@ -14,6 +14,7 @@ in the journal, and its agent runs on to its end.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 
@@ -170,7 +171,7 @@ class Session:
             self.dispatch.in_background(self._submit(event.rid, meet))
         else:
             task = self.meets.spawn(meet, self.dispatch.answered(
-                event.rid, self.dispatch.run(meet), meet, self._reply))
+                event.rid, functools.partial(self.dispatch.run, meet), meet, self._reply))
             self._track(event.rid, task, meet)
             if meet.chosen_id:
                 self.chosen[event.rid] = meet
@@ -196,7 +197,8 @@ class Session:
             self._reply(Accepted(event.rid, message.id))
             return
         task = asyncio.ensure_future(self.dispatch.answered(
-            event.rid, self.dispatch.answer_of(event, message.answer), None, self._reply))
+            event.rid, functools.partial(self.dispatch.answer_of, event, message.answer), None,
+            self._reply))
         self._track(event.rid, task)
 
     def _track(self, rid: int, task: asyncio.Task[None],

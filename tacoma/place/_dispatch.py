@@ -185,7 +185,6 @@ class Dispatch:
             self.meets.may_queue(meet.principal)
             self.meets.reserve(meet.principal)
             reserved = True
-        meet.briefcase.remove(RERUN)
         try:
             outcome = await self.journal.accept(meet.id, meet.agent, meet.principal, meet.via,
                                                 meet.caller, meet.timeout, meet.briefcase,
@@ -255,17 +254,19 @@ class Dispatch:
                      exc: BaseException | None) -> None:
         """Put a meet's outcome in the journal, if its caller may ask for it there (an async
         meet, a trip that began here, a sync meet whose caller is gone)."""
-        if not (meet.journaled or meet.orphaned):
-            return
+        if meet.journaled or meet.orphaned:
+            await self._record(meet.id, meet.agent, meet.principal, meet.via, result, exc)
+
+    async def _record(self, meet_id: str, agent: str, principal: str, via: str,
+                      result: Briefcase | None, exc: BaseException | None) -> None:
         error = None
         if exc is not None:
             failure = failed(0, exc)
             error = (failure.kind, failure.message, failure.detail)
         try:
-            await self.journal.ended(meet.id, meet.agent, meet.principal, meet.via, result,
-                                     error)
+            await self.journal.ended(meet_id, agent, principal, via, result, error)
         except Exception:
-            log.exception("cannot record the outcome of meet %s in the journal", meet.id)
+            log.exception("cannot record the outcome of meet %s in the journal", meet_id)
 
     async def resume(self) -> None:
         """At start: take up what the journal says was under way when the place stopped.
@@ -277,21 +278,21 @@ class Dispatch:
         """
         records = await self.journal.open()
         for record in records:
-            meet = self.meets.new(record.agent, Briefcase(), record.timeout, record.principal,
-                                  record.caller, via=record.via)
-            meet.id = record.id
-            meet.journaled = True
             if record.trip is not None:  # long-lived: not one settle() waits for
                 adopted = asyncio.ensure_future(self._adopt(record))
                 self._watching.add(adopted)
                 adopted.add_done_callback(self._watching.discard)
             elif record.kind == "async":
+                meet = RunningMeet(record.id, record.agent, Briefcase(), record.timeout,
+                                   record.principal, record.caller, via=record.via)
+                meet.journaled = True
                 meet.runs = record.runs
                 self.meets.queue(meet)
             else:
-                await self.record(meet, None, PlaceUnavailable(
-                    f"place {self.address} stopped during the meet, and sync meets are not "
-                    "run again"))
+                await self._record(record.id, record.agent, record.principal, record.via,
+                                   None, PlaceUnavailable(
+                                       f"place {self.address} stopped during the meet, and "
+                                       "sync meets are not run again"))
         if records:
             log.info("the journal had %d meets under way: %d async meets to run again, %d "
                      "trips to wait for", len(records), len(self.meets.queued),
@@ -307,12 +308,10 @@ class Dispatch:
         await asyncio.sleep(max(0.0, (record.deadline or 0.0) - time.time()) + 60.0)
         now = await self.journal.get(record.id)
         if now is not None and now.ended is None:
-            meet = RunningMeet(record.id, record.agent, Briefcase(), record.timeout,
-                               record.principal, via=record.via)
-            meet.journaled = True
-            await self.record(meet, None, MeetTimeout(
-                "the trip did not come home by its deadline (its home restarted while it "
-                "was out): its outcome is unknown"))
+            lost = MeetTimeout("the trip did not come home by its deadline (its home "
+                               "restarted while it was out): its outcome is unknown")
+            await self._record(record.id, record.agent, record.principal, record.via, None,
+                               lost)
 
     async def settle(self) -> None:
         """After the meets ended: give the ends of trips on their way home a moment."""

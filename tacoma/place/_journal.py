@@ -107,6 +107,14 @@ def pack(briefcase: Briefcase) -> bytes:
     return packed
 
 
+def _outcome(result: Briefcase | None, error: tuple[str, str, str] | None
+             ) -> tuple[str, bytes | None, str | None]:
+    """A meet's outcome as its columns: state, result, error."""
+    if error is not None:
+        return "failed", None, json.dumps(error)
+    return "done", pack(result) if result is not None else None, None
+
+
 class _Store:
     """The database, used from the journal's thread only."""
 
@@ -202,14 +210,13 @@ class Journal:
     async def open(self) -> list[Record]:
         """Open the journal, forget outcomes older than --keep-results, and return the meets
         that had not ended when the place last stopped (oldest first)."""
-        cutoff = time.time() - self.keep_seconds
-        await self._write(lambda db: db.execute(
-            "DELETE FROM meets WHERE ended IS NOT NULL AND ended < ?", (cutoff,)))
+        await self.prune()
         rows = await self._read(lambda db: db.execute(
             f"{_SELECT} WHERE ended IS NULL ORDER BY accepted").fetchall())
         return [Record.from_row(row) for row in rows]
 
     async def prune(self) -> None:
+        """Forget the outcomes older than --keep-results."""
         cutoff = time.time() - self.keep_seconds
         await self._write(lambda db: db.execute(
             "DELETE FROM meets WHERE ended IS NOT NULL AND ended < ?", (cutoff,)))
@@ -279,9 +286,7 @@ class Journal:
     async def ended(self, meet_id: str, agent: str, principal: str, via: str,
                     result: Briefcase | None, error: tuple[str, str, str] | None) -> None:
         """Record how a meet ended (for a sync meet not yet in the journal, its row too)."""
-        packed = pack(result) if result is not None else None
-        state = "done" if error is None else "failed"
-        failure = json.dumps(error) if error is not None else None
+        state, packed, failure = _outcome(result, error)
 
         def write(db: sqlite3.Connection) -> None:
             now = time.time()
@@ -295,9 +300,7 @@ class Journal:
                            (meet_id, agent, principal, via, state, now, now, packed, failure))
 
         await self._write(write)
-        for watcher in self._watchers.pop(meet_id, []):
-            if not watcher.done():
-                watcher.set_result(None)
+        self._ended(meet_id)
 
     async def trip_ended(self, trip: str, result: Briefcase | None,
                          error: tuple[str, str, str] | None) -> str | None:
@@ -306,9 +309,7 @@ class Journal:
         meet's id, or None if the journal has no such trip. An end that comes after the
         trip was recorded as failed (timed out, lost) replaces that record: the agent did
         end, and this is how."""
-        packed = pack(result) if result is not None else None
-        state = "done" if error is None else "failed"
-        failure = json.dumps(error) if error is not None else None
+        state, packed, failure = _outcome(result, error)
 
         def write(db: sqlite3.Connection) -> str | None:
             row = db.execute("SELECT id, state FROM meets WHERE trip = ?", (trip,)).fetchone()
@@ -321,10 +322,14 @@ class Journal:
 
         meet_id: str | None = await self._write(write)
         if meet_id is not None:
-            for watcher in self._watchers.pop(meet_id, []):
-                if not watcher.done():
-                    watcher.set_result(None)
+            self._ended(meet_id)
         return meet_id
+
+    def _ended(self, meet_id: str) -> None:
+        """Wake whoever waits for meet `meet_id` to end."""
+        for watcher in self._watchers.pop(meet_id, []):
+            if not watcher.done():
+                watcher.set_result(None)
 
     async def get(self, meet_id: str) -> Record | None:
         row = await self._read(lambda db: db.execute(

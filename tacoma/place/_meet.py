@@ -48,14 +48,15 @@ if TYPE_CHECKING:
 
 __all__ = ["ALWAYS_SERVED", "AtCapacity", "Meets", "RunningMeet", "failed"]
 
-#: The place's own agents it serves even at --max-meets (counted, never refused while it
-#: runs): a trip's end must reach its home (ag_home), a rear guard must learn where its trip
-#: is (ag_trip), the administrator must reach a busy place (ag_admin), and a caller must
-#: learn what became of its meet when the place is busiest (ag_status: it holds no more than
-#: a future while it waits). The other built-ins hold memory or a thread (ag_cabinet) and
-#: are admitted like any meet; ag_echo is answered at once and holds nothing.
 log = logging.getLogger("tacoma.place")
 
+#: The place's own agents it serves even at --max-meets, taking no slot of it: a trip's end
+#: must reach its home (ag_home), a rear guard must learn where its trip is (ag_trip), the
+#: administrator must reach a busy place (ag_admin), and a caller must learn what became of
+#: its meet when the place is busiest (ag_status: it holds no more than a future while it
+#: waits, and must not hold the slot of the meet it waits for). The other built-ins hold
+#: memory or a thread (ag_cabinet) and are admitted like any meet; ag_echo is answered at
+#: once by the session and holds nothing.
 ALWAYS_SERVED = frozenset({HOME_AGENT, ADMIN_AGENT, TRIP_AGENT, STATUS_AGENT})
 
 

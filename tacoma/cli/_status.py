@@ -69,8 +69,6 @@ def status(target: str, wait: float | None, as_json: bool) -> None:
             sys.exit(exit_code(found.error))
         fail(found.error)
     if found.state == "unknown":
-        if not as_json:
-            click.echo(f"tacoma: UnknownMeet: place {found.place} has no record of meet "
-                       f"{found.id} (a wrong or expired id, another identity's meet, or a "
-                       "sync meet during which the place was stopped)", err=True)
-        sys.exit(exit_code(tacoma.UnknownMeet("")))
+        if as_json:
+            sys.exit(exit_code(found.no_record()))
+        fail(found.no_record())

@@ -41,9 +41,12 @@ class MeetStatus:
     result: Briefcase | None = None  # when done
     error: MeetError | None = None  # when failed
 
-    @property
-    def finished(self) -> bool:
-        return self.state in ("done", "failed")
+    def no_record(self) -> UnknownMeet:
+        """The error for a meet whose state is unknown."""
+        return UnknownMeet(
+            f"place {self.place} has no record of meet {self.id}: the id is wrong, its "
+            "outcome expired (tacoma place --keep-results), it is another identity's, or it "
+            "was a sync meet during which the place was stopped")
 
 
 async def astatus(target: str, *, wait: float = 0.0,
@@ -97,10 +100,7 @@ async def aresult(target: str, *, wait: bool = True, timeout: float | None = Non
             assert meet_status.error is not None
             raise meet_status.error
         if meet_status.state == "unknown":
-            raise UnknownMeet(
-                f"place {meet_status.place} has no record of meet {meet_status.id}: the id is "
-                "wrong, its outcome expired (tacoma place --keep-results), it is another "
-                "identity's, or it was a sync meet during which the place was stopped")
+            raise meet_status.no_record()
         if not wait or (deadline is not None and time.monotonic() >= deadline):
             raise MeetTimeout(f"meet {meet_status.id} at place {meet_status.place} is "
                               f"{meet_status.state}, not yet ended")

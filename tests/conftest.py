@@ -90,6 +90,17 @@ class RunningPlace:
     def target(self, agent: str) -> str:
         return f"{agent}@{self.address}"
 
+    def agents(self) -> list[dict[str, object]]:
+        """The agents running at the place now (`tacoma ps`: ag_admin with its token)."""
+        import json
+
+        import tacoma
+
+        token = (self.state_dir / "admin.token").read_text().strip()
+        rows = tacoma.meet(self.target("ag_admin"), {"OP": ["ps"], "TOKEN": [token]},
+                           timeout=10)
+        return [json.loads(row) for row in rows.folder("AGENTS")]
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)

@@ -23,7 +23,7 @@ import tacoma
 from tacoma import Briefcase
 from tacoma.client._client import PlaceClient
 
-from conftest import RunningPlace, launch_place
+from conftest import RunningPlace, launch_place, wait_until
 
 
 def free_port() -> int:
@@ -31,15 +31,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def wait_until(check, timeout: float = 30, what: str = "the condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_an_async_meets_result_is_kept_under_its_id(start_place) -> None:
@@ -142,7 +133,7 @@ def test_async_meets_outlive_a_place_that_is_killed(tmp_path: Path, how: str) ->
     ids = [tacoma.meet(p.target("ag_python"), {"N": [str(i)]}, mode="async", code=MARKER,
                        timeout=60) for i in range(50)]
     wait_until(lambda: any(tacoma.status(f"{i}@{p.address}").state == "done" for i in ids),
-               what="some meets to end")
+               30, "some meets to end")
     if how == "kill -9":
         p.stop(signal.SIGKILL)
     else:
@@ -182,14 +173,8 @@ def test_a_sync_meet_whose_caller_is_gone_runs_on_and_is_recorded(start_place) -
     """)
     client = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
                               text=True)
-    token = (p.state_dir / "admin.token").read_text().strip()
-
-    def running() -> list[dict[str, object]]:
-        rows = tacoma.meet(p.target("ag_admin"), {"OP": ["ps"], "TOKEN": [token]})
-        return [json.loads(row) for row in rows["AGENTS"]]
-
-    wait_until(lambda: len(running()) == 1, what="the agent to start")
-    meet_id = running()[0]["meet"]
+    wait_until(lambda: len(p.agents()) == 1, 30, "the agent to start")
+    meet_id = p.agents()[0]["meet"]
     client.kill()
     client.wait()
     assert tacoma.result(f"{meet_id}@{p.address}", timeout=30)["OK"] == [b"1"]
@@ -233,13 +218,7 @@ def test_every_language_sees_that_it_runs_again(tmp_path: Path, agent: str) -> N
     p, listen = _restartable(tmp_path)
     meet_id = tacoma.meet(p.target(agent), {"X": [b"1"]}, mode="async", code=SLEEPERS[agent],
                           timeout=60)
-    token = (p.state_dir / "admin.token").read_text().strip()
-
-    def running() -> bool:
-        rows = tacoma.meet(p.target("ag_admin"), {"OP": ["ps"], "TOKEN": [token]})
-        return bool(rows.folder("AGENTS"))
-
-    wait_until(running, what="the agent to start")
+    wait_until(lambda: bool(p.agents()), 30, "the agent to start")
     p.stop(signal.SIGKILL)
     p = launch_place(tmp_path / "state", listen=listen)
     try:
@@ -342,9 +321,7 @@ def test_an_async_meet_whose_go_failed_runs_again_after_a_crash(tmp_path: Path) 
             time.sleep(30)
     """)
     meet_id = tacoma.meet(p.target("ag_python"), mode="async", code=code, timeout=60)
-    token = (p.state_dir / "admin.token").read_text().strip()
-    wait_until(lambda: bool(tacoma.meet(p.target("ag_admin"), {
-        "OP": ["ps"], "TOKEN": [token]}).folder("AGENTS")), what="the agent to run")
+    wait_until(lambda: bool(p.agents()), 30, "the agent to run")
     time.sleep(1.5)  # its go failed meanwhile
     p.stop(signal.SIGKILL)
     p = launch_place(tmp_path / "state", listen=listen)

@@ -10,7 +10,6 @@ Needs root, ip, nsenter and nft; skipped otherwise.
 
 from __future__ import annotations
 
-import json
 import signal
 import socket
 import subprocess
@@ -25,7 +24,7 @@ import pytest
 import tacoma
 from tacoma.testbed import Testbed
 
-from conftest import RunningPlace, launch_place
+from conftest import RunningPlace, launch_place, wait_until
 
 USABLE, WHY = Testbed.available(loss=True)
 pytestmark = [pytest.mark.root, pytest.mark.skipif(not USABLE, reason=WHY)]
@@ -55,11 +54,7 @@ class Hosts:
         self.places[host].stop(signal.SIGKILL)
 
     def running(self, host: str) -> list[dict[str, object]]:
-        place = self.places[host]
-        token = (place.state_dir / "admin.token").read_text().strip()
-        rows = tacoma.meet(place.target("ag_admin"), {"OP": ["ps"], "TOKEN": [token]},
-                           timeout=10)
-        return [json.loads(row) for row in rows["AGENTS"]]
+        return self.places[host].agents()
 
     def stop_all(self) -> None:
         for place in self.places.values():
@@ -88,15 +83,6 @@ def later(seconds: float, action: Callable[[], None]) -> threading.Timer:
     timer = threading.Timer(seconds, action)
     timer.start()
     return timer
-
-
-def wait_until(check: Callable[[], bool], timeout: float = 30, what: str = "it") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 #: Works at each place: marks where it ran (in that place's cabinet) and goes on.

@@ -17,7 +17,7 @@ import pytest
 import tacoma
 from tacoma import Briefcase
 
-from conftest import RunningPlace
+from conftest import RunningPlace, wait_until
 
 #: Each language's roamer: note the place, then go on along ITINERARY; at the end, say so.
 ROAMERS = {
@@ -357,16 +357,7 @@ def test_a_cancelled_trip_that_passed_places_twice_is_stopped_once(start_place) 
         tacoma.meet(a.target("ag_python"), {"ITINERARY": [b.address, a.address, b.address,
                                                           a.address, b.address]},
                     code=code, timeout=4)
-    token = (b.state_dir / "admin.token").read_text().strip()
-
-    def b_is_idle() -> bool:
-        return not tacoma.meet(b.target("ag_admin"), {"OP": ["ps"], "TOKEN": [token]}
-                               ).folder("AGENTS")
-
-    deadline = time.monotonic() + 15
-    while not b_is_idle():
-        assert time.monotonic() < deadline, "the agent at b was not stopped"
-        time.sleep(0.2)
+    wait_until(lambda: not b.agents(), 15, "the agent at b to be stopped")
     started = time.monotonic()
     assert a.stop() == 0 and b.stop() == 0
     assert time.monotonic() - started < 20

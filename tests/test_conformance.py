@@ -264,8 +264,8 @@ AGENTS: dict[str, dict[str, str]] = {
 
 #: What shows the language's own trace came back: the function the error came from, or
 #: (Guile's interpreted code has no procedure names in its frames) Guile's backtrace.
-TRACE_MARK = {"python": "inner", "tcl": 'procedure "inner"', "scheme": "In ice-9/",
-              "c": "inner at agent.c:2"}
+TRACE_MARK = {"python": "inner", "tcl": 'procedure "inner"',
+              "scheme": "in the form at <agent> line", "c": "inner at agent.c:2"}
 
 
 @pytest.fixture(scope="module")

@@ -624,11 +624,13 @@ def test_a_cancelled_meet_stops_its_agent(place: RunningPlace) -> None:
     asyncio.run(scenario())
 
 
-def test_a_place_that_never_answers_is_a_connect_timeout() -> None:
-    # A listening socket nobody accepts on: the connection is made, no Hello ever comes.
+def test_a_place_that_never_answers_is_not_a_place() -> None:
+    # A listening socket nobody accepts on: the connection is made, no handshake ever comes.
+    # That is not a tacoma place (or a stalled one), not a connection that failed.
     with socket.create_server(("127.0.0.1", 0)) as silent:
         port = silent.getsockname()[1]
-        with pytest.raises(tacoma.ConnectError, match="timed out"):
+        with pytest.raises(tacoma.RemoteProtocolError, match="accepted the connection but "
+                           "did not answer as a tacoma place"):
             tacoma.meet(f"ag_echo@127.0.0.1:{port}", {}, connect_timeout=1)
 
 

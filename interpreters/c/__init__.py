@@ -60,6 +60,27 @@ def _build_id() -> str:
     return "\n".join([_version(), *_command(), f"tacoma.h {header}"])
 
 
+def _check_program(program: bytes, name: str) -> str | None:
+    """Compile it, as the place would (the same command), in a directory of its own."""
+    import tempfile
+
+    if _compiler() is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="tacoma-check-") as work:
+        with open(os.path.join(work, "agent.c"), "wb") as source:
+            source.write(program)
+        try:
+            out = subprocess.run(_command(), cwd=work, capture_output=True, text=True,  # noqa: S603 - the compiler, found on PATH
+                                 errors="replace", timeout=120, check=False)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"{name}: the C compiler could not run: {exc}"
+    if out.returncode == 0:
+        return None
+    messages = out.stderr.replace("agent.c:", f"{name}:")
+    errors = [line for line in messages.splitlines() if ": error:" in line]
+    return (errors[0] if errors else f"{name}: does not compile") + "\n" + messages.rstrip()
+
+
 interpreter = Interpreter(
     language="c",
     agent="ag_c",
@@ -67,6 +88,7 @@ interpreter = Interpreter(
     worker_module="tacoma.interpreters.c._worker",
     check=_check,
     version=_version,
+    check_program=_check_program,
     build=Build(source_name="agent.c", output_name="agent", command=_command,
                 build_id=_build_id),
     # Functions of include/tacoma.h: the briefcase calls take a handle first (TC_SELF: the

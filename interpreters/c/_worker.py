@@ -50,13 +50,15 @@ from tacoma.agent._channel import AgentChannel, AgentFailure
 from tacoma.agent._sandbox import describe_exit
 from tacoma.wire._briefcase import CODE, Briefcase
 from tacoma.wire._errors import MeetError
-from tacoma.wire._program import artifact_key, program_bytes
+from tacoma.wire._program import artifact_key, program_bytes, program_name
 from tacoma.wire._protocol import Meet
 
 from . import INCLUDE, interpreter
 
 #: What tacoma.h writes before a crash's backtrace.
 CRASH_MARKER = "--- tacoma: the C agent crashed; backtrace:"
+#: The file the place compiles the program as, which debug information names.
+SOURCE = interpreter.build.source_name if interpreter.build is not None else "agent.c"
 #: Signals that mean the agent crashed (its own fault), not that it was stopped at a limit.
 CRASHES = {signal.SIGSEGV: "segmentation fault", signal.SIGABRT: "abort",
            signal.SIGBUS: "bus error", signal.SIGFPE: "arithmetic error",
@@ -281,7 +283,7 @@ _FRAME = re.compile(r"^agent\(\+0x([0-9a-f]+)\)\[0x[0-9a-f]+\]$")
 _LIBRARY_FRAME = re.compile(r"^(/[^(]+)\(([A-Za-z_][\w.]*)\+0x[0-9a-f]+\)\[0x[0-9a-f]+\]$")
 
 
-def _symbolize(output: str, program: str) -> str:
+def _symbolize(output: str, program: str, name: str) -> str:
     """The crash backtrace with the agent's own frames as `function at agent.c:LINE`.
 
     tacoma.h's handler writes raw frames (`agent(+0x12d9)[0x...]`): glibc names only
@@ -316,6 +318,8 @@ def _symbolize(output: str, program: str) -> str:
             pending = line
         elif names:
             where = os.path.basename(line.split(" (discriminator")[0])
+            if where.startswith(f"{SOURCE}:") and name != "<agent>":  # as the user calls it
+                where = name + where[len(SOURCE):]
             if not pending.startswith("tc__"):  # tacoma.h's own frames
                 names[-1].append(f"  {pending}" + (f" at {where}" if "?" not in where else ""))
             pending = ""
@@ -373,7 +377,7 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
     if code < 0 and -code in CRASHES:
         name = signal.Signals(-code).name
         raise AgentFailure(_crash_message(name, CRASHES[signal.Signals(-code)], output),
-                           _symbolize(output, path))
+                           _symbolize(output, path, program_name(meet.briefcase)))
     cpu_seconds = int(channel.plan.get("limits", {}).get("cpu_seconds", 0))
     cpu_used = usage.ru_utime + usage.ru_stime
     if code < 0:

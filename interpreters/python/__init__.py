@@ -15,12 +15,23 @@ AGENT_ERRORS = ("MeetError", "UnknownAgent", "AgentFailed", "AgentKilled", "Meet
                 "PlaceUnavailable", "CabinetError", "MailboxFull", "MessageError",
                 "LimitExceeded")
 
+def _check_program(program: bytes, name: str) -> str | None:
+    try:
+        compile(program, name, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        return f"{name}, line {exc.lineno}: SyntaxError: {exc.msg}"
+    except ValueError as exc:  # NUL bytes, bad encoding
+        return f"{name}: {exc}"
+    return None
+
+
 interpreter = Interpreter(
     language="python",
     agent="ag_python",
     suffixes=(".py",),
     worker_module="tacoma.interpreters.python._worker",
     version=lambda: f"{platform.python_implementation()} {platform.python_version()}",
+    check_program=_check_program,
     programs={
         "minimal": "pass",
         "arriver": 'cabinet_append(bc.text("TAG")[0], "ARRIVED", b".")',

@@ -45,6 +45,7 @@ from tacoma.agent._api import check_bound
 from tacoma.agent._channel import AgentChannel, AgentFailure, program_text
 from tacoma.wire import _errors
 from tacoma.wire._briefcase import Briefcase
+from tacoma.wire._program import program_name
 from tacoma.wire._protocol import Meet
 
 from . import interpreter
@@ -54,7 +55,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-FILENAME = "<agent>"
 _SPELLINGS = interpreter.spellings
 #: go and go_next take the briefcase the agent holds when it moves: bound in `run`.
 _GO, _GO_NEXT = _SPELLINGS["go"], _SPELLINGS["go_next"]
@@ -75,12 +75,12 @@ check_bound(interpreter.language, _SPELLINGS, {
 }, interpreter.extras)
 
 
-def _format(exc: BaseException, source: str, skip_frames: int) -> str:
+def _format(exc: BaseException, source: str, filename: str, skip_frames: int) -> str:
     """The agent's traceback, showing its own source lines (imported only on failure)."""
     import linecache
     import traceback
 
-    linecache.cache[FILENAME] = (len(source), None, source.splitlines(True), FILENAME)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     tb = exc.__traceback__
     for _ in range(skip_frames):
         tb = tb.tb_next if tb is not None else None
@@ -90,11 +90,12 @@ def _format(exc: BaseException, source: str, skip_frames: int) -> str:
 def run(meet: Meet, channel: AgentChannel) -> Briefcase:
     started = time.perf_counter_ns() if channel.trace is not None else 0
     source = program_text(meet, "Python")
+    filename = program_name(meet.briefcase)  # "hello.py": errors name the agent's own file
     try:
-        code = compile(source, FILENAME, "exec")
+        code = compile(source, filename, "exec")
     except SyntaxError as exc:
-        raise AgentFailure(f"SyntaxError: {exc.msg} (line {exc.lineno})",
-                           _format(exc, source, skip_frames=1)) from None
+        raise AgentFailure(f"SyntaxError: {exc.msg} ({filename}, line {exc.lineno})",
+                           _format(exc, source, filename, skip_frames=1)) from None
     if channel.trace is not None:  # a traced meet: compiling is this language's start
         channel.trace.append(("start", time.perf_counter_ns() - started))
 
@@ -125,7 +126,7 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
             raise AgentFailure(f"agent exited with status {exc.code}") from None
     except BaseException as exc:  # noqa: BLE001 - every agent error is reported, none is fatal
         raise AgentFailure(f"{type(exc).__name__}: {exc}",
-                           _format(exc, source, skip_frames=1)) from None
+                           _format(exc, source, filename, skip_frames=1)) from None
     return _result(namespace.get("bc"))
 
 

@@ -35,6 +35,36 @@ def _version() -> str:
     return first.replace("guile (GNU Guile)", "GNU Guile").strip() or "GNU Guile (libguile)"
 
 
+#: Reads every form of the program on stdin, from a port named after its file: a reader's
+#: error (an unclosed paren, a bad token) is printed as Guile words it, with file and line.
+_READ_ALL = """
+(set-port-filename! (current-input-port) (cadr (command-line)))
+(catch 'read-error
+  (lambda () (let loop () (unless (eof-object? (read)) (loop))))
+  (lambda (key . args) (print-exception (current-output-port) #f key args) (exit 1)))
+"""
+
+
+def _check_program(program: bytes, name: str) -> str | None:
+    """Read (not run) every form, with the guile command; None if there is none to ask."""
+    import shutil
+    import subprocess
+
+    guile = shutil.which("guile")
+    if guile is None:
+        return None
+    try:
+        out = subprocess.run([guile, "--no-auto-compile", "-c", _READ_ALL, name],  # noqa: S603 - a fixed command
+                             input=program, capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode == 0:
+        return None
+    text = out.stdout.decode("utf-8", "replace").strip() or \
+        out.stderr.decode("utf-8", "replace").strip()
+    return text.splitlines()[-1] if text else f"{name}: Guile cannot read it"
+
+
 interpreter = Interpreter(
     language="scheme",
     agent="ag_scheme",
@@ -42,6 +72,7 @@ interpreter = Interpreter(
     worker_module="tacoma.interpreters.scheme._worker",
     check=_check,
     version=_version,
+    check_program=_check_program,
     programs={
         "minimal": "#t",
         "arriver": '(cabinet-append (car (bc-text "TAG")) "ARRIVED" ".")',

@@ -54,13 +54,14 @@ from tacoma.agent._api import check_bound
 from tacoma.agent._channel import AgentChannel, AgentFailure, program_text
 from tacoma.wire._briefcase import Briefcase
 from tacoma.wire._errors import MeetError
+from tacoma.wire._program import program_name
 from tacoma.wire._protocol import Meet
 
 from . import interpreter
 from ._guile import Guile, ffi, load
 
 PRELUDE = r"""
-(use-modules (ice-9 eval-string) (rnrs bytevectors))
+(use-modules (system vm frame) (rnrs bytevectors))
 (define (%check r)
   (if (and (integer? r) (= r -1)) (throw 'tacoma (%tacoma-last-kind) (%tacoma-last)) r))
 (define (%folder h name)
@@ -144,23 +145,53 @@ PRELUDE = r"""
   (%check (%tacoma-wait-ack handle (if seconds (number->string seconds) ""))) *unspecified*)
 (define* (request target #:optional (briefcase '()) #:key (timeout #f))
   (meet target briefcase #:timeout timeout))
-(define (%run-agent code)
-  (let ((trace ""))
+(define (%run-agent code name)
+  ;; Each top-level form is read from a port named after the agent's file and evaluated in
+  ;; turn (what eval-string does), remembering the line where the form began. Guile's
+  ;; interpreter keeps no source positions in its own frames, so a backtrace of an agent's
+  ;; error is the evaluator's machinery (ice-9/eval.scm, boot-9.scm): the agent is told its
+  ;; file and the line of the form that raised, and only frames with a source in its own
+  ;; file (none, unless it compiled code of its own) are shown.
+  (let ((port (open-input-string code)) (line 0) (frames ""))
+    (set-port-filename! port name)
     (catch #t
       (lambda ()
         (with-throw-handler #t
-          (lambda () (eval-string code) "OK")
+          (lambda ()
+            (let loop ()
+              (let ((form (read port)))
+                (unless (eof-object? form)
+                  (set! line (+ 1 (or (and (pair? form) (source-property form 'line))
+                                      (port-line port))))
+                  (primitive-eval form)
+                  (loop))))
+            "OK")
           (lambda (key . args)
             (unless (eq? key 'tacoma-fail)
-              (set! trace (call-with-output-string
-                            (lambda (port) (display-backtrace (make-stack #t) port))))))))
+              (set! frames (%agent-frames (make-stack #t) name))))))
       (lambda (key . args)
         (cond
           ((eq? key 'tacoma-fail) (string-append "FAIL\n" (car args)))
           (else
-            (string-append "ERROR\n"
-                           (call-with-output-string (lambda (p) (print-exception p #f key args)))
-                           "\n" trace)))))))
+            (string-append
+              "ERROR\n"
+              (call-with-output-string (lambda (p) (print-exception p #f key args)))
+              "\n" (if (eq? key 'read-error) ""
+                       (string-append "    in the form at " name " line "
+                                      (number->string line) "\n"))
+              frames)))))))
+(define (%agent-frames stack name)
+  (let loop ((i 0) (out '()))
+    (if (>= i (stack-length stack))
+        (apply string-append (reverse out))
+        (let* ((frame (stack-ref stack i))
+               (source (frame-source frame)))
+          (loop (+ i 1)
+                (if (and source (pair? (cdr source)) (equal? (cadr source) name))
+                    (cons (format #f "    ~a:~a: in ~a\n" name (+ 1 (caddr source))
+                                  (or (frame-procedure-name frame) "a lambda"))
+                          out)
+                    out))))))
 """
 
 #: The procedures the prelude defines for agents (its own helpers, named %..., left out).
@@ -363,13 +394,19 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
     code = program_text(meet, "Scheme")
     _state = _Meet(guile, meet.briefcase, channel)
     guile.lib.scm_c_define(b"%agent-code", guile.string(code))
-    outcome = guile.to_str(guile.lib.scm_c_eval_string(b"(%run-agent %agent-code)")) or ""
+    guile.lib.scm_c_define(b"%agent-name", guile.string(program_name(meet.briefcase)))
+    outcome = guile.to_str(guile.lib.scm_c_eval_string(
+        b"(%run-agent %agent-code %agent-name)")) or ""
     status, _, rest = outcome.partition("\n")
     if status == "FAIL":
         raise AgentFailure(rest)
     if status == "ERROR":
-        message = rest.partition("\n")[0]
-        raise AgentFailure(f"Scheme error: {message.strip()}", rest)
+        message = rest.partition("\n")[0].strip()
+        _, found, after = rest.rpartition("    in the form at ")
+        if found:  # "bad.scm line 4": in the one line too
+            name, _, line = after.partition("\n")[0].rpartition(" line ")
+            message += f" ({name}, line {line})"
+        raise AgentFailure(f"Scheme error: {message}", rest.replace("\n\n", "\n"))
     return meet.briefcase
 
 

@@ -26,6 +26,31 @@ def _version() -> str:
     return f"Tcl {tkinter.Tcl().eval('info patchlevel')}"
 
 
+def _check_program(program: bytes, name: str) -> str | None:
+    """Tcl has no syntax to check beyond its words: a script is wrong before it runs only
+    when it is incomplete (an open brace, bracket or quote), which `info complete` tells."""
+    import tkinter
+
+    try:
+        script = program.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"{name}: not UTF-8 text ({exc})"
+    tcl = tkinter.Tcl()
+    tcl.setvar("script", script)
+    if tcl.eval("info complete $script") == "1":
+        return None
+    # The first line from which the rest of the script no longer closes.
+    lines = script.splitlines(keepends=True)
+    for i in range(len(lines)):
+        tcl.setvar("script", "".join(lines[: i + 1]))
+        if tcl.eval("info complete $script") != "1":
+            tcl.setvar("script", "".join(lines[i:]))
+            if tcl.eval("info complete $script") != "1":
+                return (f"{name}, line {i + 1}: an open brace, bracket or quote is never "
+                        "closed")
+    return f"{name}: an open brace, bracket or quote is never closed"
+
+
 interpreter = Interpreter(
     language="tcl",
     agent="ag_tcl",
@@ -33,6 +58,7 @@ interpreter = Interpreter(
     worker_module="tacoma.interpreters.tcl._worker",
     check=_check,
     version=_version,
+    check_program=_check_program,
     programs={
         "minimal": "set x 1",
         "arriver": "cabinet_append [lindex [bc_text TAG] 0] ARRIVED .",

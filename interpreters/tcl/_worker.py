@@ -62,6 +62,7 @@ from tacoma.agent._api import CALLS, check_bound
 from tacoma.agent._channel import AgentChannel, AgentFailure, program_text
 from tacoma.wire._briefcase import Briefcase
 from tacoma.wire._errors import MeetError
+from tacoma.wire._program import program_name
 from tacoma.wire._protocol import Meet
 
 from . import interpreter
@@ -303,12 +304,21 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
             return ("error", str(exc), "USAGE")
 
     tcl.createcommand("_tacoma", dispatch)
-    try:
-        tcl.eval(script)
-    except tkinter.TclError as exc:
+    # Through uplevel, whose errorInfo says the error's line in the script (a plain eval's
+    # does not); at level #0, as a plain eval would run it.
+    tcl.setvar("::_tacoma_script", script)
+    failed = tcl.eval("catch {uplevel #0 $::_tacoma_script} ::_tacoma_message ::_tacoma_opts")
+    tcl.eval("unset ::_tacoma_script")
+    if str(failed) == "1":
         if calls.failure is not None:
             raise AgentFailure(calls.failure) from None
-        raise AgentFailure(f"Tcl error: {exc}", str(tcl.eval("set ::errorInfo"))) from None
+        name = program_name(meet.briefcase)
+        info = str(tcl.eval("dict get $::_tacoma_opts -errorinfo"))
+        # The last frames are this catch's own: the agent's file and line say where instead.
+        info, found, rest = info.rpartition('\n    ("uplevel" body line ')
+        line = rest.partition(")")[0] if found else "?"
+        raise AgentFailure(f"Tcl error: {tcl.getvar('::_tacoma_message')} ({name}, line "
+                           f"{line})", f'{info}\n    (file "{name}" line {line})') from None
     return meet.briefcase
 
 

@@ -21,7 +21,14 @@ import sys
 import time
 from collections.abc import Callable
 
-from ..wire._briefcase import CABINET_REQUEST_FOLDERS, CODE, ENVELOPE, ITINERARY, TRACE, Briefcase
+from ..wire._briefcase import (
+    CABINET_REQUEST_FOLDERS,
+    CODE,
+    ENVELOPE,
+    ITINERARY,
+    TRACE,
+    Briefcase,
+)
 from ..wire._errors import (
     LimitExceeded,
     LocalProtocolError,

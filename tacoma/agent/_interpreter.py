@@ -82,7 +82,10 @@ class Interpreter:
     several calls may share one spelling where the language makes them one (Python's `meet`
     with mode="async" is meet_async); extras: the names the
     language binds besides the calls, for its own values (C's `tc_new`, Python's
-    `Briefcase`), each with what it is for.
+    `Briefcase`), each with what it is for; check_program: given a program (a CODE folder's
+    bytes) and its file's name, why it cannot run, naming the file and line where that can
+    be told (a syntax error, a compile error), or None when nothing wrong is found, for
+    `tacoma install` to refuse it at once rather than at its first meet.
     """
 
     language: str
@@ -95,6 +98,8 @@ class Interpreter:
     programs: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
     spellings: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
     extras: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
+    check_program: Callable[[bytes, str], str | None] = field(
+        default=lambda program, name: None, compare=False, hash=False)
 
     def worker_argv(self) -> list[str]:
         """The command that starts one worker (the sandbox plan is appended to it).

@@ -273,6 +273,11 @@ def install(program: Path, name: str | None, state_dir: Path | None) -> None:
     if name in {*RESERVED_AGENTS, *interpreters}:
         raise click.UsageError(f"{name} is a built-in agent; install under another name "
                                "(--name)")
+    # What can be checked before it runs is checked now (Python, Tcl and Scheme parse, C
+    # compiles), not at its first meet.
+    problem = suffixes[program.suffix].check_program(program.read_bytes(), program.name)
+    if problem is not None:
+        raise click.UsageError(f"{program} is not installed: {problem}")
     agents_dir = (state_dir or default_state_dir()) / "agents"
     agents_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     for old in agents_dir.glob(f"{name}.*"):

@@ -13,6 +13,7 @@ and an agent's worker process (host <-> worker).
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import ssl
 from collections.abc import Callable
@@ -289,7 +290,14 @@ async def connect(address: str, role: Role, handler: EventHandler, max_frame: in
                   timeout: float | None = 10.0, software: str = "",
                   context: ssl.SSLContext | None = None) -> Channel:
     """Open a Channel to a place and wait for its Hello: over TLS with `context` (the
-    place's certificate must name the host dialled and say it is a place), or plaintext."""
+    place's certificate must name the host dialled and say it is a place), or plaintext.
+
+    The TCP connection is made first, on its own, so that what comes after can be told
+    apart: a peer that accepts the connection and then answers with bytes that are not TLS
+    or not a tacoma frame (a web server), or with nothing at all within the timeout, is not
+    a tacoma place (RemoteProtocolError); only a connection that cannot be made is a
+    ConnectError.
+    """
     try:
         host, port = parse_address(address)
     except ValueError as exc:
@@ -297,43 +305,101 @@ async def connect(address: str, role: Role, handler: EventHandler, max_frame: in
     loop = asyncio.get_running_loop()
     where = f"cannot connect to place {address}"
     tls = context is not None
-    with map_transport_errors(where):
-        async with asyncio.timeout(timeout):
-            try:
-                _, channel = await loop.create_connection(
-                    lambda: Channel(role, handler, max_frame, software), host, port,
-                    ssl=context, server_hostname=host if tls else None,
-                    ssl_handshake_timeout=HANDSHAKE_TIMEOUT if tls else None)
-            except ConnectionResetError as exc:  # reset before the handshake ended
-                raise ConnectError(f"{where}: the connection was reset before the place "
-                                   f"answered ({exc}); it may be overloaded") from None
-            except ssl.SSLCertVerificationError as exc:
-                raise ConnectError(f"{where}: its certificate is not trusted here "
-                                   f"({exc.verify_message}): is it a place of this "
-                                   "cluster, serving this address?") from None
-            except ssl.SSLError as exc:
-                raise RemoteProtocolError(
-                    f"{address} did not answer as a tacoma place with TLS 1.3 "
-                    f"({exc.reason or exc}): is it one? (A place started with --insecure is "
-                    "met with --insecure.)") from None
-            try:
-                await channel.ready
-            except RemoteProtocolError as exc:
-                raise RemoteProtocolError(f"{address} did not answer as a tacoma place "
-                                          f"(is it one?): {exc}") from None
-            except NotAuthorized:
-                raise
-            except ConnectError as exc:
-                raise ConnectError(f"{where}: {exc}") from None
-            except ConnectionLost as exc:
-                hint = ("it did not accept this client's identity (signed by another CA, "
-                        "expired, or revoked?), or it stopped" if context is not None else
-                        "a place that requires TLS closes plaintext connections: meet it "
-                        "without --insecure")
-                raise ConnectError(f"{where}: closed before its Hello ({exc}): {hint}") \
-                    from None
+    connected = False
+    try:
+        with map_transport_errors(where):
+            async with asyncio.timeout(timeout):
+                sock = await _tcp_connect(loop, host, port)
+                connected = True
+                channel = await _handshake(loop, sock, address, where, role, handler,
+                                           max_frame, software, context)
+    except ConnectError as exc:
+        if not (connected and isinstance(exc.__cause__, TimeoutError | ConnectionAbortedError)):
+            raise
+        kind = "TLS handshake" if tls else "Hello"
+        waited = min(timeout or HANDSHAKE_TIMEOUT, HANDSHAKE_TIMEOUT) if tls else timeout
+        raise RemoteProtocolError(
+            f"{address} accepted the connection but did not answer as a tacoma place (no "
+            f"{kind} within {waited:g} s): "
+            "another kind of server on that port, or a stalled place?") from None
     if context is not None and (channel.identity is None or not channel.identity.is_place):
         channel.abort()
         name = channel.identity.name if channel.identity else "?"
         raise ConnectError(f"{where}: its certificate ({name}) is not a place's")
+    return channel
+
+
+async def _tcp_connect(loop: asyncio.AbstractEventLoop, host: str, port: int
+                       ) -> socket.socket:
+    """A connected, non-blocking TCP socket to host:port (each address it resolves to, in
+    turn, as asyncio's own create_connection does)."""
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    last: OSError | None = None
+    for family, kind, proto, _, addr in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await loop.sock_connect(sock, addr)
+        except OSError as exc:
+            sock.close()
+            # asyncio words it "Connect call failed (addr)": the OS's own words say more
+            last = OSError(exc.errno, os.strerror(exc.errno)) if exc.errno else exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    raise last if last is not None else OSError(f"{host} has no address")
+
+
+async def _handshake(loop: asyncio.AbstractEventLoop, sock: socket.socket, address: str,
+                     where: str, role: Role, handler: EventHandler, max_frame: int,
+                     software: str, context: ssl.SSLContext | None) -> Channel:
+    """TLS (with `context`) and the Hellos on a connected socket: the Channel, ready."""
+    host, _ = parse_address(address)
+    tls = context is not None
+    try:
+        try:
+            _, channel = await loop.create_connection(
+                lambda: Channel(role, handler, max_frame, software), sock=sock,
+                ssl=context, server_hostname=host if tls else None,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT if tls else None)
+        except ConnectionResetError as exc:  # reset before the handshake ended
+            raise ConnectError(f"{where}: the connection was reset before the place "
+                               f"answered ({exc}); it may be overloaded") from None
+        except ssl.SSLCertVerificationError as exc:
+            raise ConnectError(f"{where}: its certificate is not trusted here "
+                               f"({exc.verify_message}): is it a place of this "
+                               "cluster, serving this address?") from None
+        except ssl.SSLError as exc:
+            raise RemoteProtocolError(
+                f"{address} did not answer as a tacoma place with TLS 1.3 "
+                f"({exc.reason or exc}): is it one? (A place started with --insecure is "
+                "met with --insecure.)") from None
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        await channel.ready
+    except RemoteProtocolError as exc:
+        channel.abort()
+        raise RemoteProtocolError(f"{address} did not answer as a tacoma place "
+                                  f"(is it one?): {exc}") from None
+    except NotAuthorized:
+        channel.abort()
+        raise
+    except ConnectError as exc:
+        channel.abort()
+        raise ConnectError(f"{where}: {exc}") from None
+    except ConnectionLost as exc:
+        channel.abort()
+        hint = ("it did not accept this client's identity (signed by another CA, "
+                "expired, or revoked?), or it stopped" if tls else
+                "a place that requires TLS closes plaintext connections: meet it "
+                "without --insecure")
+        raise ConnectError(f"{where}: closed before its Hello ({exc}): {hint}") from None
+    except BaseException:  # the timeout, or the caller gave up: leave nothing open
+        channel.abort()
+        raise
     return channel

@@ -105,8 +105,10 @@ class Builds:
                 with contextlib.suppress(OSError):
                     os.unlink(path)
 
-    async def ensure(self, interpreter: Interpreter, program: bytes, timeout: float) -> Path:
-        """The cached build of `program`, compiled now if it is not cached yet."""
+    async def ensure(self, interpreter: Interpreter, program: bytes, timeout: float,
+                     name: str = "") -> Path:
+        """The cached build of `program`, compiled now if it is not cached yet; the
+        compiler's messages call the program `name` (its CODE_NAME), if given."""
         path = self.directory(interpreter) / artifact_key(self.build_id(interpreter), program)
         try:
             mtime = path.stat().st_mtime
@@ -122,7 +124,7 @@ class Builds:
             # Bounded by the place's own meet limit, not by the timeout of whichever meet
             # came first: other meets may be waiting for the same compile.
             task = asyncio.ensure_future(self._compile(
-                interpreter, program, path, self.settings.limits.meet_seconds))
+                interpreter, program, path, self.settings.limits.meet_seconds, name))
             self._compiling[path] = task
             task.add_done_callback(lambda t: self._done(path, t))
         # asyncio.wait, not wait_for: a caller that gives up does not cancel the compile
@@ -140,7 +142,7 @@ class Builds:
             task.exception()  # retrieved: the waiters got it, if any were left
 
     async def _compile(self, interpreter: Interpreter, program: bytes, path: Path,
-                       timeout: float) -> None:
+                       timeout: float, name: str = "") -> None:
         build = interpreter.build
         assert build is not None
         language = interpreter.language
@@ -149,6 +151,8 @@ class Builds:
                                              {build.source_name: program},
                                              timeout) as (returncode, workdir, output):
             messages = _head(output)
+            if name and not name.startswith("<"):  # "hello.c:3:11: error: ...", its own name
+                messages = messages.replace(f"{build.source_name}:", f"{name}:")
             if returncode != 0:
                 if returncode < 0:
                     raise AgentKilled(f"the {language} compiler was killed: " + describe_exit(

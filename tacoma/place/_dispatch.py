@@ -30,7 +30,7 @@ from typing import Any
 
 from ..client._client import ClientCache, PlaceClient
 from ..wire._address import canonical_address, split_target
-from ..wire._briefcase import CODE, RERUN, TRACE, Briefcase
+from ..wire._briefcase import CODE, CODE_NAME, RERUN, TRACE, Briefcase
 from ..wire._errors import (
     MeetError,
     MeetTimeout,
@@ -40,7 +40,7 @@ from ..wire._errors import (
     TacomaError,
 )
 from ..wire._names import BUILT_IN, HOME_AGENT, MAILBOX_AGENT, TRIP_AGENT
-from ..wire._program import program_bytes
+from ..wire._program import program_bytes, program_name
 from ..wire._protocol import Accepted, Event, Meet, Result
 from ._access import Access, Principal
 from ._agents import Agents
@@ -110,15 +110,18 @@ class Dispatch:
         briefcase = meet.briefcase
         if RERUN in briefcase and not meet.runs:  # only the place says it is a re-run
             briefcase.remove(RERUN)
-        callers_code = briefcase.get(CODE)
+        callers_code, callers_name = briefcase.get(CODE), briefcase.get(CODE_NAME)
         if installed_code is not None:
             briefcase[CODE] = [installed_code]
+            # its errors name its installed file ("ag_hello.py"), as it was installed
+            briefcase[CODE_NAME] = [f"{meet.agent}{pool.interpreter.suffixes[0]}".encode()]
         elif not briefcase.get(CODE):
             raise MeetError(f"{meet.agent} needs its program in the CODE folder "
                             f"(tacoma meet {meet.agent} --code FILE)")
         if pool.interpreter.build is not None:
             started = time.monotonic()
-            await self.builds.ensure(pool.interpreter, program_bytes(briefcase), timeout)
+            await self.builds.ensure(pool.interpreter, program_bytes(briefcase), timeout,
+                                     program_name(briefcase))
             timeout -= time.monotonic() - started
             if timeout <= 0:
                 raise MeetTimeout(f"compiling {meet.agent}'s program took the meet's whole "
@@ -156,10 +159,11 @@ class Dispatch:
             if not hop and meet.trip is not None:  # a trip that began here is over
                 self.trips.waiting.pop(meet.trip.id, None)
         if installed_code is not None:  # the caller gets back its own CODE, not ours
-            if callers_code is None:
-                result.remove(CODE)
-            else:
-                result[CODE] = callers_code
+            for name, callers in ((CODE, callers_code), (CODE_NAME, callers_name)):
+                if callers is not None:
+                    result[name] = callers
+                elif name in result:
+                    result.remove(name)
         meet.end_trace(result)
         return result
 

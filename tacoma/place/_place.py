@@ -58,6 +58,7 @@ from ._pool import WorkerPool
 from ._residents import Residents
 from ._sessions import Session
 from ._settings import PlaceSettings
+from ._statedir import StateDir
 from ._trips import Trips
 from ._uids import AgentUids
 
@@ -88,9 +89,21 @@ class Place:
         self._recheck: asyncio.TimerHandle | None = None
         self._stopping = False
         self._stopped = asyncio.Event()
+        self.state = StateDir(self.settings.state_dir)
 
     async def start(self) -> str:
-        """Listen, start the worker pools, and return the address meets are accepted on."""
+        """Listen, start the worker pools, and return the address meets are accepted on.
+
+        A place that cannot start (its state directory held by another place, its port
+        taken) raises, and leaves its state directory unlocked for the next try.
+        """
+        try:
+            return await self._start()
+        except BaseException:
+            self.state.release()
+            raise
+
+    async def _start(self) -> str:
         settings = self.settings
         host, port = parse_address(settings.listen, listen=True)
         # Trust first: a place that cannot authenticate does not start, and touches nothing.
@@ -109,7 +122,9 @@ class Place:
         # Agents under their own uids must reach their working directory by its path:
         # the state and work directories are then enterable (0711) but not listable.
         enterable = 0o711 if separate else 0o700
-        for sub, mode in ((settings.state_dir, enterable), (settings.work_dir, enterable),
+        # Held from here until the place stops: nothing in the directory is touched before.
+        self.state.claim(enterable)
+        for sub, mode in ((settings.work_dir, enterable),
                           (settings.cache_dir, enterable), (settings.agents_dir, 0o700),
                           (settings.data_dir, 0o755)):
             sub.mkdir(parents=True, exist_ok=True, mode=mode)
@@ -149,6 +164,7 @@ class Place:
             raise PlaceUnavailable(f"cannot open the journal {self.journal.path}: {exc}") \
                 from exc
         await self._server.start_serving()
+        self.state.announce(address)
         self._recheck_revoked()
         tls = (f"mutual TLS as {self.access.name}" if self.access.tls is not None
                else "PLAINTEXT (--insecure)")
@@ -297,6 +313,7 @@ class Place:
             self.cgroups.close()
         if self.uids is not None:
             self.uids.close()
+        self.state.release()
         log.info("place %s stopped", self.address)
         self._stopped.set()
 

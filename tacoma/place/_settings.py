@@ -7,6 +7,7 @@ it rather than in the middle of a meet. The CLI and the Python API build the sam
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +23,10 @@ AGENT_NETWORKS = ("none", "host")
 
 
 def default_state_dir() -> Path:
-    """The user's data directory for tacoma (e.g. ~/.local/share/tacoma)."""
+    """$TACOMA_STATE_DIR, else the user's data directory for tacoma (~/.local/share/tacoma)."""
+    chosen = os.environ.get("TACOMA_STATE_DIR")
+    if chosen:
+        return Path(chosen).expanduser()
     return Path(platformdirs.user_data_dir("tacoma", appauthor=False))
 
 

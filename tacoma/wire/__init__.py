@@ -7,6 +7,7 @@ import this package, so it must stay light (a test checks that it imports no asy
 """
 
 from ._briefcase import CODE as CODE
+from ._briefcase import CODE_NAME as CODE_NAME
 from ._briefcase import RESERVED_FOLDERS as RESERVED_FOLDERS
 from ._briefcase import Briefcase as Briefcase
 from ._errors import AgentFailed as AgentFailed
@@ -32,7 +33,8 @@ from ._errors import UnknownAgent as UnknownAgent
 from ._errors import UnknownMeet as UnknownMeet
 
 __all__ = [
-    "CODE", "RESERVED_FOLDERS", "AgentFailed", "AgentKilled", "Briefcase", "CabinetError",
+    "CODE", "CODE_NAME", "RESERVED_FOLDERS", "AgentFailed", "AgentKilled", "Briefcase",
+    "CabinetError",
     "ConnectError", "ConnectionLost", "LimitExceeded", "LocalProtocolError", "MailboxFull",
     "MeetError", "MeetTimeout", "MessageError", "NotAllowed", "NotAuthorized",
     "PlaceUnavailable", "ProtocolError", "RemoteProtocolError", "TacomaError", "TransportError",

@@ -12,11 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 
-__all__ = ["CODE", "ENVELOPE", "HOME", "ITINERARY", "RECOVERY", "RERUN", "RESERVED_FOLDERS",
-           "TRACE", "Briefcase", "check_folder_name"]
+__all__ = ["CODE", "CODE_NAME", "ENVELOPE", "HOME", "ITINERARY", "RECOVERY", "RERUN",
+           "RESERVED_FOLDERS", "TRACE", "Briefcase", "check_folder_name"]
 
 #: The folder that carries an agent's program (source text for the interpreter agents).
 CODE = "CODE"
+#: The file name the program came from ("hello.py"), where there is one, so that an agent's
+#: error names its own file and line rather than "<agent>"; set by `tacoma meet --code`,
+#: `tacoma.meet(code=Path(...))` and the `%%meet` magic, and by the place for an installed
+#: agent. Optional: an interpreter without it names the program "<agent>".
+CODE_NAME = "CODE_NAME"
 
 #: Folder names with a meaning to the system. CODE is read by interpreter agents; the others
 #: belong to the mobility and messaging conventions: ITINERARY (the places still to visit,
@@ -34,7 +39,7 @@ RERUN = "RERUN"
 #: "fail" (the default: its home hears the failure), "retry" (hand it to that place again)
 #: or "skip" (on to the next place of its ITINERARY). See place._trips.
 RECOVERY = "RECOVERY"
-RESERVED_FOLDERS = frozenset({CODE, ITINERARY, HOME, ENVELOPE, TRACE, RERUN, RECOVERY})
+RESERVED_FOLDERS = frozenset({CODE, CODE_NAME, ITINERARY, HOME, ENVELOPE, TRACE, RERUN, RECOVERY})
 
 #: The folders of a request to a place's ag_cabinet that say what to do, not what to store
 #: (see place._cabinets); a cabinet cannot hold folders by these names.

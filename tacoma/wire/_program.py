@@ -9,9 +9,20 @@ from __future__ import annotations
 
 import hashlib
 
-from ._briefcase import CODE, Briefcase
+from ._briefcase import CODE, CODE_NAME, Briefcase
 
 __all__ = ["artifact_key", "program_bytes"]
+
+
+def program_name(briefcase: Briefcase) -> str:
+    """The name an agent's errors give its program: the CODE_NAME folder's file name
+    ("hello.py", only its last part, printable, at most 100 characters), else "<agent>"."""
+    names = briefcase.folder(CODE_NAME)
+    if names:
+        name = names[0].decode("utf-8", "replace").rsplit("/", 1)[-1][:100]
+        if name and name.isprintable():
+            return name
+    return "<agent>"
 
 
 def program_bytes(briefcase: Briefcase) -> bytes:

@@ -781,20 +781,26 @@ def test_places_started_from_a_checkout_run_the_installed_tacoma(tmp_path: Path)
     # Run from a directory holding a copy of the tree (a clone's root), `python -m tacoma`
     # imported the copy, which has no tacoma.interpreters: the places it started knew no
     # language ("no agent 'ag_python'"). They run the installed tacoma now (python -P).
-    shutil.copytree(Path(__file__).parents[1] / "tacoma", tmp_path / "tacoma",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    shadowed = subprocess.run([sys.executable, "-c", "import tacoma.interpreters"],
-                              cwd=tmp_path, capture_output=True, timeout=60, check=False)
-    if shadowed.returncode == 0:
-        pytest.skip("an editable install maps tacoma.interpreters even for a copy of the "
-                    "tree: only a regular install is broken by one")
-    code = textwrap.dedent("""
+    # A regular install is made by hand (the tree laid out as setup.cfg installs it, first
+    # on PYTHONPATH), so that the test runs under an editable install too, whose finder
+    # would map tacoma.interpreters even for the copy.
+    root = Path(__file__).parents[1]
+    ignore = shutil.ignore_patterns("__pycache__")
+    installed = tmp_path / "site"
+    shutil.copytree(root / "tacoma", installed / "tacoma", ignore=ignore)
+    shutil.copytree(root / "interpreters", installed / "tacoma" / "interpreters", ignore=ignore)
+    checkout = tmp_path / "clone"
+    shutil.copytree(root / "tacoma", checkout / "tacoma", ignore=ignore)
+    script = tmp_path / "run.py"
+    script.write_text(textwrap.dedent(f"""
         import tacoma
+        assert tacoma.__file__.startswith({str(installed)!r}), tacoma.__file__
         with tacoma.local_places(1) as places:
-            print(tacoma.meet(f"ag_python@{places.addresses[0]}",
+            print(tacoma.meet(f"ag_python@{{places.addresses[0]}}",
                               code='bc["X"] = [b"ran"]').text("X")[0])
-    """)
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=120, check=False)
+    """))
+    env = {**os.environ, "PYTHONPATH": str(installed)}
+    out = subprocess.run([sys.executable, str(script)], cwd=checkout, capture_output=True,
+                         text=True, timeout=120, check=False, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ran"

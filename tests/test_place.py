@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import venv
 from pathlib import Path
 from typing import Any
 
@@ -782,8 +783,9 @@ def test_places_started_from_a_checkout_run_the_installed_tacoma(tmp_path: Path)
     # imported the copy, which has no tacoma.interpreters: the places it started knew no
     # language ("no agent 'ag_python'"). They run the installed tacoma now (python -P).
     # A regular install is made by hand (the tree laid out as setup.cfg installs it, first
-    # on PYTHONPATH), so that the test runs under an editable install too, whose finder
-    # would map tacoma.interpreters even for the copy.
+    # on PYTHONPATH, in a virtual environment of its own that sees this one's packages on
+    # PYTHONPATH too, where no .pth file runs): an editable install's finder, which a .pth
+    # file installs, would map tacoma.interpreters even for the copy, and hide the fault.
     root = Path(__file__).parents[1]
     ignore = shutil.ignore_patterns("__pycache__")
     installed = tmp_path / "site"
@@ -799,8 +801,11 @@ def test_places_started_from_a_checkout_run_the_installed_tacoma(tmp_path: Path)
             print(tacoma.meet(f"ag_python@{{places.addresses[0]}}",
                               code='bc["X"] = [b"ran"]').text("X")[0])
     """))
-    env = {**os.environ, "PYTHONPATH": str(installed)}
-    out = subprocess.run([sys.executable, str(script)], cwd=checkout, capture_output=True,
-                         text=True, timeout=120, check=False, env=env)
+    venv.create(tmp_path / "venv", with_pip=False, symlinks=True)
+    packages = [p for p in sys.path if p.endswith("-packages")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(installed), *packages])}
+    out = subprocess.run([str(tmp_path / "venv" / "bin" / "python"), str(script)],
+                         cwd=checkout, capture_output=True, text=True, timeout=120,
+                         check=False, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ran"

@@ -174,3 +174,11 @@ def test_a_scheme_error_shows_no_frames_of_guiles_own(place: RunningPlace) -> No
     assert "ice-9/" not in failed.value.detail
     assert "eval.scm" not in failed.value.detail
     assert "line 2" in str(failed.value)
+
+
+def test_tacoma_meet_code_sends_the_files_name(tmp_path: Path) -> None:
+    program = tmp_path / "oops.py"
+    program.write_text("x = 1\nraise ValueError('oops')\n")
+    out = tacoma_cli("meet", "ag_python", "--code", str(program))
+    assert out.returncode == 5, out.stderr
+    assert 'File "oops.py", line 2' in out.stderr, out.stderr

@@ -20,7 +20,7 @@ import click
 import tacoma
 
 from ..place._settings import default_state_dir
-from ..wire._briefcase import check_folder_name
+from ..wire._briefcase import CODE_NAME, check_folder_name
 
 __all__ = [
     "EXIT_CODES",
@@ -117,6 +117,7 @@ def briefcase_from(folders: tuple[str, ...], code_path: Path | None = None) -> t
     bc = tacoma.Briefcase()
     if code_path is not None:
         bc[tacoma.CODE] = [code_path.read_bytes()]
+        bc[CODE_NAME] = [code_path.name.encode()]  # the agent's errors name its file
     for value in folders:
         name, element = parse_folder_arg(value)
         bc.append(name, element)
@@ -166,11 +167,15 @@ def print_briefcase(bc: tacoma.Briefcase) -> None:
     if not bc:
         click.echo("(empty briefcase)")
     for name, elements in bc.items():
+        if name == CODE_NAME and tacoma.CODE in bc:
+            continue  # told on the CODE folder's line
         count = f"{len(elements)} element" + ("" if len(elements) == 1 else "s")
         click.echo(click.style(name, bold=True) + f" ({count})")
         for element in elements:
             if name == tacoma.CODE:
-                click.echo(f"  <program, {len(element):,} bytes>")
+                named = bc.folder(CODE_NAME)
+                source = f" from {named[0].decode('utf-8', 'replace')}" if named else ""
+                click.echo(f"  <program, {len(element):,} bytes{source}>")
                 continue
             lines = _describe_element(element).splitlines() or [""]
             if len(lines) > SHOWN_LINES:

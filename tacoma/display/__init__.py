@@ -15,7 +15,9 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import IO, Any
 
-__all__ = ["console", "html_table", "table"]
+from .progress import Progress as Progress
+
+__all__ = ["Progress", "console", "html_table", "table"]
 
 
 def console(file: IO[str] | None = None) -> Any:
@@ -33,17 +35,29 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *,
     """Print rows under headers; columns named in `right` are right-aligned (numbers);
     `notes` are lines printed under the table (where its figures come from)."""
     from rich.table import Table
+    from rich.text import Text
 
     grid = Table(box=None, show_edge=False, pad_edge=False, title=title, title_justify="left",
                  header_style="bold", padding=(0, 2, 0, 0))
     for name in headers:
         grid.add_column(name, justify="right" if name in right else "left", no_wrap=True)
     for row in rows:
-        grid.add_row(*(str(cell) for cell in row))
+        # Text, not str: rich would read "[bold]" in an agent's name or error as markup.
+        grid.add_row(*(Text(str(cell)) for cell in row))
     out = console(file)
-    out.print(grid)
+    # A terminal narrower than the table gets its rows wrapped by the terminal, rather than
+    # figures cut short by rich.
+    from rich.measure import Measurement
+
+    out.width = max(out.width, Measurement.get(out, out.options, grid).maximum)
+    if out.is_terminal:
+        out.print(grid)
+    else:  # piped: no padding after a row's last cell, for scripts and diffs
+        with out.capture() as captured:
+            out.print(grid)
+        out.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
     for note in notes:
-        out.print(note, soft_wrap=True)
+        out.print(Text(note), soft_wrap=True)
 
 
 def html_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import subprocess
@@ -55,12 +56,18 @@ def test_the_table_keeps_the_papers_figures_in_their_own_columns() -> None:
     ours = Measured("PROXY", "requests/s", [Run(10, 10, 0.5)], Run(100, 100, 4.0), "x",
                     peak_from=2)
     roam = Measured("ROAM", "hops/s", [Run(4, 4, 1.0)], Run(40, 40, 2.0), "x")
-    text = table([ours, roam]).splitlines()
-    proxy = text[2].split()
+    out = io.StringIO()
+    table([ours, roam], file=out)
+    text = out.getvalue().splitlines()
+    assert text[0].split()[:4] == ["benchmark", "unit", "tacoma", "peak"]
+    proxy = text[1].split()
     assert proxy[:4] == ["PROXY", "requests/s", "25.00", "25.00"]
     assert proxy[4:] == ["-"] * 6  # the paper has no PROXY rates
-    assert text[3].split()[2:] == ["20.00", "20.00", "23.92", "0.68", "44.64", "44.64",
+    assert text[2].split()[2:] == ["20.00", "20.00", "23.92", "0.68", "44.64", "44.64",
                                    "14.70", "14.70"]
+    notes = " ".join(text[3:])  # under the table: whose figures are whose, and why
+    assert "Concordia, Aglets and Voyager columns are quoted from the paper" in notes
+    assert "where the sustained run was the fastest the two are equal" in notes
     assert TABLE_8["CL"]["Concordia"] == (3125, 3000)
     assert TABLE_8["FORW-MSG-12"]["Voyager"] == (48.25, 48.25)  # Table 8's row: 12 clients
 
@@ -138,3 +145,20 @@ def test_the_parameters_language_sizes_and_isolation(tmp_path) -> None:
         assert result["parameters"]["agent_bytes"] == 4096
         assert result["parameters"]["message_bytes"] == 512
         assert result["parameters"]["isolation"] == "same-uid"
+
+
+def test_the_passive_server_is_the_installed_tacoma_whatever_the_directory(
+        tmp_path, monkeypatch) -> None:
+    """A folder named tacoma in the current directory (a checkout, a user's own) must not
+    stand in for the installed package in the passive echo server's process."""
+    from tacoma.bench._overhead import _start_passive
+
+    (tmp_path / "tacoma").mkdir()
+    (tmp_path / "tacoma" / "__init__.py").write_text("raise SystemExit('the wrong tacoma')\n")
+    monkeypatch.chdir(tmp_path)
+    proc, address = _start_passive()
+    try:
+        assert address.startswith("127.0.0.1:")
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -2,24 +2,28 @@
 
 The suite (`_suite`) is the paper's micro-benchmarks and micro-kernels; `run` starts the
 places (four local ones unless given addresses), runs the benchmarks asked for at the
-loop sizes of the mode (quick or full), and `table` prints the result in the shape of
-Table 8 of the paper, with the paper's Concordia, Aglets and Voyager figures (`_paper`) in
-columns of their own. benchmarks/test_suite.py runs the same code under pytest-benchmark.
+loop sizes of the mode (quick or full), showing its progress (tacoma.display.progress), and
+`table` prints the result in the shape of Table 8 of the paper, with the paper's Concordia,
+Aglets and Voyager figures (`_paper`) in columns of their own, through tacoma.display's
+one table helper, with notes under it saying whose figures are whose.
+benchmarks/test_suite.py runs the same code under pytest-benchmark.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 from contextlib import ExitStack
+from typing import IO
 
 from .. import TacomaError
+from ..display import Progress
+from ..display import table as show_table
 from ._paper import SYSTEMS, TABLE_8, UNITS
 from ._suite import BENCHMARKS, BenchmarkFailed, Context, Measured, Run, dumps, languages, measure
 
 __all__ = ["BENCHMARKS", "BenchmarkFailed", "Context", "Measured", "Plan", "dumps",
-           "languages", "plan", "run", "table"]
+           "languages", "plan", "run", "table", "table_rows"]
 
 #: Loop sizes and the sustained run's length, per mode. The paper's loop sizes run from 1
 #: to 1000 (hops: 4 to 4000); quick keeps the shape at a size that runs in under a minute.
@@ -69,17 +73,21 @@ ISOLATION = {"default": (), "same-uid": ("--same-uid",), "no-pool": ("--pool-siz
 
 
 def run(the_plan: Plan, places: list[str] | None = None, language: str = "python",
-        clients: int = 3, progress: Callable[[str], None] = lambda _: None, *,
+        clients: int = 3, progress: Progress | None = None, *,
         servers: int = 3, agent_bytes: int = 0, message_bytes: int = 1,
         isolation: str = "default") -> list[Measured]:
     """Run the plan at `places` (four addresses), or at four local places started here
-    with the `isolation` setting."""
+    with the `isolation` setting. `progress` shows how far it is (by default a bar in a
+    terminal or a notebook, nothing elsewhere; see tacoma.display.progress)."""
     from .. import local_places
 
+    bar = progress or Progress(len(the_plan.names), "tacoma bench")
     with ExitStack() as stack:
+        if progress is None:
+            stack.enter_context(bar)
         local = not places
         if not places:
-            progress(f"starting 4 local places ({isolation} isolation)")
+            bar.note(f"starting 4 local places ({isolation} isolation)")
             flags = (*PLACE_FLAGS, *ISOLATION[isolation])
             if isolation == "no-pool":  # the last --pool-size given wins
                 flags = (*flags[:2], *ISOLATION[isolation])
@@ -91,21 +99,27 @@ def run(the_plan: Plan, places: list[str] | None = None, language: str = "python
         started = time.monotonic()
         planned = sum(the_plan.estimate(n) for n in the_plan.names)
         spent_planned = 0.0
+        count = len(the_plan.names)
         for i, name in enumerate(the_plan.names, 1):
-            progress(f"[{i}/{len(the_plan.names)}] {name}")
+            bar.update(description=f"[{i}/{count}] {name}")
+
+            def step(line: str, i: int = i) -> None:
+                bar.update(description=f"[{i}/{count}] {line}")
+
             try:
                 results.append(measure(ctx, name, the_plan.sizes(name), the_plan.sustain,
-                                       progress))
+                                       step))
                 results[-1].parameters["isolation"] = isolation if local else "given places"
             except (BenchmarkFailed, TacomaError) as exc:  # reported, and the suite goes on
-                progress(f"{name} FAILED: {exc}")
+                bar.note(f"{name} FAILED: {exc}")
                 results.append(Measured(name, UNITS[name], [], Run(0, 0, 0.0), "",
                                         failure=f"{type(exc).__name__}: {exc}"))
             spent_planned += the_plan.estimate(name)
             elapsed = time.monotonic() - started
             left = (planned - spent_planned) * elapsed / spent_planned
-            if i < len(the_plan.names):
-                progress(f"{elapsed:.0f} s so far; about {left:.0f} s to go")
+            bar.advance()
+            if i < count:
+                bar.note(f"{elapsed:.0f} s so far; about {left:.0f} s to go")
         return results
 
 
@@ -117,12 +131,23 @@ def _rate(value: float) -> str:
     return f"{value:,.2f}" if value < 100 else f"{value:,.0f}"
 
 
-def table(results: list[Measured]) -> str:
-    """Our peak and sustained rates beside the paper's (Table 8's shape)."""
+#: What the table's reader needs to know, printed under it.
+TABLE_NOTES = (
+    "The Concordia, Aglets and Voyager columns are quoted from the paper (Dikaiakos, "
+    "Kyriakou and Samaras, Table 8: Pentium III 500 MHz, Windows NT, JRE 1.1.7, 100 Mbps "
+    "Ethernet), never measured here; tacoma's are this run's.",
+    "Peak is the best rate of any loop size and of the sustained run, so where the "
+    "sustained run was the fastest the two are equal.",
+)
+
+
+def table_rows(results: list[Measured]) -> tuple[list[str], list[list[str]]]:
+    """The headers and rows of the table: our peak and sustained rates beside the paper's
+    (Table 8's shape)."""
     header = ["benchmark", "unit", "tacoma peak", "tacoma sust."]
     for system in SYSTEMS:
         header += [f"{system} peak", f"{system} sust."]
-    rows = [header]
+    rows = []
     for result in results:
         row = [result.name, UNITS[result.name], _rate(result.peak_rate),
                _rate(result.sustained_rate)]
@@ -132,16 +157,14 @@ def table(results: list[Measured]) -> str:
             row += ["-" if math.isnan(peak) else _rate(peak),
                     "-" if math.isnan(sustained) else _rate(sustained)]
         rows.append(row)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = []
-    for n, row in enumerate(rows):
-        cells = [c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in
-                 enumerate(zip(row, widths, strict=True))]
-        lines.append("  ".join(cells))
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    lines += [f"{r.name} failed: {r.failure}" for r in results if r.failure]
-    return "\n".join(lines)
+    return header, rows
+
+
+def table(results: list[Measured], file: IO[str] | None = None) -> None:
+    """Print the table (on stdout, or `file`), the notes and any failures under it."""
+    header, rows = table_rows(results)
+    notes = [*TABLE_NOTES, *(f"{r.name} failed: {r.failure}" for r in results if r.failure)]
+    show_table(header, rows, right=header[2:], notes=notes, file=file)
 
 
 def details(results: list[Measured]) -> str:

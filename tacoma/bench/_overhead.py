@@ -19,16 +19,20 @@ plaintext: it is the bare transport.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import statistics
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from typing import IO
 
 from .. import Briefcase, ameet, local_places
 from ..client._identity import register_place
 from ..client._runtime import run_blocking
+from ..display import Progress
+from ..display import table as show_table
 from ._passive import PassiveClient
 
 __all__ = ["OverheadRow", "measure_overhead", "overhead_table"]
@@ -71,7 +75,8 @@ def settings() -> list[tuple[str, tuple[str, ...]]]:
 def _start_passive() -> tuple[subprocess.Popen[str], str]:
     # This interpreter running tacoma's own passive server, with fixed arguments.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tacoma.bench._passive", "--listen", "127.0.0.1:0"],
+        # -P: the installed tacoma, not a checkout in the current directory
+        [sys.executable, "-P", "-m", "tacoma.bench._passive", "--listen", "127.0.0.1:0"],
         stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     match = re.match(r"passive echo listening on (\S+)", proc.stdout.readline())
@@ -114,38 +119,38 @@ async def _round_trips(passive: str, place: str, size: int, quick: bool) -> tupl
     return tuple(statistics.median(t) * 1e6 for t in (passive_times, echo_times, agent_times))
 
 
-def measure_overhead(quick: bool, progress: object = None) -> list[OverheadRow]:
-    say = progress if callable(progress) else (lambda _: None)
+def measure_overhead(quick: bool, progress: Progress | None = None) -> list[OverheadRow]:
+    """A row per isolation setting and briefcase size; `progress` counts them (by default
+    a bar in a terminal or a notebook)."""
     rows = []
+    sizes = QUICK_SIZES if quick else SIZES
+    every = settings()
+    bar = progress or Progress(len(every) * len(sizes), "overhead")
+    bar.update(total=len(every) * len(sizes))
     proc, passive = _start_passive()
     try:
-        for setting, flags in settings():
-            say(f"place: {setting}")
-            with local_places(1, *flags) as places:
-                if "--insecure" in flags:
-                    register_place(places.addresses[0], None)
-                for size in (QUICK_SIZES if quick else SIZES):
-                    say(f"  {size} bytes")
-                    p, e, a = run_blocking(_round_trips(passive, places.addresses[0], size,
-                                                        quick))
-                    rows.append(OverheadRow(setting, size, p, e, a))
+        with bar if progress is None else contextlib.nullcontext():
+            for setting, flags in every:
+                with local_places(1, *flags) as places:
+                    if "--insecure" in flags:
+                        register_place(places.addresses[0], None)
+                    for size in sizes:
+                        bar.update(description=f"{setting}: {size} bytes")
+                        p, e, a = run_blocking(_round_trips(passive, places.addresses[0],
+                                                            size, quick))
+                        rows.append(OverheadRow(setting, size, p, e, a))
+                        bar.advance()
     finally:
         proc.terminate()
         proc.wait(30)
     return rows
 
 
-def overhead_table(rows: list[OverheadRow]) -> str:
+def overhead_table(rows: list[OverheadRow], file: IO[str] | None = None) -> None:
+    """Print the rows (on stdout, or `file`)."""
     header = ("setting", "bytes", "t_passive µs", "ag_echo µs", "overhead",
               "ag_python µs", "overhead")
-    table = [header] + [(r.setting, str(r.size), f"{r.passive_us:,.1f}", f"{r.echo_us:,.1f}",
+    show_table(header, [(r.setting, str(r.size), f"{r.passive_us:,.1f}", f"{r.echo_us:,.1f}",
                          f"{r.echo_overhead:.0%}", f"{r.agent_us:,.1f}",
-                         f"{r.agent_overhead:,.0%}") for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    lines = []
-    for n, row in enumerate(table):
-        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                               for i, (c, w) in enumerate(zip(row, widths, strict=True))))
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+                         f"{r.agent_overhead:,.0%}") for r in rows],
+               right=header[1:], file=file)

@@ -1,7 +1,8 @@
 """`tacoma bench`: the benchmark suite, and its `overhead` and `breakdown` measurements.
 
-A thin face over `tacoma.bench`: the command parses the run's parameters, prints progress
-on stderr and the tables on stdout, and writes the JSON and the plots asked for. The
+A thin face over `tacoma.bench`: the command parses the run's parameters, shows progress
+on stderr (a bar in a terminal, lines in a log: tacoma.display.progress) and prints the
+tables on stdout (tacoma.display.table), and writes the JSON and the plots asked for. The
 languages --language takes are the installed interpreters' (the kernel names none); they
 are discovered when the option is checked, so that no other command pays for it.
 """
@@ -16,6 +17,8 @@ from pathlib import Path
 import click
 
 import tacoma
+
+from ..display import Progress
 
 __all__ = ["bench"]
 
@@ -120,13 +123,13 @@ def bench(names: tuple[str, ...], quick: bool, json_path: Path | None, places: s
                f"{'quick' if quick else 'full'} run, about {estimate / 60:.1f} minutes "
                "(an estimate for a 2-core machine)", err=True)
     try:
-        results = suite.run(the_plan, addresses, language, clients,
-                            lambda line: click.echo(f"  {line}", err=True), servers=servers,
-                            agent_bytes=agent_bytes, message_bytes=message_bytes,
-                            isolation=isolation)
+        with _progress(len(the_plan.names), "tacoma bench") as progress:
+            results = suite.run(the_plan, addresses, language, clients, progress,
+                                servers=servers, agent_bytes=agent_bytes,
+                                message_bytes=message_bytes, isolation=isolation)
     except (tacoma.TacomaError, suite.BenchmarkFailed) as exc:
         raise click.ClickException(f"the benchmark failed: {exc}") from None
-    click.echo(suite.table(results))
+    suite.table(results)
     if details:
         click.echo()
         click.echo(suite.details(results))
@@ -140,6 +143,12 @@ def bench(names: tuple[str, ...], quick: bool, json_path: Path | None, places: s
             click.echo(f"wrote {path}", err=True)
     if any(r.failure for r in results):
         sys.exit(1)
+
+
+def _progress(total: int, description: str) -> Progress:
+    """Progress on stderr: a bar in a terminal, lines in a log (so that a long run's
+    progress shows in CI logs and `2> file` too)."""
+    return Progress(total, description, file=sys.stderr, show=True)
 
 
 def _pyplot_or_fail() -> None:
@@ -159,10 +168,12 @@ def _bench_breakdown(quick: bool, json_path: Path | None, places: str | None,
     click.echo(f"tacoma bench breakdown: {meets} traced meets of ag_python, 0.1 s apart, "
                f"about {meets * 0.11 + 2:.0f} s", err=True)
     try:
-        medians, total = breakdown(meets, place=places.split(",")[0] if places else None)
+        with _progress(meets, "traced meets") as progress:
+            medians, total = breakdown(meets, place=places.split(",")[0] if places else None,
+                                       progress=progress)
     except (tacoma.TacomaError, RuntimeError) as exc:
         raise click.ClickException(f"the benchmark failed: {exc}") from None
-    click.echo(breakdown_table(medians, total))
+    breakdown_table(medians, total)
     if json_path is not None:
         json_path.write_text(json.dumps({"breakdown": [
             {"side": side, "step": step, "median_us": us}
@@ -181,10 +192,11 @@ def _bench_overhead(quick: bool, json_path: Path | None, plot_dir: Path | None) 
     click.echo(f"tacoma bench overhead: {'quick' if quick else 'full'} run, about "
                f"{'20 s' if quick else '2 minutes'}", err=True)
     try:
-        rows = measure_overhead(quick, lambda line: click.echo(f"  {line}", err=True))
+        with _progress(0, "overhead") as progress:
+            rows = measure_overhead(quick, progress)
     except (tacoma.TacomaError, RuntimeError, OSError) as exc:
         raise click.ClickException(f"the benchmark failed: {exc}") from None
-    click.echo(overhead_table(rows))
+    overhead_table(rows)
     if json_path is not None:
         json_path.write_text(json.dumps({"overhead": [
             {**dataclasses.asdict(r), "echo_overhead": r.echo_overhead,

@@ -52,7 +52,7 @@ def private_state_dir(kind: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"place-{os.getpid()}-", dir=parent))
 
 
-@dataclass
+@dataclass(repr=False)
 class LocalPlaces:
     """Places started by `local_places`: their addresses and state directories, in order."""
 
@@ -63,6 +63,30 @@ class LocalPlaces:
     def admin_token(self, index: int) -> str:
         """The admin token of place `index` (for ag_admin: ps and kill)."""
         return (self.state_dirs[index] / "admin.token").read_text().strip()
+
+    def _rows(self) -> list[tuple[str, str, str, str, str]]:
+        rows = []
+        for index, (address, state) in enumerate(zip(self.addresses, self.state_dirs,
+                                                      strict=False)):
+            proc = self.processes[index] if index < len(self.processes) else None
+            code = proc.poll() if proc is not None else None
+            running = ("running" if proc is not None and code is None
+                       else f"exited ({code})" if code is not None else "?")
+            rows.append((str(index), address, str(proc.pid) if proc else "", running,
+                         str(state)))
+        return rows
+
+    def __repr__(self) -> str:
+        states = {row[3] for row in self._rows()}
+        how = ", ".join(sorted(states)) or "none started"
+        return (f"LocalPlaces({len(self.addresses)} places, {how}: "
+                f"{', '.join(self.addresses)})")
+
+    def _repr_html_(self) -> str:
+        from ..display import html_table
+
+        return html_table(("#", "address", "pid", "process", "state directory"),
+                          self._rows(), caption=f"{len(self.addresses)} local places")
 
 
 @contextmanager

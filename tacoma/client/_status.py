@@ -6,25 +6,37 @@ after it ended (`tacoma place --keep-results`). `status("ID@PLACE")` says where 
 queued, running, done (with its result), failed (with its error) or unknown (the place has
 no record of it: a wrong or expired id, another principal's meet, or a sync meet during
 which the place was killed). `result` returns the result briefcase, raises the meet's error,
-and with `wait=True` waits for the meet to end first.
+and with `wait=True` waits for the meet to end first. `results` waits for many meets at
+once, with a progress bar (tacoma.display.progress) in a terminal or a notebook.
 """
 
 from __future__ import annotations
 
+import asyncio
+import datetime
+import html
+import queue
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import msgpack
 
+from ..display import Progress, html_table
 from ..wire._briefcase import Briefcase
 from ..wire._errors import MeetError, MeetTimeout, UnknownMeet, error_from_wire
 from ..wire._names import STATUS_AGENT
 from ._client import connection, place_of
 
-__all__ = ["MeetStatus", "aresult", "astatus", "result", "status"]
+__all__ = ["MeetStatus", "aresult", "aresults", "astatus", "result", "results", "status"]
 
 #: How long one ag_status meet waits at the place before the client asks again.
 _WAIT_SLICE = 60.0
+#: Meets `results` waits for at once: each wait is an ag_status meet held open at its
+#: place, and a thousand of them at one place would only crowd its connection.
+_WAITS_AT_ONCE = 64
+#: Characters of an error's detail (an agent's traceback) shown in a notebook.
+_DETAIL_CHARS = 20_000
 
 
 @dataclass(frozen=True)
@@ -40,6 +52,35 @@ class MeetStatus:
     ended: float | None = None
     result: Briefcase | None = None  # when done
     error: MeetError | None = None  # when failed
+
+    def __repr__(self) -> str:
+        took = (f", took {self.ended - self.accepted:,.3f} s"
+                if self.ended is not None and self.accepted is not None else "")
+        what = (f", result={self.result!r}" if self.result is not None
+                else f", error={type(self.error).__name__}: {self.error}"
+                if self.error is not None else "")
+        return (f"MeetStatus({self.id}@{self.place}: {self.state}"
+                f"{', ' + self.agent if self.agent else ''}, runs={self.runs}{took}{what})")
+
+    def _repr_html_(self) -> str:
+        def when(stamp: float | None) -> str:
+            return ("" if stamp is None else
+                    datetime.datetime.fromtimestamp(stamp).isoformat(" ", "milliseconds"))
+
+        fields = [("meet", f"{self.id}@{self.place}"), ("state", self.state),
+                  ("agent", self.agent), ("runs", str(self.runs)),
+                  ("accepted", when(self.accepted)), ("ended", when(self.ended))]
+        shown = html_table(("", ""), [row for row in fields if row[1]],
+                           caption=f"meet {self.id}: {self.state}")
+        if self.result is not None:
+            shown += self.result._repr_html_()
+        if self.error is not None:
+            detail = self.error.detail[:_DETAIL_CHARS]
+            more = "\n..." if len(self.error.detail) > _DETAIL_CHARS else ""
+            shown += (f"<div><b>{html.escape(type(self.error).__name__)}</b>: "
+                      f"{html.escape(str(self.error))}</div>"
+                      + (f"<pre>{html.escape(detail + more)}</pre>" if detail else ""))
+        return f"<div>{shown}</div>"
 
     def no_record(self) -> UnknownMeet:
         """The error for a meet whose state is unknown."""
@@ -124,3 +165,72 @@ def result(target: str, *, wait: bool = True, timeout: float | None = None,
     answer: Briefcase = run_blocking(aresult(target, wait=wait, timeout=timeout,
                                              connect_timeout=connect_timeout))
     return answer
+
+
+# ---------------------------------------------------------------------------- many meets
+Outcome = Briefcase | MeetError
+
+
+async def _gather(targets: Sequence[str], timeout: float | None, return_exceptions: bool,
+                  connect_timeout: float | None, ended: Callable[[], None]) -> list[Outcome]:
+    """The outcome of each meet, in order; `ended()` is called as each one ends."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    at_once = asyncio.Semaphore(_WAITS_AT_ONCE)
+
+    async def one(target: str) -> Outcome:
+        async with at_once:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                outcome: Outcome = await aresult(target, timeout=left,
+                                                 connect_timeout=connect_timeout)
+            except MeetError as exc:
+                if not return_exceptions:
+                    raise
+                outcome = exc
+        ended()
+        return outcome
+
+    tasks = [asyncio.ensure_future(one(target)) for target in targets]
+    try:
+        # gather fails as soon as one fails; the finally stops waiting for the others
+        # (the meets themselves go on at their places).
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def aresults(targets: Sequence[str], *, timeout: float | None = None,
+                   return_exceptions: bool = False, progress: bool | None = None,
+                   connect_timeout: float | None = 10.0) -> list[Outcome]:
+    """The results of many meets (`ID@PLACE` each, as `tacoma.meet(mode="async")` and the
+    place make them), in the order given, waiting for all to end (up to `timeout` seconds
+    in all). The first meet to fail raises its error; with `return_exceptions`, its error
+    takes its place in the list instead (as in asyncio.gather). `progress`: a bar of the
+    meets ended, in a terminal or a notebook (None: where there is one; True: also as
+    lines elsewhere; False: none)."""
+    with Progress(len(targets), "meets ended", show=progress) as bar:
+        return await _gather(targets, timeout, return_exceptions, connect_timeout,
+                             bar.advance)
+
+
+def results(targets: Sequence[str], *, timeout: float | None = None,
+            return_exceptions: bool = False, progress: bool | None = None,
+            connect_timeout: float | None = 10.0) -> list[Outcome]:
+    """Blocking `aresults`. The bar is drawn from the calling thread (a notebook's output
+    belongs to the cell that runs there), while the waits run on the background loop."""
+    from ._runtime import background_loop
+
+    ends: queue.SimpleQueue[bool] = queue.SimpleQueue()  # True: one ended; False: all done
+    future = asyncio.run_coroutine_threadsafe(
+        _gather(targets, timeout, return_exceptions, connect_timeout,
+                lambda: ends.put(True)), background_loop())
+    future.add_done_callback(lambda _: ends.put(False))
+    try:
+        with Progress(len(targets), "meets ended", show=progress) as bar:
+            while ends.get():
+                bar.advance()
+    except KeyboardInterrupt:
+        future.cancel()
+        raise
+    return future.result()

@@ -9,8 +9,12 @@ the connection (cached, or new).
 from __future__ import annotations
 
 import dataclasses
+import html
+import io
 import time
+from typing import IO
 
+from ..display import html_table, table
 from ..wire._briefcase import TRACE, Briefcase
 from ..wire._trace import read
 from ._api import Folders, make_briefcase
@@ -19,21 +23,69 @@ from ._client import connection, meet_deadline, place_of
 __all__ = ["Traced", "atrace", "trace"]
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(repr=False)
 class Traced:
     """A traced meet's result and where its time went: (side, step, seconds) in order of
-    the meet's path (see tacoma/wire/_trace.py), and the whole meet's seconds."""
+    the meet's path (see tacoma/wire/_trace.py), and the whole meet's seconds.
+
+    `table()` prints the steps as `tacoma meet --trace` does, `str()` is that table, and a
+    notebook shows the table beside a bar chart of the steps (inline SVG: nothing to
+    install).
+    """
 
     briefcase: Briefcase
     steps: list[tuple[str, str, float]]
     total: float
 
-    def table(self) -> str:
-        lines = [f"{'side':<7} {'step':<22} {'µs':>10}"]
-        for side, step, seconds in self.steps:
-            lines.append(f"{side:<7} {step:<22} {seconds * 1e6:>10,.1f}")
-        lines.append(f"{'':<7} {'total':<22} {self.total * 1e6:>10,.1f}")
-        return "\n".join(lines)
+    HEADERS = ("side", "step", "µs")
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        """The table's rows: each step's µs, then the total."""
+        return [*((side, step, f"{seconds * 1e6:,.1f}") for side, step, seconds in self.steps),
+                ("", "total", f"{self.total * 1e6:,.1f}")]
+
+    def table(self, file: IO[str] | None = None) -> None:
+        """Print the steps and the total, in µs (on stdout, or `file`)."""
+        table(self.HEADERS, self.rows(), right=["µs"], file=file)
+
+    def __str__(self) -> str:
+        out = io.StringIO()
+        self.table(file=out)
+        return out.getvalue().rstrip("\n")
+
+    def __repr__(self) -> str:
+        return (f"Traced(total={self.total * 1e3:,.3f} ms, {len(self.steps)} steps, "
+                f"briefcase={self.briefcase!r})")
+
+    def _repr_html_(self) -> str:
+        caption = f"traced meet: {self.total * 1e6:,.1f} µs in all"
+        return ("<div style='display:flex;gap:2em;align-items:flex-start'>"
+                f"{html_table(self.HEADERS, self.rows(), caption=caption)}"
+                f"{self.chart()}</div>")
+
+    def chart(self) -> str:
+        """The steps as horizontal bars (SVG), one colour per side, scaled to the longest."""
+        bar_x, width, row = 190, 260, 18
+        longest = max((seconds for _, _, seconds in self.steps), default=0.0) or 1.0
+        parts = []
+        for i, (side, step, seconds) in enumerate(self.steps):
+            y = i * row
+            length = max(1.0, width * seconds / longest)
+            colour = _SIDE_COLOURS.get(side, "#7f7f7f")
+            label = html.escape(f"{side} {step}")
+            parts.append(
+                f"<text x='{bar_x - 6}' y='{y + 13}' text-anchor='end'>{label}</text>"
+                f"<rect x='{bar_x}' y='{y + 3}' width='{length:.1f}' height='{row - 6}' "
+                f"fill='{colour}'><title>{label}: {seconds * 1e6:,.1f} µs</title></rect>"
+                f"<text x='{bar_x + length + 4:.1f}' y='{y + 13}'>{seconds * 1e6:,.1f}</text>")
+        height = max(1, len(self.steps)) * row + 4
+        return (f"<svg xmlns='http://www.w3.org/2000/svg' width='{bar_x + width + 70}' "
+                f"height='{height}' font-family='sans-serif' font-size='11'>"
+                f"{''.join(parts)}</svg>")
+
+
+#: The bars' colours, one per side of the meet's path.
+_SIDE_COLOURS = {"client": "#1f77b4", "place": "#ff7f0e", "worker": "#2ca02c"}
 
 
 #: The order of steps in a Traced (others, a language's own, come after their side's).

@@ -130,9 +130,126 @@ class Briefcase(MutableMapping[str, list[bytes]]):
 
     __hash__ = None  # type: ignore[assignment]  # mutable: not hashable
 
+    # -- how a person sees it: short, whatever the briefcase holds. A briefcase may hold
+    # megabytes; its repr goes into logs and tracebacks, its HTML into a notebook's file, so
+    # both show a bounded preview: the first elements of the first folders, cut short.
+    # Written here, with the standard library only (an agent's process imports this
+    # module), rather than with tacoma.display's tables.
+
+    #: The repr's bounds: folders, elements per folder, characters of one element's repr.
+    _REPR_FOLDERS, _REPR_ELEMENTS, _REPR_CHARS = 10, 3, 40
+    #: The HTML's bounds: folders, elements per folder, characters of a text element,
+    #: bytes of a binary one (in hex), characters of the program shown in CODE's fold.
+    _HTML_FOLDERS, _HTML_ELEMENTS, _HTML_CHARS, _HTML_HEX, _HTML_PROGRAM = 50, 10, 200, 16, 4000
+
+    @staticmethod
+    def _size(count: int) -> str:
+        """A byte count as a person reads it: 308 B, 48.2 kB, 50.0 MB."""
+        if count < 1000:
+            return f"{count} B"
+        value, unit = count / 1000, "kB"
+        for bigger in ("MB", "GB"):
+            if value < 1000:
+                break
+            value, unit = value / 1000, bigger
+        return f"{value:,.1f} {unit}"
+
+    @staticmethod
+    def _text_prefix(element: bytes, chars: int) -> str | None:
+        """The first `chars` characters of the element if it begins as printable UTF-8 text,
+        else None; only the beginning is decoded, however long the element."""
+        import codecs
+
+        try:
+            text = codecs.getincrementaldecoder("utf-8")().decode(element[:chars * 4])
+        except UnicodeDecodeError:
+            return None
+        text = text[:chars]
+        if not all(c.isprintable() or c in "\n\t\r" for c in text):
+            return None
+        return text
+
     def __repr__(self) -> str:
-        inner = ", ".join(f"{name}={elements!r}" for name, elements in self._folders.items())
-        return f"Briefcase({inner})"
+        """Briefcase(NAME=[b'world'], PHOTO=[<48.2 kB binary>], CODE=[<program, 308 B>]):
+        the constructor's form while elements are short, a summary of what is not."""
+        def element(name: str, value: bytes) -> str:
+            if name == CODE:
+                return f"<program, {self._size(len(value))}>"
+            shown = repr(value[:self._REPR_CHARS + 1])
+            if len(shown) <= self._REPR_CHARS:
+                return shown
+            if self._text_prefix(value, self._REPR_CHARS) is None:
+                return f"<{self._size(len(value))} binary>"
+            return f"<{self._size(len(value))}: {value[:self._REPR_CHARS // 2]!r}...>"
+
+        parts = []
+        for name, elements in list(self._folders.items())[:self._REPR_FOLDERS]:
+            shown = [element(name, e) for e in elements[:self._REPR_ELEMENTS]]
+            if len(elements) > self._REPR_ELEMENTS:
+                shown.append(f"... {len(elements) - self._REPR_ELEMENTS:,} more")
+            parts.append(f"{name}=[{', '.join(shown)}]")
+        if len(self._folders) > self._REPR_FOLDERS:
+            parts.append(f"... {len(self._folders) - self._REPR_FOLDERS:,} more folders")
+        return f"Briefcase({', '.join(parts)})"
+
+    def _repr_html_(self) -> str:
+        """A table of the folders for a notebook: each folder's element count and its first
+        elements (text cut short, binary as its size and first bytes in hex); CODE folded
+        away. Everything escaped, and bounded whatever the briefcase holds."""
+        import html
+
+        def element(value: bytes) -> str:
+            text = self._text_prefix(value, self._HTML_CHARS)
+            if text is None:
+                head = value[:self._HTML_HEX].hex(" ")
+                more = " ..." if len(value) > self._HTML_HEX else ""
+                return (f"<span style='color:#666'>{self._size(len(value))} binary:</span> "
+                        f"<code>{head}{more}</code>")
+            cut = len(text.encode("utf-8")) < len(value)
+            more = (f" <span style='color:#666'>... ({self._size(len(value))})</span>"
+                    if cut else "")
+            return (f"<pre style='margin:0;white-space:pre-wrap'>{html.escape(text)}"
+                    f"</pre>{more}")
+
+        def program(elements: list[bytes]) -> str:
+            source = b"\n".join(elements)
+            name = self._folders.get(CODE_NAME, [b""])
+            label = name[0].decode("utf-8", "replace")[:self._HTML_CHARS] if name else ""
+            text = source[:self._HTML_PROGRAM * 4].decode("utf-8", "replace")
+            shown = text[:self._HTML_PROGRAM]
+            more = "\n..." if len(shown.encode("utf-8")) < len(source) else ""
+            summary = f"program{' ' + label if label else ''}, {self._size(len(source))}"
+            return (f"<details><summary>{html.escape(summary)}</summary>"
+                    f"<pre style='white-space:pre-wrap'>{html.escape(shown + more)}</pre>"
+                    "</details>")
+
+        rows = []
+        for name, elements in list(self._folders.items())[:self._HTML_FOLDERS]:
+            if name == CODE:
+                cell = program(elements)
+            else:
+                cell = "".join(f"<div>{element(e)}</div>"
+                               for e in elements[:self._HTML_ELEMENTS])
+                if len(elements) > self._HTML_ELEMENTS:
+                    cell += (f"<div style='color:#666'>and "
+                             f"{len(elements) - self._HTML_ELEMENTS:,} more</div>")
+            rows.append(f"<tr><td style='text-align:left;vertical-align:top'><b>"
+                        f"{html.escape(name)}</b></td><td style='text-align:right;"
+                        f"vertical-align:top'>{len(elements):,}</td>"
+                        f"<td style='text-align:left'>{cell}</td></tr>")
+        if len(self._folders) > self._HTML_FOLDERS:
+            rows.append(f"<tr><td colspan='3' style='text-align:left;color:#666'>and "
+                        f"{len(self._folders) - self._HTML_FOLDERS:,} more folders</td></tr>")
+        count = sum(len(e) for e in self._folders.values())
+        caption = (f"Briefcase: {len(self._folders):,} folder"
+                   f"{'' if len(self._folders) == 1 else 's'}, {count:,} element"
+                   f"{'' if count == 1 else 's'}, {self._size(self.size())}"
+                   if self._folders else "Briefcase: empty")
+        return (f"<table><caption style='text-align:left'>{html.escape(caption)}</caption>"
+                "<thead><tr><th style='text-align:left'>folder</th>"
+                "<th style='text-align:right'>elements</th>"
+                "<th style='text-align:left'>contents</th></tr></thead>"
+                f"<tbody>{''.join(rows)}</tbody></table>")
 
     # -- the operations agents need, named as in the agent API table of the README.
     def folder(self, name: str) -> list[bytes]:

@@ -64,6 +64,36 @@ __all__ = [
 class TacomaError(Exception):
     """Root of every error raised by tacoma."""
 
+    def _render_traceback_(self) -> list[str]:
+        """The lines IPython shows for this error in a notebook cell (its hook for errors
+        from elsewhere, as ipyparallel's RemoteError uses): the frames of the caller's own
+        code, the error line, then the far side's text (`detail`: an agent's traceback).
+        The frames of tacoma, asyncio and IPython in between say nothing to the reader and
+        are left out; `traceback.print_exception` still shows them all."""
+        import os
+        import sysconfig
+        import traceback
+
+        hidden = tuple(os.path.join(os.path.realpath(p), "") for p in (
+            os.path.dirname(os.path.dirname(__file__)),  # tacoma itself
+            *{sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}))
+        # A cell magic's line (%%meet) reaches Python as IPython's own call, which nobody
+        # wrote: it is left out too.
+        frames = [f for f in traceback.extract_tb(self.__traceback__)
+                  if not os.path.realpath(f.filename).startswith(hidden)
+                  and not (f.line or "").startswith("get_ipython().run_cell_magic(")]
+        lines = []
+        if frames:
+            lines.append("Traceback (most recent call last):")
+            lines += "".join(traceback.format_list(frames)).rstrip("\n").splitlines()
+        # The public class's name: the remote limit and protocol failures are private.
+        name = next(c.__name__ for c in type(self).__mro__ if not c.__name__.startswith("_"))
+        lines.append(f"{name}: {self}")
+        detail = getattr(self, "detail", "")
+        if detail:
+            lines += detail.rstrip("\n").splitlines()
+        return lines
+
 
 class ProtocolError(TacomaError):
     """The tacoma wire protocol was violated."""

@@ -16,6 +16,8 @@ checks them):
     place/    the place daemon on asyncio; imports wire, agent and client
     cli/      the `tacoma` command, a thin face over this package's API
     bench/    the benchmark suite of the papers (`tacoma bench`)
+    display/  tables and progress bars, in a terminal and in a notebook
+    notebook/ `%load_ext tacoma`: the %%meet cell magic (the only package importing IPython)
     testing   the in-memory protocol pair, for tests and adapter authors
 
 The public API is re-exported here. Imports are lazy (PEP 562): agent worker processes
@@ -41,17 +43,22 @@ if TYPE_CHECKING:
     from .client import LocalPlaces as LocalPlaces
     from .client import MeetStatus as MeetStatus
     from .client import PlaceClient as PlaceClient
+    from .client import PlaceStatus as PlaceStatus
     from .client import Traced as Traced
     from .client import ameet as ameet
+    from .client import aplace_status as aplace_status
     from .client import arequest as arequest
     from .client import aresult as aresult
+    from .client import aresults as aresults
     from .client import asend as asend
     from .client import astatus as astatus
     from .client import atrace as atrace
     from .client import local_places as local_places
     from .client import meet as meet
+    from .client import place_status as place_status
     from .client import request as request
     from .client import result as result
+    from .client import results as results
     from .client import send as send
     from .client import status as status
     from .client import trace as trace
@@ -99,6 +106,11 @@ _EXPORTS: dict[str, str] = {
     "astatus": "client",
     "result": "client",
     "aresult": "client",
+    "results": "client",
+    "aresults": "client",
+    "PlaceStatus": "client",
+    "place_status": "client",
+    "aplace_status": "client",
     "MeetStatus": "client",
     "Traced": "client",
     "atrace": "client",
@@ -146,6 +158,14 @@ def __getattr__(name: str) -> Any:
         _default_to_embedded_place()
     globals()[name] = value
     return value
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """`%load_ext tacoma` in IPython or Jupyter: the %%meet cell magic. IPython is imported
+    here, when the extension is loaded, never by `import tacoma`."""
+    from .notebook import load_ipython_extension as load
+
+    load(ipython)
 
 
 def _default_to_embedded_place() -> None:

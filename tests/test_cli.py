@@ -5,20 +5,33 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import tacoma as api
+from tacoma.cli._common import ByteSize, Duration
 
-from conftest import RunningPlace
+from conftest import RunningPlace, pid_alive, wait_until
 
 AGENT = 'bc["GREETING"] = [b"hello, " + n for n in bc["NAME"]]\n'
 
+#: The variables the CLI takes defaults from: unset, unless a test sets them.
+CLI_ENV = ("TACOMA_PLACE", "TACOMA_STATE_DIR")
 
-def tacoma(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+
+def tacoma(*args: str, timeout: float = 60, env: dict[str, str] | None = None
+           ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "tacoma", *args], capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env=cli_env(env))
+
+
+def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if k not in CLI_ENV}
+    return {**clean, **(extra or {})}
 
 
 @pytest.fixture
@@ -189,3 +202,246 @@ def test_a_third_party_language_plugs_in_and_doctor_says_why_it_cannot_run(
     assert out.returncode == 1
     assert "ag_cobol" in out.stdout
     assert "no COBOL compiler here" in out.stdout
+
+
+# ------------------------------------------------------------------ one error format
+def test_usage_errors_are_in_the_one_format() -> None:
+    out = tacoma("meet")
+    assert out.returncode == 2
+    assert out.stderr == ("tacoma: UsageError: Missing argument 'AGENT[@PLACE]'.\n"
+                          "Try 'tacoma meet --help' for help.\n")
+    assert out.stdout == ""
+    out = tacoma("nosuch")
+    assert out.returncode == 2
+    assert out.stderr.startswith("tacoma: UsageError: No such command 'nosuch'.\n")
+
+
+def test_under_json_every_failure_is_one_json_object_too(tmp_path: Path) -> None:
+    refused = tacoma("meet", "ag_echo@127.0.0.1:1", "--json")
+    assert refused.returncode == 3
+    error = json.loads(refused.stdout)["error"]
+    assert error["kind"] == "ConnectError" and error["exit_status"] == 3
+    assert "cannot connect to place 127.0.0.1:1" in error["message"]
+    assert refused.stderr.startswith("tacoma: ConnectError: cannot connect")
+    usage = tacoma("meet", "ag_echo@x:1", "-f", "NOEQUALS", "--json")
+    assert usage.returncode == 2
+    assert json.loads(usage.stdout)["error"]["kind"] == "UsageError"
+    assert "'-f'" in usage.stderr  # names the option
+    failed = tacoma("meet", "ag_python", "--code", str(_program(tmp_path, "1 / 0\n")),
+                    "--json")
+    assert failed.returncode == 5
+    error = json.loads(failed.stdout)["error"]
+    assert error["kind"] == "AgentFailed" and "ZeroDivisionError" in error["detail"]
+
+
+def _program(tmp_path: Path, text: str, name: str = "agent.py") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_a_place_given_as_the_agent_is_a_usage_error_that_says_so() -> None:
+    # It meant "no agent '127.0.0.1:7707'" at the embedded place.
+    out = tacoma("meet", "127.0.0.1:7707")
+    assert out.returncode == 2, out.stderr
+    assert ("127.0.0.1:7707 is a place, not an agent: write AGENT@127.0.0.1:7707"
+            in out.stderr)
+    assert "UnknownAgent" not in out.stderr
+
+
+# ------------------------------------------------------------------ hints
+def test_a_refused_connection_hints_at_starting_a_place() -> None:
+    out = tacoma("meet", "ag_echo@127.0.0.1:1")
+    assert out.returncode == 3
+    assert ("hint: no place listens at 127.0.0.1:1; start one with "
+            "`tacoma place --listen 127.0.0.1:1`") in out.stderr
+
+
+def test_an_unknown_agent_is_answered_with_did_you_mean(place: RunningPlace) -> None:
+    out = tacoma("meet", place.target("ag_pyhton"))
+    assert out.returncode == 4
+    assert "no agent 'ag_pyhton'" in out.stderr and "did you mean ag_python?" in out.stderr
+    # In the Python API too: the place says it.
+    with pytest.raises(api.UnknownAgent, match="did you mean ag_echo"):
+        api.meet(place.target("ag_ecko"))
+
+
+def test_a_briefcase_over_the_limit_hints_at_the_option(
+        start_place: Callable[..., RunningPlace], tmp_path: Path) -> None:
+    small = start_place("--max-briefcase", "64K")  # a human size
+    blob = tmp_path / "blob"
+    blob.write_bytes(b"x" * 100_000)
+    out = tacoma("meet", small.target("ag_echo"), "-f", f"B=@{blob}")
+    assert out.returncode == 9, out.stderr
+    assert "at most 65,536 bytes" in out.stderr
+    assert "hint:" in out.stderr and "--max-briefcase" in out.stderr
+
+
+# ------------------------------------------------------------------ sizes and durations
+@pytest.mark.parametrize(("text", "size"), [
+    ("4096", 4096), ("64k", 64 * 2**10), ("64K", 64 * 2**10), ("256M", 256 * 2**20),
+    ("2G", 2 * 2**30), ("1.5GiB", 3 * 2**29), ("1T", 2**40), ("512MB", 512 * 2**20),
+])
+def test_sizes_are_read_as_people_write_them(text: str, size: int) -> None:
+    assert ByteSize().convert(text, None, None) == size
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("30", 30), ("30s", 30), ("500ms", 0.5), ("5m", 300), ("2h", 7200), ("1d", 86400),
+    ("1h30m", 5400), ("2.5", 2.5),
+])
+def test_durations_are_read_as_people_write_them(text: str, seconds: float) -> None:
+    assert Duration().convert(text, None, None) == seconds
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["place", "--memory", "lots"], "Invalid value for '--memory': 'lots' is not a size"),
+    (["place", "--memory", "10M"], "less than the least allowed, 64M"),
+    (["place", "--meet-seconds", "soon"], "Invalid value for '--meet-seconds'"),
+    (["place", "--cpu-seconds", "1.5"], "not a whole number of seconds"),
+    (["meet", "ag_echo@x:1", "--timeout", "0"], "is not more than 0s"),
+])
+def test_bad_sizes_and_durations_are_usage_errors_naming_the_option(
+        args: list[str], message: str) -> None:
+    out = tacoma(*args)
+    assert out.returncode == 2
+    assert out.stderr.startswith("tacoma: UsageError: ") and message in out.stderr
+
+
+def test_place_help_shows_defaults_in_human_form() -> None:
+    text = " ".join(tacoma("place", "--help").stdout.split())  # unwrapped
+    assert "[default: 1G]" in text  # --memory
+    assert "[default: 64M]" in text  # --max-briefcase
+    assert "[default: 5m]" in text  # --meet-seconds
+
+
+# ------------------------------------------------------------------ the environment
+WHERE = 'bc["WHERE"] = [place.encode()]\n'
+
+
+def test_tacoma_place_is_the_default_place_of_every_command(place: RunningPlace,
+                                                            tmp_path: Path) -> None:
+    env = {"TACOMA_PLACE": place.address, "TACOMA_STATE_DIR": str(place.state_dir)}
+    code = str(_program(tmp_path, WHERE))
+    met = tacoma("meet", "ag_python", "--code", code, "--json", env=env)
+    assert met.returncode == 0, met.stderr
+    assert json.loads(met.stdout)["folders"]["WHERE"] == [place.address]
+    # Without it, a bare agent meets at the embedded place (another address).
+    embedded = tacoma("meet", "ag_python", "--code", code, "--json")
+    assert json.loads(embedded.stdout)["folders"]["WHERE"] != [place.address]
+    # An async meet has a place that outlives the command now.
+    meet_id = tacoma("meet", "ag_python", "--code", code, "--async", env=env).stdout.strip()
+    done = tacoma("status", "--wait", "30s", "--json", "--", f"{meet_id}@{place.address}")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["folders"]["WHERE"] == [place.address]
+    # ps and kill: that place, with the admin token of $TACOMA_STATE_DIR.
+    listed = tacoma("ps", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert "agents" in json.loads(listed.stdout)
+    gone = tacoma("kill", "nosuch", env=env)
+    assert gone.returncode == 4 and f"at place {place.address}" in gone.stderr
+    sent = tacoma("send", "nobody", "-f", "X=1", env=env)
+    assert sent.returncode == 4 and f"at place {place.address}" in sent.stderr
+
+
+def test_a_bad_tacoma_place_is_a_usage_error() -> None:
+    out = tacoma("ps", env={"TACOMA_PLACE": "nowhere"})
+    assert out.returncode == 2 and "$TACOMA_PLACE: bad place address 'nowhere'" in out.stderr
+
+
+# ------------------------------------------------------------------ Ctrl-C
+SLEEPER = "import time\ntime.sleep(120)\n"
+
+
+@pytest.mark.parametrize("where", ["place", "embedded"])
+def test_ctrl_c_cancels_the_meet_and_stops_its_agent(place: RunningPlace, tmp_path: Path,
+                                                     where: str) -> None:
+    code = str(_program(tmp_path, SLEEPER))
+    if where == "place":
+        target, env = place.target("ag_python"), None
+    else:  # the embedded place lives in the command's own process: ask it through ps
+        target, env = "ag_python", None
+    proc = subprocess.Popen([sys.executable, "-m", "tacoma", "meet", target, "--code", code],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=cli_env(env))
+    try:
+        if where == "place":
+            wait_until(lambda: bool(place.agents()), 60, "the agent running")
+            [row] = place.agents()
+            meet_id, pid = row["meet"], row["pid"]
+        else:
+            pid = _wait_for_sleeping_agent(proc.pid)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    line = err.splitlines()[0]
+    assert line.startswith("tacoma: Cancelled: meet ") and line.endswith(
+        " cancelled; the agent was stopped"), err
+    assert out == ""
+    if where == "place":
+        assert meet_id in line
+        assert not place.agents()  # the place says so, at once
+    assert isinstance(pid, int)
+    wait_until(lambda: not pid_alive(pid), 20, "the agent's process gone")
+
+
+def _wait_for_sleeping_agent(cli_pid: int) -> int:
+    """The pid of the agent running at the command's embedded place: the one process below
+    the command asleep in time.sleep (its ready workers wait on their sockets instead)."""
+    found: list[int] = []
+
+    def sleeping() -> bool:
+        found[:] = [pid for pid in _descendants(cli_pid) if _wchan(pid) == "hrtimer_nanosleep"]
+        return bool(found)
+
+    wait_until(sleeping, 60, "the agent asleep at the embedded place")
+    return found[0]
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid`, whichever of their parents' threads started them (the
+    embedded place's are its loop thread's children)."""
+    below, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            below += children
+            todo += children
+    return below
+
+
+def _wchan(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return ""
+
+
+def test_interrupting_the_python_api_stops_the_agent_too(place: RunningPlace) -> None:
+    """A script interrupted in tacoma.meet exits only once the place was told: its meet
+    is named by the client, and a place that saw only a lost connection would let it run."""
+    script = (f"import tacoma\ntacoma.meet({place.target('ag_python')!r}, "
+              f"code={SLEEPER!r})\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE,
+                            text=True, env=cli_env())
+    try:
+        wait_until(lambda: bool(place.agents()), 60, "the agent running")
+        [row] = place.agents()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "KeyboardInterrupt" in err
+    wait_until(lambda: not place.agents(), 20, "the agent stopped")
+    assert isinstance(row["pid"], int)
+    wait_until(lambda: not pid_alive(row["pid"]), 20, "the agent's process gone")

@@ -78,13 +78,14 @@ def cabinet_list(state_dir: Path | None, as_json: bool) -> None:
         return
     if not rows:
         click.echo("(no cabinets)")
-    for row in rows:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["updated"]))
-        owner = "public"
-        if row["owner"]:
-            short = row["owner"] if len(row["owner"]) <= 26 else row["owner"][:25] + "…"
-            owner = f"private to {short}"
-        click.echo(f"{row['name']:<24} {owner:<37} {len(row['folders']):>3} folders  {when}")
+        return
+    from ..display import table
+
+    table(("CABINET", "OWNER", "FOLDERS", "CHANGED"), [(
+        row["name"], f"private to {row['owner']}" if row["owner"] else "public",
+        len(row["folders"]),
+        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["updated"])),
+    ) for row in rows], right=("FOLDERS",))
 
 
 @cabinet.command("show")

@@ -2,12 +2,21 @@
 
 Each is one call of the Python API (`tacoma.meet`, `tacoma.trace`, `tacoma.send`,
 `tacoma.request`) between reading the briefcase from the arguments and printing what came
-back; a bare agent name meets at the embedded place, as `tacoma.meet` does.
+back. A target without @PLACE goes to the default place (`$TACOMA_PLACE`, else
+127.0.0.1:7707), but for `tacoma meet AGENT` with no $TACOMA_PLACE: that meets at the
+embedded place, as `tacoma.meet` does (the README's first command relies on it).
+
+Ctrl-C during a sync meet cancels it at the place and says so (exit 130): the CLI names the
+meet itself (`meet_id=`), and then asks the place whether the meet still runs, so that what
+it says of the agent is what the place says.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import sys
+import time
 from pathlib import Path
 
 import click
@@ -18,46 +27,94 @@ from ..wire._address import split_target
 from ._common import (
     FOLDER_HELP,
     FOLDER_METAVAR,
+    INTERRUPTED_STATUS,
+    PLACE_ENV,
+    Duration,
     briefcase_from,
     briefcase_json,
     fail,
     print_briefcase,
+    report,
+    with_place,
 )
 from ._trust import identity_options
 
 __all__ = ["meet", "send"]
 
+#: How long a cancelled meet's place is asked whether its agent stopped.
+CONFIRM_SECONDS = 5.0
 
-def _checked_target(target: str) -> str:
-    try:
-        split_target(target)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="TARGET") from None
-    return target
+
+def _meet_target(target: str) -> str:
+    """The target to meet: AGENT@PLACE as given; a bare AGENT at $TACOMA_PLACE if set, else
+    (None) at the embedded place."""
+    placed = with_place(target)  # checks it: a place given as the agent is a usage error
+    return placed if "@" in target or os.environ.get(PLACE_ENV, "").strip() else target
+
+
+def _stopped(meet_id: str, place: str | None) -> bool:
+    """Whether the place confirms that meet `meet_id` no longer runs (within
+    CONFIRM_SECONDS). Asked again until it does: a Cancel is acted on at once, but the
+    place has no way to say so to a client that gave up on the meet's answer."""
+    if place is None:
+        from ..place._embedded import embedded_running
+
+        if not embedded_running():
+            return True  # interrupted before the embedded place started: nothing ran
+    where = f"{meet_id}@{place}" if place else meet_id  # bare: at the embedded place
+    deadline = time.monotonic() + CONFIRM_SECONDS
+    while True:
+        try:
+            state = tacoma.status(where, connect_timeout=CONFIRM_SECONDS).state
+        except tacoma.TacomaError:
+            return False
+        if state not in ("queued", "running"):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
+def _cancelled(meet_id: str, place: str | None) -> None:
+    """Say that an interrupted meet was cancelled, and whether its agent is known stopped;
+    exit 130."""
+    if _stopped(meet_id, place):
+        message = f"meet {meet_id} cancelled; the agent was stopped"
+        hint = ""
+    else:
+        at = place or "the embedded place"
+        message = (f"meet {meet_id} cancelled, but {at} did not confirm that its agent "
+                   "stopped")
+        hint = (f"`tacoma ps {place}` shows whether it runs; `tacoma kill {meet_id}@{place}` "
+                "stops it" if place else "")
+    report("Cancelled", message, hint=hint, status=INTERRUPTED_STATUS)
 
 
 @click.command()
-@click.argument("target")
+@click.argument("target", metavar="AGENT[@PLACE]")
 @click.option("--code", "code_path", type=click.Path(exists=True, dir_okay=False,
               path_type=Path), help="Put this file into the CODE folder (the agent's program).")
 @click.option("-f", "--folder", "folders", multiple=True, metavar=FOLDER_METAVAR,
               help=FOLDER_HELP)
 @click.option("--async", "is_async", is_flag=True,
               help="Return at once with the meet id instead of waiting for the agent.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
-              help="Bound on the whole meet; the agent is killed when it passes.")
+@click.option("--timeout", type=Duration(positive=True),
+              help="Bound on the whole meet (30, 30s, 5m, 2h); the agent is killed when it "
+                   "passes.")
 @click.option("--json", "as_json", is_flag=True,
-              help='Print exactly one JSON object: {"folders": {NAME: [ELEMENT, ...]}}.')
+              help='Print exactly one JSON object: {"folders": {NAME: [ELEMENT, ...]}} (a '
+                   'failure: {"error": {...}}).')
 @identity_options
 @click.option("--trace", "traced", is_flag=True,
               help="Also print the time of each step of the meet, on the client, the place "
                    "and the agent's worker (with --json: a \"trace\" list).")
 def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async: bool,
          timeout: float | None, as_json: bool, traced: bool) -> None:
-    """Meet TARGET (AGENT@HOST:PORT) with a briefcase and print the result.
+    """Meet AGENT (at PLACE, HOST:PORT) with a briefcase and print the result.
 
-    With no @HOST:PORT the meet runs at an embedded place started for this command,
-    with the same isolation as any place.
+    A bare AGENT meets at $TACOMA_PLACE if it is set, else at an embedded place started
+    for this command, with the same isolation as any place. Ctrl-C cancels the meet at
+    the place (its agent is stopped) and exits with status 130.
 
     \b
     Examples:
@@ -66,13 +123,14 @@ def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async
       tacoma meet ag_python --code agent.py -f BLOB=@photo.jpg
       tacoma meet ag_python@127.0.0.1:7707 --code agent.py --trace
     """
-    _checked_target(target)
+    target = _meet_target(target)
+    place = split_target(target)[1]
     if traced and is_async:
         raise click.UsageError("--trace times a sync meet: it cannot be --async")
-    if is_async and split_target(target)[1] is None:
+    if is_async and place is None:
         raise click.UsageError("an async meet needs a place that outlives this command (the "
                                "embedded place stops with it): give AGENT@HOST:PORT of a "
-                               "place started with tacoma place")
+                               "place started with tacoma place (or set $TACOMA_PLACE)")
     bc = briefcase_from(folders, code_path)
     try:
         if traced:
@@ -84,16 +142,25 @@ def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async
             else:
                 print_briefcase(timed.briefcase)
                 click.echo()
-                click.echo(timed.table())
+                sys.stdout.flush()  # the table is printed by rich, past click's echo
+                timed.table()
             return
         if is_async:
             meet_id = tacoma.meet(target, bc, mode="async", timeout=timeout)
             click.echo(json.dumps({"meet_id": meet_id}) if as_json else meet_id)
             return
-        result = tacoma.meet(target, bc, timeout=timeout)
+        from ..client._client import new_meet_id
+
+        meet_id = new_meet_id()  # named here, to be named if it is interrupted
+        while meet_id.startswith("-"):  # one to type in a command line, as an argument
+            meet_id = new_meet_id()
+        try:
+            result = tacoma.meet(target, bc, timeout=timeout, meet_id=meet_id)
+        except KeyboardInterrupt:  # cancelled at the place by tacoma.meet
+            _cancelled(meet_id, place)
+            return
     except tacoma.TacomaError as exc:
-        fail(exc)
-        return
+        fail(exc, place=place)
     if as_json:
         click.echo(json.dumps(briefcase_json(result)))
     else:
@@ -101,20 +168,22 @@ def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async
 
 
 @click.command()
-@click.argument("target")
+@click.argument("target", metavar="NAME[@PLACE]")
 @click.option("-f", "--folder", "folders", multiple=True, metavar=FOLDER_METAVAR,
               help=FOLDER_HELP)
 @click.option("--ack", "kind", flag_value="ack",
               help="Wait until the resident has taken the message.")
 @click.option("--request", "kind", flag_value="request",
               help="Wait for the resident's reply, and print it.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
-              help="Bound on waiting for the acknowledgement or the reply.")
-@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@click.option("--timeout", type=Duration(positive=True),
+              help="Bound on waiting for the acknowledgement or the reply (30, 30s, 5m).")
+@click.option("--json", "as_json", is_flag=True,
+              help='Print exactly one JSON object (a failure: {"error": {...}}).')
 @identity_options
 def send(target: str, folders: tuple[str, ...], kind: str | None, timeout: float | None,
          as_json: bool) -> None:
-    """Send a message (a briefcase) to the resident agent TARGET (NAME@HOST:PORT).
+    """Send a message (a briefcase) to the resident agent NAME at PLACE (HOST:PORT;
+    default: $TACOMA_PLACE, else 127.0.0.1:7707).
 
     By default one-way: prints the message id once it is in the resident's mailbox.
     A full mailbox exits with status 13, an unknown resident with 4.
@@ -123,11 +192,14 @@ def send(target: str, folders: tuple[str, ...], kind: str | None, timeout: float
     Examples:
       tacoma send echo@127.0.0.1:7707 -f TEXT=hello
       tacoma send echo@127.0.0.1:7707 -f TEXT=hello --ack
-      tacoma send echo@127.0.0.1:7707 -f TEXT=hello --request --json
+      tacoma send echo -f TEXT=hello --request --json
     """
-    if _checked_target(target).startswith("ag_"):
+    target = with_place(target, "NAME", "NAME[@PLACE]")
+    name, place = split_target(target)
+    if name.startswith("ag_"):
         raise click.BadParameter("messages go to resident agents (NAME@PLACE); ag_ names "
-                                 "are agents, met with tacoma meet", param_hint="TARGET")
+                                 "are agents, met with tacoma meet",
+                                 param_hint="NAME[@PLACE]")
     bc = briefcase_from(folders)
     try:
         if kind == "request":
@@ -144,4 +216,4 @@ def send(target: str, folders: tuple[str, ...], kind: str | None, timeout: float
         sent.result()
         click.echo(json.dumps({"acknowledged": True}) if as_json else "acknowledged")
     except tacoma.TacomaError as exc:
-        fail(exc)
+        fail(exc, place=place)

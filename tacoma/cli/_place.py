@@ -23,7 +23,15 @@ from ..place._settings import DEFAULT_LISTEN, default_state_dir
 from ..wire._address import parse_address
 from ..wire._names import RESERVED_AGENTS
 from ..wire._protocol import MIN_IDLE_SECONDS
-from ._common import CommandFunction, state_dir_option
+from ._common import (
+    ByteSize,
+    CommandFunction,
+    Duration,
+    fail,
+    format_duration,
+    format_size,
+    state_dir_option,
+)
 
 __all__ = ["doctor", "install", "place"]
 
@@ -32,33 +40,34 @@ def _limits_options(f: CommandFunction) -> CommandFunction:
     """One option per field of `tacoma.Limits`, defaulting to its default."""
     defaults = tacoma.Limits()
     options = [
-        click.option("--cpu-seconds", type=click.IntRange(min=1),
-                     default=defaults.cpu_seconds, show_default=True,
-                     help="CPU time of each agent: of each of its processes, and (as "
-                          "root) of all of them together."),
-        click.option("--memory", "memory_bytes", type=click.IntRange(min=64 * 2**20),
-                     default=defaults.memory_bytes, show_default=True,
-                     help="Memory of each agent, in bytes: the address space of each of "
-                          "its processes, and (as root) the memory of all of them together."),
-        click.option("--disk", "disk_bytes", type=click.IntRange(min=2**20),
-                     default=defaults.disk_bytes, show_default=True,
-                     help="What each agent may write, in bytes: its working directory, "
-                          "/tmp, /var/tmp and /dev/shm together."),
+        click.option("--cpu-seconds", type=Duration(1, whole=True),
+                     default=format_duration(defaults.cpu_seconds), show_default=True,
+                     help="CPU time of each agent (30, 90s, 5m): of each of its processes, "
+                          "and (as root) of all of them together."),
+        click.option("--memory", "memory_bytes", type=ByteSize(64 * 2**20),
+                     default=format_size(defaults.memory_bytes), show_default=True,
+                     help="Memory of each agent (2G, 512M; K, M, G, T are powers of 1024): "
+                          "the address space of each of its processes, and (as root) the "
+                          "memory of all of them together."),
+        click.option("--disk", "disk_bytes", type=ByteSize(2**20),
+                     default=format_size(defaults.disk_bytes), show_default=True,
+                     help="What each agent may write: its working directory, /tmp, /var/tmp "
+                          "and /dev/shm together."),
         click.option("--cpus", type=click.FloatRange(min=0.01),
                      default=defaults.cpus, show_default=True,
                      help="CPU rate of each agent, in cores (as root: a CPU cgroup)."),
-        click.option("--file-size", "file_bytes", type=click.IntRange(min=1),
-                     default=defaults.file_bytes, show_default=True,
-                     help="Largest file an agent may write, in bytes."),
+        click.option("--file-size", "file_bytes", type=ByteSize(1),
+                     default=format_size(defaults.file_bytes), show_default=True,
+                     help="Largest file an agent may write."),
         click.option("--open-files", type=click.IntRange(min=16),
                      default=defaults.open_files, show_default=True,
                      help="Open file descriptors per agent."),
         click.option("--processes", type=click.IntRange(min=1),
                      default=defaults.processes, show_default=True,
                      help="Processes and threads per agent."),
-        click.option("--meet-seconds", type=click.FloatRange(min=0, min_open=True),
-                     default=defaults.meet_seconds, show_default=True,
-                     help="Wall-clock bound on any meet at this place."),
+        click.option("--meet-seconds", type=Duration(positive=True),
+                     default=format_duration(defaults.meet_seconds), show_default=True,
+                     help="Wall-clock bound on any meet at this place (30s, 5m, 2h)."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -74,43 +83,44 @@ _SETTINGS = tacoma.PlaceSettings()
 @state_dir_option("What the place keeps.")
 @click.option("--pool-size", type=click.IntRange(0, 64), default=2, show_default=True,
               help="Pre-started workers kept ready per language.")
-@click.option("--max-briefcase", "max_frame", type=click.IntRange(min=65536),
-              default=_SETTINGS.max_frame, show_default=True,
-              help="Largest briefcase (frame) accepted or sent, in bytes.")
+@click.option("--max-briefcase", "max_frame", type=ByteSize(65536),
+              default=format_size(_SETTINGS.max_frame), show_default=True,
+              help="Largest briefcase (frame) accepted or sent (256M, 1G).")
 @click.option("--max-meets", type=click.IntRange(min=1), default=256, show_default=True,
               help="Meets running at once; more are refused.")
 @click.option("--max-connections", type=click.IntRange(min=1), default=1024,
               show_default=True, help="Client connections open at once; more are refused.")
-@click.option("--grace", "grace_seconds", type=click.FloatRange(min=0), default=10.0,
-              show_default=True, help="On SIGINT/SIGTERM, seconds running meets may finish in.")
+@click.option("--grace", "grace_seconds", type=Duration(), default="10s",
+              show_default=True, help="On SIGINT/SIGTERM, how long running meets may take "
+              "to finish.")
 @click.option("--mailbox-messages", type=click.IntRange(min=1),
               default=_SETTINGS.mailbox_messages, show_default=True,
               help="Messages waiting for any one resident agent; more are refused.")
-@click.option("--mailbox-bytes", type=click.IntRange(min=1),
-              default=_SETTINGS.mailbox_bytes, show_default=True,
+@click.option("--mailbox-bytes", type=ByteSize(1),
+              default=format_size(_SETTINGS.mailbox_bytes), show_default=True,
               help="Bytes of messages waiting for any one resident agent.")
-@click.option("--mailbox-total-bytes", type=click.IntRange(min=1),
-              default=_SETTINGS.mailbox_total_bytes, show_default=True,
+@click.option("--mailbox-total-bytes", type=ByteSize(1),
+              default=format_size(_SETTINGS.mailbox_total_bytes), show_default=True,
               help="Bytes of messages waiting at the place, for all residents together.")
 @_limits_options
 @click.option("--same-uid", is_flag=True,
               help="As root, run agents as root too (unsafe: they can then signal the place "
                    "and read whatever root may). By default each agent gets a uid of its own.")
-@click.option("--max-receiving", type=click.IntRange(min=65536),
-              default=_SETTINGS.max_receiving, show_default=True,
+@click.option("--max-receiving", type=ByteSize(65536),
+              default=format_size(_SETTINGS.max_receiving), show_default=True,
               help="Bytes of briefcases being received at once from all peers together; "
                    "a peer whose briefcase would pass it is refused.")
-@click.option("--idle-seconds", type=click.FloatRange(min=MIN_IDLE_SECONDS),
-              default=_SETTINGS.idle_seconds, show_default=True,
+@click.option("--idle-seconds", type=Duration(MIN_IDLE_SECONDS),
+              default=format_duration(_SETTINGS.idle_seconds), show_default=True,
               help="Close a connection with no meet in flight after it has been silent this "
                    "long (clients reconnect at their next meet).")
 @click.option("--max-queued", type=click.IntRange(min=0), default=_SETTINGS.max_queued,
               show_default=True,
               help="Async meets that may wait in the journal while the place runs "
                    "--max-meets; more are refused (PlaceUnavailable).")
-@click.option("--keep-results", type=click.FloatRange(min=1), default=_SETTINGS.keep_results,
-              show_default=True, metavar="SECONDS",
-              help="How long the journal keeps a meet's outcome for tacoma status.")
+@click.option("--keep-results", type=Duration(1),
+              default=format_duration(_SETTINGS.keep_results), show_default=True,
+              help="How long the journal keeps a meet's outcome for tacoma status (1h, 7d).")
 @click.option("--agent-network", type=click.Choice(["none", "host"]), default="none",
               show_default=True,
               help="What network agents get: none (they reach other agents only through "
@@ -183,8 +193,6 @@ def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
         place = tacoma.Place(settings)
         try:
             address = await place.start()
-        except tacoma.TrustError as exc:
-            raise click.ClickException(str(exc)) from None
         except OSError as exc:
             if exc.filename:
                 raise click.ClickException(f"cannot use {exc.filename}: "
@@ -199,8 +207,11 @@ def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
         sys.stdout.flush()
         await place.wait_stopped()
 
-    with asyncio.Runner(loop_factory=new_event_loop) as runner:
-        runner.run(serve())
+    try:
+        with asyncio.Runner(loop_factory=new_event_loop) as runner:
+            runner.run(serve())
+    except tacoma.TacomaError as exc:  # it could not start (its identity, its state dir)
+        fail(exc)
 
 
 @click.command()
@@ -237,15 +248,16 @@ def doctor(as_json: bool, same_uid: bool, agent_network: str) -> None:
     if as_json:
         click.echo(json.dumps({"interpreters": report, "layers": layers}))
     else:
-        for row in report:
-            mark = click.style("ok", fg="green") if row["ok"] else click.style("no", fg="red")
-            detail = row["version"] if row["ok"] else row["problem"]
-            click.echo(f"{mark:>2}  {row['agent']:<12} {row['language']:<8} {detail}")
-        click.echo("sandbox layers for a place run here by this user:")
-        for layer in layers:
-            mark = click.style("ok", fg="green") if layer["applied"] \
-                else click.style("no", fg="yellow")
-            click.echo(f"{mark:>2}  {layer['layer']:<18} {layer['detail']}")
+        from ..display import table
+
+        table(("OK", "AGENT", "LANGUAGE", "VERSION, OR WHY NOT"),
+              [("ok" if row["ok"] else "no", row["agent"], row["language"],
+                row["version"] if row["ok"] else row["problem"]) for row in report])
+        click.echo()
+        table(("OK", "LAYER", "WHAT IT DOES, OR WHY NOT"),
+              [("ok" if layer["applied"] else "no", layer["layer"], layer["detail"])
+               for layer in layers],
+              title="sandbox layers for a place run here by this user:")
     if not all(row["ok"] for row in report):
         sys.exit(1)
 

@@ -1,51 +1,82 @@
-"""`tacoma status`: what became of a meet, asked by its id (`tacoma.status`, `tacoma.result`)."""
+"""`tacoma status`: a place in one screen (`tacoma.place_status`), or what became of a meet,
+asked by its id (`tacoma.status`, `tacoma.result`).
+
+One command for both, told apart by the argument: a meet is MEET_ID@HOST:PORT, a place is
+HOST:PORT, and no argument is the default place (`$TACOMA_PLACE`, else 127.0.0.1:7707).
+"""
 
 from __future__ import annotations
 
 import json
-import sys
+from pathlib import Path
 
 import click
 
 import tacoma
 
-from ._common import briefcase_json, exit_code, fail, print_briefcase
+from ._admin import admin_options, admin_token, checked_place
+from ._common import (
+    Duration,
+    briefcase_json,
+    fail,
+    print_briefcase,
+)
 from ._trust import identity_options
 
 __all__ = ["status"]
 
 
 @click.command()
-@click.argument("target", metavar="MEET_ID@HOST:PORT")
-@click.option("--wait", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
-              is_flag=False, flag_value=3600.0,
-              help="Wait up to SECONDS (--wait alone: an hour) for the meet to end.")
+@click.argument("target", metavar="[PLACE | MEET_ID@PLACE]", required=False)
+@click.option("--wait", type=Duration(), default=None, is_flag=False, flag_value=3600.0,
+              help="A meet's: wait up to DURATION (30, 5m; --wait alone: an hour) for it to "
+                   "end.")
 @click.option("--json", "as_json", is_flag=True,
-              help='Print exactly one JSON object: {"meet_id", "state", "agent", "runs", '
-                   '"folders" (when done) or "error" (when failed)}.')
+              help='Print exactly one JSON object: a place\'s status, or a meet\'s '
+                   '{"meet_id", "state", "agent", "runs", "folders" (when done) or "error" '
+                   '(when failed)}.')
+@admin_options
 @identity_options
-def status(target: str, wait: float | None, as_json: bool) -> None:
-    """Say what became of meet MEET_ID at a place: queued, running, done (and print its
-    result), failed (and exit with its error's status) or unknown (exit 18).
+def status(target: str | None, wait: float | None, as_json: bool, state_dir: Path | None,
+           token_file: Path | None) -> None:
+    """A place in one screen, or what became of a meet.
 
-    A place keeps the async meets it accepted, the trips that began there and the sync
-    meets whose caller's connection was lost, with each one's outcome for a while after it
-    ended (tacoma place --keep-results). tacoma meet prints a meet's id with --async, and
-    names it when a sync meet's connection is lost.
+    PLACE (HOST:PORT; none: $TACOMA_PLACE, else 127.0.0.1:7707): its address, version and
+    uptime, the sandbox layers it applies, its worker pools, meets running, queued and
+    ended, its resident agents and their mailboxes, its cabinets. Like tacoma ps, it needs
+    an identity with the admin role (your own is one) or the place's admin token
+    (--state-dir, --token-file).
+
+    MEET_ID@PLACE: queued, running, done (and print its result), failed (and exit with its
+    error's status) or unknown (exit 18). A place keeps the async meets it accepted, the
+    trips that began there and the sync meets whose caller's connection was lost, with each
+    one's outcome for a while after it ended (tacoma place --keep-results). tacoma meet
+    prints a meet's id with --async, and names it when a sync meet's connection is lost.
 
     \b
     Examples:
+      tacoma status
+      tacoma status 127.0.0.1:7707 --json
       tacoma status p4Rk2xV9_cLm0sQe@127.0.0.1:7707
       tacoma status p4Rk2xV9_cLm0sQe@127.0.0.1:7707 --wait 60 --json
     """
-    if "@" not in target:
+    if target is None or "@" not in target:
+        if wait is not None:
+            raise click.UsageError("--wait waits for a meet: give MEET_ID@HOST:PORT")
+        if target is not None and ":" not in target:
+            raise click.BadParameter(
+                f"{target!r} is neither a place (HOST:PORT) nor a meet (MEET_ID@HOST:PORT)",
+                param_hint="PLACE | MEET_ID@PLACE")
+        _place_summary(checked_place(target), state_dir, token_file, as_json)
+        return
+    meet_id, _, place = target.partition("@")
+    if not meet_id or not place:
         raise click.BadParameter("give the meet's id and its place: MEET_ID@HOST:PORT",
-                                 param_hint="MEET_ID@HOST:PORT")
+                                 param_hint="MEET_ID@PLACE")
     try:
         found = tacoma.status(target, wait=wait or 0.0)
     except tacoma.TacomaError as exc:
-        fail(exc)
-        return
+        fail(exc, place=place)
     if as_json:
         out: dict[str, object] = {"meet_id": found.id, "place": found.place,
                                   "state": found.state, "agent": found.agent,
@@ -64,11 +95,22 @@ def status(target: str, wait: float | None, as_json: bool) -> None:
                    err=found.result is not None)
         if found.result is not None:
             print_briefcase(found.result)
+    # Under --json the object above is the one on stdout, its "error" the meet's.
     if found.error is not None:
-        if as_json:
-            sys.exit(exit_code(found.error))
-        fail(found.error)
+        fail(found.error, as_json=False)
     if found.state == "unknown":
-        if as_json:
-            sys.exit(exit_code(found.no_record()))
-        fail(found.no_record())
+        fail(found.no_record(), as_json=False)
+
+
+def _place_summary(place: str, state_dir: Path | None, token_file: Path | None,
+                   as_json: bool) -> None:
+    from ..client._place_status import place_status
+
+    try:
+        summary = place_status(place, token=admin_token(place, state_dir, token_file))
+    except tacoma.TacomaError as exc:
+        fail(exc, place=place)
+    if as_json:
+        click.echo(json.dumps(summary.data))
+    else:
+        summary.show()

@@ -49,7 +49,6 @@ def _read(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError) as exc:
         fail(TestbedError(f"cannot read the testbed record {path}: {exc}; remove it, and "
                           "the namespaces it names (ip netns list), by hand"))
-        return None  # not reached: fail exits
     return record
 
 

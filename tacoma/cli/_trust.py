@@ -147,16 +147,19 @@ def show(as_json: bool, trust_dir: Path | None) -> None:
         click.echo(json.dumps({"trust_dir": str(store.root), "ca": row(ca),
                                "default": default, "identities": [row(i) for i in identities]}))
         return
+    from ..display import table
+
     today = datetime.datetime.now(datetime.UTC)
-    click.echo(f"CA       {ca.name}, until {ca.not_after:%Y-%m-%d} ({store.root})")
+    click.echo(f"CA {ca.name}, until {ca.not_after:%Y-%m-%d}, in {store.root}\n")
+    rows = []
     for i in identities:
         state = ("REVOKED" if i.revoked else "EXPIRED" if i.expired
                  else f"{(i.not_after - today).days} days left")
-        marks = " (default)" if i.name == default else ""
-        marks += " (local places)" if i.name == LOCAL_PLACE else ""
-        where = f"  addresses: {', '.join(i.addresses)}" if i.addresses else ""
-        click.echo(f"{i.name:<20} {', '.join(i.roles):<14} until {i.not_after:%Y-%m-%d} "
-                   f"[{state}]{marks}{where}")
+        notes = [*(["default"] if i.name == default else []),
+                 *(["local places"] if i.name == LOCAL_PLACE else [])]
+        rows.append((i.name, ", ".join(i.roles), f"{i.not_after:%Y-%m-%d}", state,
+                     ", ".join(i.addresses) or "-", ", ".join(notes)))
+    table(("NAME", "ROLES", "UNTIL", "STATE", "ADDRESSES", "NOTE"), rows)
 
 
 @trust.command()

@@ -18,10 +18,15 @@ from ._identity import current_principal as current_principal
 from ._identity import use_identity as use_identity
 from ._local import LocalPlaces as LocalPlaces
 from ._local import local_places as local_places
+from ._place_status import PlaceStatus as PlaceStatus
+from ._place_status import aplace_status as aplace_status
+from ._place_status import place_status as place_status
 from ._status import MeetStatus as MeetStatus
 from ._status import aresult as aresult
+from ._status import aresults as aresults
 from ._status import astatus as astatus
 from ._status import result as result
+from ._status import results as results
 from ._status import status as status
 from ._traced import Traced as Traced
 from ._traced import atrace as atrace
@@ -31,18 +36,23 @@ __all__ = [
            "LocalPlaces",
            "MeetStatus",
            "PlaceClient",
+           "PlaceStatus",
            "Traced",
            "ameet",
+           "aplace_status",
            "arequest",
            "aresult",
+           "aresults",
            "asend",
            "astatus",
            "atrace",
            "current_principal",
            "local_places",
            "meet",
+           "place_status",
            "request",
            "result",
+           "results",
            "send",
            "set_default_place",
            "status",

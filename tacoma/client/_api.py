@@ -4,24 +4,36 @@
 (`_runtime`) so it can be called from plain scripts and from notebook cells, where a loop
 already runs in the caller's thread. Messages are meets too (see place._residents): `asend`
 is an async (one-way) or ack meet with a resident, `arequest` a sync one.
+
+Interrupting a blocking meet (Ctrl-C in a script, a notebook's stop button) cancels it, and
+`meet` waits, briefly, for that cancellation to reach the place before it lets the
+KeyboardInterrupt go on: the client names its meets, and a place that sees only a lost
+connection lets the agent of a named meet run on (its caller may ask for the outcome by id),
+so a process that exited at once would leave its agent running.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Mapping
-from typing import Any, Literal, cast, overload
+import threading
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, Literal, TypeVar, cast, overload
 
 from ..wire._address import split_target
 from ..wire._briefcase import CODE, Briefcase
 from ..wire._errors import ConnectionLost
 from ._client import connection, meet_deadline, new_meet_id, place_of
 
-__all__ = ["ameet", "arequest", "asend", "make_briefcase", "meet", "request", "send"]
+__all__ = ["ameet", "arequest", "asend", "make_briefcase", "meet", "request",
+           "run_interruptible", "send"]
 
 MeetMode = Literal["sync", "async"]
 Folders = Briefcase | Mapping[str, Any] | None
+T = TypeVar("T")
+
+#: How long an interrupted blocking meet waits for its cancellation to be sent.
+CANCEL_SECONDS = 5.0
 
 
 def make_briefcase(briefcase: Folders, code: str | bytes | None) -> Briefcase:
@@ -35,25 +47,29 @@ def make_briefcase(briefcase: Folders, code: str | bytes | None) -> Briefcase:
 @overload
 async def ameet(target: str, briefcase: Folders = ..., *, code: str | bytes | None = ...,
                 mode: Literal["sync"] = ..., timeout: float | None = ...,
-                connect_timeout: float | None = ...) -> Briefcase: ...
+                connect_timeout: float | None = ..., meet_id: str | None = ...
+                ) -> Briefcase: ...
 
 
 @overload
 async def ameet(target: str, briefcase: Folders = ..., *, code: str | bytes | None = ...,
                 mode: Literal["async"], timeout: float | None = ...,
-                connect_timeout: float | None = ...) -> str: ...
+                connect_timeout: float | None = ..., meet_id: str | None = ...) -> str: ...
 
 
 async def ameet(target: str, briefcase: Folders = None, *, code: str | bytes | None = None,
                 mode: MeetMode = "sync", timeout: float | None = None,
-                connect_timeout: float | None = 10.0) -> Briefcase | str:
+                connect_timeout: float | None = 10.0,
+                meet_id: str | None = None) -> Briefcase | str:
     """Meet `agent@place` with a briefcase.
 
     Sync (the default) waits for the agent to end and returns its briefcase; async returns
     the place's meet id as soon as the place accepted the meet. `code` is put into the CODE
     folder. `timeout` bounds the whole meet, connection included; the place kills the agent
     when it passes. A bare agent name meets at the default place (tacoma.meet's: the
-    embedded place).
+    embedded place). `meet_id`: the id to run the meet as (8 to 64 letters, digits, _ and
+    -, unique at the place; default: a new random one), for a caller that must name the
+    meet before it ends (to ask for it by id, or to say which meet it cancelled).
     """
     bc = make_briefcase(briefcase, code)
     if mode not in ("sync", "async"):
@@ -61,7 +77,7 @@ async def ameet(target: str, briefcase: Folders = None, *, code: str | bytes | N
     agent, address = await place_of(target)
     # Named here, so that a caller who loses the connection can ask for the outcome by id
     # (and an async meet sent again after a lost answer is taken once).
-    meet_id = new_meet_id()
+    meet_id = meet_id or new_meet_id()
     async with meet_deadline(timeout, f"meet {target} did not finish"):
         client = await connection(address, connect_timeout)
         try:
@@ -76,24 +92,61 @@ async def ameet(target: str, briefcase: Folders = None, *, code: str | bytes | N
 @overload
 def meet(target: str, briefcase: Folders = ..., *, code: str | bytes | None = ...,
          mode: Literal["sync"] = ..., timeout: float | None = ...,
-         connect_timeout: float | None = ...) -> Briefcase: ...
+         connect_timeout: float | None = ..., meet_id: str | None = ...) -> Briefcase: ...
 
 
 @overload
 def meet(target: str, briefcase: Folders = ..., *, code: str | bytes | None = ...,
          mode: Literal["async"], timeout: float | None = ...,
-         connect_timeout: float | None = ...) -> str: ...
+         connect_timeout: float | None = ..., meet_id: str | None = ...) -> str: ...
 
 
 def meet(target: str, briefcase: Folders = None, *, code: str | bytes | None = None,
          mode: MeetMode = "sync", timeout: float | None = None,
-         connect_timeout: float | None = 10.0) -> Briefcase | str:
-    """Blocking `ameet`: usable from scripts and from notebook cells alike."""
+         connect_timeout: float | None = 10.0, meet_id: str | None = None) -> Briefcase | str:
+    """Blocking `ameet`: usable from scripts and from notebook cells alike. Interrupted
+    (KeyboardInterrupt), it cancels the meet at the place, which stops the agent."""
+    result = run_interruptible(lambda: ameet(target, briefcase, code=code, mode=mode,
+                                             timeout=timeout,
+                                             connect_timeout=connect_timeout,
+                                             meet_id=meet_id))
+    return cast(Briefcase | str, result)
+
+
+def run_interruptible(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run the coroutine `make()` on the background loop and wait for it; on an interrupt,
+    wait up to CANCEL_SECONDS for its cancellation to finish (what it sends to say so has
+    then left), and raise the KeyboardInterrupt.
+
+    The coroutine is made on the loop, so that one cancelled before it started is never
+    made at all (and leaves no never-awaited coroutine behind).
+    """
     from ._runtime import run_blocking
 
-    result = run_blocking(ameet(target, briefcase, code=code, mode=mode,
-                                timeout=timeout, connect_timeout=connect_timeout))
-    return cast(Briefcase | str, result)
+    lock = threading.Lock()
+    started = abandoned = False
+    ended = threading.Event()
+
+    async def guarded() -> T:
+        nonlocal started
+        with lock:  # held for a moment only: it orders this against the interrupt below
+            if abandoned:
+                raise asyncio.CancelledError
+            started = True
+        try:
+            return await make()
+        finally:
+            ended.set()
+
+    try:
+        return run_blocking(guarded())
+    except KeyboardInterrupt:
+        with lock:
+            abandoned = True
+            running = started
+        if running:  # else it never starts: nothing was sent, nothing to cancel
+            ended.wait(CANCEL_SECONDS)
+        raise
 
 
 # ---------------------------------------------------------------------------- messages
@@ -155,5 +208,5 @@ def send(target: str, briefcase: Folders = None, *, ack: bool = False,
 
 def request(target: str, briefcase: Folders = None, *, timeout: float | None = None,
             connect_timeout: float | None = 10.0) -> Briefcase:
-    """Blocking `arequest`: the resident's reply."""
+    """Blocking `arequest`: the resident's reply (interrupted, it cancels the request)."""
     return meet(target, briefcase, timeout=timeout, connect_timeout=connect_timeout)

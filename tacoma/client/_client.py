@@ -177,8 +177,14 @@ class PlaceClient:
 
 
 def new_meet_id() -> str:
-    """A fresh meet id for the client to choose (16 URL-safe characters, 96 random bits)."""
-    return secrets.token_urlsafe(12)
+    """A fresh meet id for the client to choose (16 URL-safe characters, 96 random bits).
+
+    Never one that starts with "-": a user types the id back on a command line
+    (`tacoma status ID@PLACE`, `tacoma kill`), where it would read as an option."""
+    while True:
+        meet_id = secrets.token_urlsafe(12)
+        if not meet_id.startswith("-"):
+            return meet_id
 
 
 class ClientCache:

@@ -4,10 +4,13 @@ A name is one of the place's own agents (BUILT_IN: answered by the place, no wor
 interpreter's agent (ag_python: the program comes in the CODE folder), or an agent
 installed in STATE/agents (`tacoma install`: its program is the file, its interpreter told
 by the file's suffix). Languages come from the discovered interpreters; the place names none.
+A name the place does not have is answered with the closest names it has (did you mean),
+in the error itself, so that the Python API and the CLI alike say it.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -73,7 +76,10 @@ class Agents:
         if agent in self.interpreters:
             reason = self.interpreters[agent].check() or "its worker pool is not running"
             raise PlaceUnavailable(f"agent {agent} cannot run at this place: {reason}")
-        residents = ", ".join(sorted(self.resident_names())) or "none"
-        raise UnknownAgent(f"no agent {agent!r} at place {self.address}",
-                           "agents here: " + ", ".join(self.names())
-                           + "; resident agents: " + residents)
+        names, resident_names = self.names(), sorted(self.resident_names())
+        # One guess: names share their "ag_", which makes weak second guesses look close.
+        close = difflib.get_close_matches(agent, [*names, *resident_names], n=1, cutoff=0.7)
+        guess = f"; did you mean {close[0]}?" if close else ""
+        raise UnknownAgent(f"no agent {agent!r} at place {self.address}{guess}",
+                           "agents here: " + ", ".join(names)
+                           + "; resident agents: " + (", ".join(resident_names) or "none"))

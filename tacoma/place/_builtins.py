@@ -3,8 +3,9 @@
 They run no one's code and take no worker, so a meet of one is answered on the place's own
 loop: ag_echo returns its briefcase (the null agent, for benchmarks and health checks),
 ag_cabinet is the door to the cabinets (_cabinets), ag_home is where trips end (_trips),
-ag_admin lists and stops the agents at the place (`tacoma ps`, `tacoma kill`) for
-whoever shows the place's admin token, ag_status says what became of a meet by its id
+ag_admin lists and stops the agents at the place (`tacoma ps`, `tacoma kill`) and sums the
+place up (`tacoma status PLACE`: its pools, layers, meets, residents) for an admin identity
+or whoever shows the place's admin token, ag_status says what became of a meet by its id
 (`tacoma status`, from memory and the journal), and ag_trip answers rear guards and stops
 trips (_trips). Each gets the collaborator it needs, not the place.
 """
@@ -12,20 +13,33 @@ trips (_trips). Each gets the collaborator it needs, not the place.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import json
 import logging
 import math
+import os
 import secrets
 import time
 from typing import Any
 
+from .._version import __version__
 from ..wire._briefcase import Briefcase
 from ..wire._errors import MeetError, NotAllowed, UnknownAgent
-from ..wire._names import ADMIN_AGENT, CABINET_AGENT, HOME_AGENT, STATUS_AGENT, TRIP_AGENT
+from ..wire._names import (
+    ADMIN_AGENT,
+    BUILT_IN,
+    CABINET_AGENT,
+    HOME_AGENT,
+    STATUS_AGENT,
+    TRIP_AGENT,
+)
+from ._agents import Agents
 from ._cabinets import Cabinets
 from ._journal import Journal, pack
-from ._meet import Meets
+from ._layers import Layer
+from ._meet import ALWAYS_SERVED, Meets
 from ._residents import Residents
+from ._settings import PlaceSettings
 from ._trips import Trips
 
 __all__ = ["BuiltIns"]
@@ -37,7 +51,12 @@ class BuiltIns:
     """Answers the meets of the place's own agents (wire._names.BUILT_IN)."""
 
     def __init__(self, cabinets: Cabinets, trips: Trips, meets: Meets, residents: Residents,
-                 admin_token: str, journal: Journal, max_wait: float) -> None:
+                 admin_token: str, journal: Journal, max_wait: float, *,
+                 agents: Agents, layers: list[Layer], settings: PlaceSettings) -> None:
+        self.started = time.time()  # made as the place starts: its uptime counts from here
+        self.agents = agents  # its pools and installed agents, for the status
+        self.layers = layers  # the sandbox layers it applies (or not, and why)
+        self.settings = settings
         self.cabinets = cabinets
         self.journal = journal
         self.max_wait = max_wait  # the longest an ag_status meet waits (--meet-seconds)
@@ -66,7 +85,7 @@ class BuiltIns:
                              "its outcome is recorded", trip_id, meet_id)
             return Briefcase()
         if agent == ADMIN_AGENT:
-            return self._admin(briefcase, admin)
+            return await self._admin(briefcase, admin)
         if agent == STATUS_AGENT:
             return await self._status(briefcase, principal, admin)
         if agent == TRIP_AGENT:
@@ -133,9 +152,11 @@ class BuiltIns:
         return answer
 
     # ------------------------------------------------------------------ ag_admin
-    def _admin(self, request: Briefcase, admin: bool) -> Briefcase:
-        """ag_admin: `ps` and `kill`, for an identity with the admin role, or whoever shows
-        the place's admin token."""
+    async def _admin(self, request: Briefcase, admin: bool) -> Briefcase:
+        """ag_admin: `ps`, `kill` and `status`, for an identity with the admin role, or
+        whoever shows the place's admin token. All of the status is the admin's: the
+        residents' names, its mailboxes and which layers are missing are no one else's
+        business."""
         token = request.text("TOKEN")[0] if request.folder("TOKEN") else ""
         if not admin and not secrets.compare_digest(token.encode(),
                                                     self.admin_token.encode()):
@@ -149,7 +170,47 @@ class BuiltIns:
         if op == "kill":
             names = request.text("NAME") if request.folder("NAME") else []
             return Briefcase(KILLED=[self.kill(names[0] if names else "")])
-        raise MeetError(f"unknown {ADMIN_AGENT} operation {op!r}: ps or kill")
+        if op == "status":
+            return Briefcase(STATUS=[json.dumps(await self.status()).encode()])
+        raise MeetError(f"unknown {ADMIN_AGENT} operation {op!r}: ps, kill or status")
+
+    async def status(self) -> dict[str, Any]:
+        """The place in one screen (`tacoma status PLACE`; client._place_status reads it)."""
+        now = time.time()
+        pools = self.agents.pools
+        installed = [name for name in self.agents.names()
+                     if name not in BUILT_IN and name not in pools]
+        residents = [{
+            "name": r.name, "agent": r.meet.installed_as or r.meet.agent, "meet": r.meet.id,
+            "messages": len(r.queue), "bytes": r.bytes, "received": r.received,
+            "age": round(now - r.started, 3),
+        } for r in sorted(self.residents.by_name.values(), key=lambda r: r.name)]
+        return {
+            "address": self.meets.address, "version": __version__, "pid": os.getpid(),
+            "started": self.started, "uptime": round(now - self.started, 3),
+            "state_dir": str(self.settings.state_dir),
+            "agent_network": self.settings.agent_network,
+            "layers": [{"layer": layer.name, "applied": layer.applied, "detail": layer.detail}
+                       for layer in self.layers],
+            "pools": [{"agent": agent, "language": pool.interpreter.language,
+                       "ready": pool.ready, "size": pool.size, "ended": pool.ended}
+                      for agent, pool in sorted(pools.items())],
+            "unavailable": sorted(set(self.agents.interpreters) - set(pools)),
+            "installed": installed,
+            "meets": {
+                # Not the always-served agents' (this very meet is one of them).
+                "running": sum(1 for m in list(self.meets.running.values())
+                               if m.agent not in ALWAYS_SERVED),
+                "queued": len(self.meets.queued),
+                "ended": sum(pool.ended for pool in pools.values()),
+                "max_meets": self.meets.max_meets, "max_queued": self.meets.max_queued,
+            },
+            "residents": residents,
+            "mailboxes": {"messages": sum(r["messages"] for r in residents),
+                          "bytes": self.residents.total_bytes,
+                          "max_bytes": self.residents.max_total_bytes},
+            "cabinets": await self.cabinets.count(),
+        }
 
     def ps(self) -> list[dict[str, Any]]:
         """The agents running here now: one row each, residents named."""
@@ -179,7 +240,10 @@ class BuiltIns:
         resident = self.residents.get(name)
         meet = resident.meet if resident is not None else self.meets.running.get(name)
         if meet is None or meet.worker is None or meet.id not in self.meets.running:
-            raise UnknownAgent(f"no agent {name!r} is running at place {self.meets.address}",
-                               "tacoma ps lists them")
+            running = [*self.residents.by_name, *self.meets.running]
+            close = difflib.get_close_matches(name, running, n=1, cutoff=0.7)
+            guess = f"; did you mean {close[0]!r}?" if close else ""
+            raise UnknownAgent(f"no agent {name!r} is running at place "
+                               f"{self.meets.address}{guess}", "tacoma ps lists them")
         self.meets.kill(meet)
         return meet.id

@@ -188,6 +188,10 @@ class Cabinets:
     async def open(self) -> None:
         await self._run(lambda store: None)
 
+    async def count(self) -> int:
+        """How many cabinets the place has, private ones included (for its status)."""
+        return len(await self._run(lambda store: store.names(None, everything=True)))
+
     async def serve(self, briefcase: Briefcase, who: str | None) -> Briefcase:
         """Answer one ag_cabinet meet made by `who` (None: a client outside the place)."""
         op = _one(briefcase, "OP", f"one of {', '.join(OPS)}")

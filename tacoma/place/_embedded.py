@@ -22,7 +22,7 @@ from ..trust._tls import client_context
 from ._place import Place
 from ._settings import PlaceSettings
 
-__all__ = ["embedded_address"]
+__all__ = ["embedded_address", "embedded_running"]
 
 _place: Place | None = None
 _lock: asyncio.Lock | None = None
@@ -55,6 +55,12 @@ async def _start() -> str:
             _runtime.on_shutdown(stop)
             _place = place
         return _place.address
+
+
+def embedded_running() -> bool:
+    """Whether this process's embedded place has started (no meet that named no place has
+    started it yet, otherwise)."""
+    return _place is not None
 
 
 async def embedded_address() -> str:

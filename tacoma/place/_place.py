@@ -185,7 +185,8 @@ class Place:
                       settings.share if not settings.insecure else 1.0, settings.max_queued)
         trips = Trips(address)
         builtins = BuiltIns(self.cabinets, trips, meets, residents, admin_token, self.journal,
-                            settings.limits.meet_seconds)
+                            settings.limits.meet_seconds, agents=agents,
+                            layers=containment.layers.report, settings=settings)
         builds = Builds(containment, cache_mode)
         for agent, interpreter in interpreters.items():
             problem = interpreter.check()

@@ -316,6 +316,18 @@ class WorkerPool:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._failures = 0
+        #: Meets whose agent ran in one of its workers and ended, since the place started.
+        self.ended = 0
+
+    @property
+    def ready(self) -> int:
+        """Workers ready for a meet now."""
+        return sum(1 for worker in self._ready if worker.alive)
+
+    @property
+    def size(self) -> int:
+        """How many ready workers it keeps (--pool-size)."""
+        return self.settings.pool_size
 
     def fill(self) -> None:
         """Start workers in the background until `pool_size` are ready or starting."""
@@ -364,6 +376,7 @@ class WorkerPool:
         Both happen here rather than in `take` so that the replacement's fork and set-up do
         not compete with the meet it replaces.
         """
+        self.ended += 1
         self._track(worker.destroy())
         self.fill()
 

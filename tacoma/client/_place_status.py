@@ -1,0 +1,243 @@
+"""A place in one screen: `place_status(PLACE)`, the face of `tacoma status PLACE`.
+
+The place sums itself up in one ag_admin meet (operation `status`, place._builtins): its
+address, version and uptime, the sandbox layers it applies, a worker pool per language,
+its meets (running, queued, ended), its resident agents and their mailboxes, its cabinets.
+Like `tacoma ps` it is for the place's administrator: an identity with the admin role (the
+user's own local one is), or the place's admin token (`token=`; the CLI reads it from the
+place's state directory).
+
+`PlaceStatus` is a value: `str()` is the summary as the CLI prints it, `repr()` one short
+line, and a notebook shows it as tables (`_repr_html_`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+import io
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from ..wire._briefcase import Briefcase
+from ..wire._names import ADMIN_AGENT
+from ._client import connection, meet_deadline, place_of
+
+__all__ = ["PlaceStatus", "aplace_status", "place_status"]
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """A layer of the sandbox, and whether the place applies it (if not: why)."""
+
+    name: str
+    applied: bool
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """The workers of one language: ready now, kept ready (--pool-size), and meets that
+    ran in one and ended since the place started."""
+
+    agent: str
+    language: str
+    ready: int
+    size: int
+    ended: int
+
+
+@dataclass(frozen=True, slots=True)
+class Resident:
+    """A resident agent: its name, agent, meet, and mailbox (messages and bytes waiting;
+    messages received since it became resident)."""
+
+    name: str
+    agent: str
+    meet: str
+    messages: int
+    bytes: int
+    received: int
+    age: float
+
+
+@dataclass(frozen=True, slots=True)
+class PlaceStatus:
+    """What a place says of itself (see the module's header). `data` is the place's answer
+    as it came (the JSON of `tacoma status PLACE --json`)."""
+
+    address: str
+    version: str
+    pid: int
+    started: float  # time.time() at the place when it started
+    uptime: float  # seconds, as the place counted them (no clock of ours involved)
+    state_dir: str
+    agent_network: str
+    layers: tuple[Layer, ...]
+    pools: tuple[Pool, ...]
+    unavailable: tuple[str, ...]  # languages installed here that cannot run at the place
+    installed: tuple[str, ...]  # agents installed at the place (tacoma install)
+    running: int  # meets running now (the place's own always-served agents not counted)
+    queued: int  # async meets waiting for a slot
+    ended: int  # meets whose agent ran in a worker and ended, since the place started
+    max_meets: int
+    max_queued: int
+    residents: tuple[Resident, ...]
+    mailbox_bytes: int  # bytes of messages waiting, all residents together
+    mailbox_max_bytes: int  # --mailbox-total-bytes
+    cabinets: int
+    data: dict[str, Any] = field(compare=False, hash=False, repr=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PlaceStatus:
+        meets, mail = data["meets"], data["mailboxes"]
+        return cls(
+            address=data["address"], version=data["version"], pid=data["pid"],
+            started=data["started"], uptime=data["uptime"], state_dir=data["state_dir"],
+            agent_network=data["agent_network"],
+            layers=tuple(Layer(r["layer"], r["applied"], r["detail"]) for r in data["layers"]),
+            pools=tuple(Pool(**r) for r in data["pools"]),
+            unavailable=tuple(data["unavailable"]), installed=tuple(data["installed"]),
+            running=meets["running"], queued=meets["queued"], ended=meets["ended"],
+            max_meets=meets["max_meets"], max_queued=meets["max_queued"],
+            residents=tuple(Resident(**r) for r in data["residents"]),
+            mailbox_bytes=mail["bytes"], mailbox_max_bytes=mail["max_bytes"],
+            cabinets=data["cabinets"], data=data)
+
+    # ------------------------------------------------------------------ for people
+    def _facts(self) -> list[tuple[str, str]]:
+        """The summary's lines before its tables: (label, text)."""
+        since = datetime.datetime.fromtimestamp(self.started).astimezone()
+        applied = [layer.name for layer in self.layers if layer.applied]
+        missing = [f"{layer.name} ({layer.detail})" for layer in self.layers
+                   if not layer.applied]
+        facts = [
+            ("place", f"{self.address}, tacoma {self.version}, pid {self.pid}"),
+            ("up", f"{human_duration(self.uptime)} (since {since:%Y-%m-%d %H:%M:%S %Z})"),
+            ("state", self.state_dir),
+            ("isolation", ", ".join(applied) or "none"),
+        ]
+        if missing:
+            facts.append(("not applied", "; ".join(missing)))
+        facts += [
+            ("network", "none (agents reach only their place)" if self.agent_network == "none"
+             else "the host's (--agent-network host)"),
+            ("meets", f"{self.running} running (at most {self.max_meets}), {self.queued} "
+                      f"queued (at most {self.max_queued}), {self.ended} ended since start"),
+            ("mailboxes", f"{sum(r.messages for r in self.residents)} messages, "
+                          f"{human_size(self.mailbox_bytes)} waiting (at most "
+                          f"{human_size(self.mailbox_max_bytes)} at the place)"),
+            ("cabinets", str(self.cabinets)),
+        ]
+        if self.installed:
+            facts.append(("installed", ", ".join(self.installed)))
+        if self.unavailable:
+            facts.append(("cannot run", ", ".join(self.unavailable) + " (tacoma doctor says "
+                                                                       "why)"))
+        return facts
+
+    POOL_HEADERS = ("LANGUAGE", "AGENT", "READY", "POOL", "ENDED")
+    RESIDENT_HEADERS = ("RESIDENT", "AGENT", "MEET", "MESSAGES", "BYTES", "RECEIVED", "AGE")
+
+    def _pool_rows(self) -> list[tuple[object, ...]]:
+        return [(p.language, p.agent, p.ready, p.size, p.ended) for p in self.pools]
+
+    def _resident_rows(self) -> list[tuple[object, ...]]:
+        return [(r.name, r.agent, r.meet, r.messages, human_size(r.bytes), r.received,
+                 human_duration(r.age)) for r in self.residents]
+
+    def show(self, file: IO[str] | None = None) -> None:
+        """Print the summary (on stdout, or `file`), its pools and residents as tables."""
+        from ..display import table  # rich: only for whoever prints
+
+        out = file if file is not None else sys.stdout
+        facts = self._facts()
+        width = max(len(label) for label, _ in facts)
+        out.write("".join(f"{label:<{width}}  {text}\n" for label, text in facts) + "\n")
+        out.flush()  # rich writes the tables past any buffer of ours
+        table(self.POOL_HEADERS, self._pool_rows(), right=("READY", "POOL", "ENDED"),
+              file=out)
+        out.write("\n")
+        if self.residents:
+            table(self.RESIDENT_HEADERS, self._resident_rows(),
+                  right=("MESSAGES", "BYTES", "RECEIVED", "AGE"), file=out)
+        else:
+            out.write("no resident agents\n")
+
+    def __str__(self) -> str:
+        out = io.StringIO()
+        self.show(out)
+        return out.getvalue().rstrip("\n")
+
+    def __repr__(self) -> str:
+        return (f"PlaceStatus({self.address}, tacoma {self.version}, up "
+                f"{human_duration(self.uptime)}, {self.running} running, {self.queued} queued, "
+                f"{self.ended} ended, {len(self.residents)} residents)")
+
+    def _repr_html_(self) -> str:
+        from ..display import html_table
+
+        facts = "".join(f"<tr><th style='text-align:left'>{html.escape(label)}</th>"
+                        f"<td style='text-align:left'>{html.escape(text)}</td></tr>"
+                        for label, text in self._facts())
+        parts = [f"<table>{facts}</table>",
+                 html_table(self.POOL_HEADERS, self._pool_rows(), caption="worker pools")]
+        if self.residents:
+            parts.append(html_table(self.RESIDENT_HEADERS, self._resident_rows(),
+                                    caption="resident agents"))
+        return "<div>" + "".join(parts) + "</div>"
+
+
+def human_size(size: int) -> str:
+    """Bytes for a person: 512 B, 1.5 KiB, 64 MiB."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            text = f"{value:.1f}".removesuffix(".0") if unit != "B" else str(size)
+            return f"{text} {unit}"
+        value /= 1024
+    raise AssertionError("not reached")
+
+
+def human_duration(seconds: float) -> str:
+    """Seconds for a person: 4.2s, 3m 5s, 2h 10m, 3d 4h."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {secs}s"
+
+
+async def aplace_status(place: str | None = None, *, token: str | None = None,
+                        connect_timeout: float | None = 10.0,
+                        timeout: float = 30.0) -> PlaceStatus:
+    """The status of the place at `place` (HOST:PORT; None: the default place, tacoma's
+    embedded one). Needs an identity with the admin role, or the place's admin `token`
+    (NotAllowed otherwise)."""
+    _, address = await place_of(f"{ADMIN_AGENT}@{place}" if place else ADMIN_AGENT)
+    request = Briefcase(OP=["status"], TOKEN=[token] if token else [])
+    async with meet_deadline(timeout, f"place {address} did not say its status"):
+        client = await connection(address, connect_timeout)
+        answer = await client.meet(ADMIN_AGENT, request, "sync", timeout)
+    assert isinstance(answer, Briefcase)
+    data: dict[str, Any] = json.loads(answer.folder("STATUS")[0])
+    return PlaceStatus.from_json(data)
+
+
+def place_status(place: str | None = None, *, token: str | None = None,
+                 connect_timeout: float | None = 10.0, timeout: float = 30.0) -> PlaceStatus:
+    """Blocking `aplace_status`."""
+    from ._runtime import run_blocking
+
+    answer: PlaceStatus = run_blocking(aplace_status(place, token=token,
+                                                     connect_timeout=connect_timeout,
+                                                     timeout=timeout))
+    return answer

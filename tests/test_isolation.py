@@ -222,6 +222,27 @@ def test_rlimit_nproc_bounds_processes_when_not_root(tight: RunningPlace) -> Non
     assert int(result["NPROC"][0]) != resource.RLIM_INFINITY
 
 
+def test_the_nproc_allowance_counts_the_users_threads() -> None:
+    """RLIMIT_NPROC is checked against the user's tasks, threads included: a limit set
+    from a count of processes alone left agents of a user with a browser open unable to
+    start at all (their limit was below what the user already ran)."""
+    import threading
+
+    from tacoma.place._containment import _user_process_count
+
+    before = _user_process_count()
+    release = threading.Event()
+    threads = [threading.Thread(target=release.wait, daemon=True) for _ in range(40)]
+    for thread in threads:
+        thread.start()
+    try:
+        assert _user_process_count() >= before + 40 - 5  # other tasks of the user come and go
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join()
+
+
 # --------------------------------------------------------------------------- who agents are
 @needs_root
 def test_agents_run_under_uids_of_their_own(tight: RunningPlace) -> None:

@@ -139,6 +139,24 @@ def test_the_readme_first_command_runs_from_the_installed_wheel(installed: Insta
         assert f"hello, {name} from python" in out.stdout, out.stdout
 
 
+def test_the_installed_wheel_used_from_the_clone_finds_its_interpreters(
+        installed: Installed) -> None:
+    # The README's Python examples open examples/... by relative paths, so they are run
+    # from the clone, whose tacoma/ then comes first on sys.path (the script's directory,
+    # or '' for python -c, a REPL or a notebook) ahead of the installed package.
+    source = installed.wheel.parent.parent / "source"
+    program = (
+        "import tacoma\n"
+        "bc = tacoma.meet('ag_python', {'NAME': ['clone']},\n"
+        "                 code=open('examples/hello/hello.py').read())\n"
+        "print(bc.text('GREETING'))\n"
+    )
+    out = _run([installed.venv / "bin" / "python", "-c", program], cwd=source,
+               env=installed.env, timeout=300)
+    assert out.stdout.strip() == "['hello, clone from python']"
+    assert "failed to load" not in out.stderr, out.stderr
+
+
 def test_the_installed_tacoma_is_the_wheel_and_not_the_tree(installed: Installed) -> None:
     out = installed.run("python", "-c", "import tacoma; print(tacoma.__file__)")
     assert Path(out.stdout.strip()).is_relative_to(installed.venv), out.stdout

@@ -114,6 +114,35 @@ def test_doctor_reports_every_layer() -> None:
     assert "agents have the host's network" in text
 
 
+@needs_root
+def test_the_mount_probe_says_why_in_a_chroot(tmp_path: Path) -> None:
+    """In a chroot, / is no mount point: the namespaces unshare, but a zygote's first step
+    (making / private) fails with a bare "Invalid argument". The probe tries that step too
+    and says why, so the place plans no mount layer instead of failing every agent."""
+    from tacoma.place._layers import _CLONE_NEWNS, _PROBE
+
+    root = tmp_path / "root"
+    (root / "usr").mkdir(parents=True)
+    for link in ("bin", "lib", "lib64"):
+        if os.path.islink(f"/{link}"):
+            (root / link).symlink_to(os.readlink(f"/{link}"))
+    python = "/usr/bin/python3"  # any Python: the probe needs ctypes and json only
+    if not os.path.exists(python):
+        pytest.skip("no /usr/bin/python3 to run in the chroot")
+    script = (f"mount --rbind /usr {root}/usr && "
+              f"exec chroot {root} {python} -I -S -c \"$0\" {_CLONE_NEWNS}")
+    out = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script,
+                          _PROBE], capture_output=True, text=True, timeout=60, check=True)
+    answer = json.loads(out.stdout)
+    assert answer["ok"] and not answer["error"]
+    assert "/ is not a mount point here" in answer["mount"], answer
+    assert "mount --bind / /" in answer["mount"]
+    # And outside the chroot the same probe finds nothing wrong.
+    here = subprocess.run([python, "-I", "-S", "-c", _PROBE, str(_CLONE_NEWNS)],
+                          capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(here.stdout) == {"ok": True, "error": "", "mount": ""}
+
+
 def test_the_place_logs_its_layers(start_place: Callable[..., RunningPlace]) -> None:
     log = start_place(quiet=False).log()
     applied = next(line for line in log.splitlines() if "sandbox layers applied" in line)

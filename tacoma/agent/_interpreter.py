@@ -154,10 +154,38 @@ def worker_sys_path() -> list[str]:
     return found
 
 
+def map_checkout_interpreters() -> None:
+    """Make tacoma.interpreters from a checkout's interpreters/ folder, when the tacoma
+    imported is a checkout's tacoma/ that has none.
+
+    Python run in a clone (a REPL, `python -c`, a notebook beside it) finds the clone's
+    tacoma/ first on sys.path, ahead of the installed package; an install maps
+    tacoma.interpreters from interpreters/ (setup.cfg's package_dir), the checkout does
+    not, and the installed entry points (`tacoma.interpreters.python:interpreter`) would
+    then fail to load. Mapped here with a real spec, so that `worker_argv`'s boot line maps
+    it in the workers too."""
+    if "tacoma.interpreters" in sys.modules or module_file("tacoma.interpreters") is not None:
+        return
+    folder = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "interpreters")
+    init = os.path.join(folder, "__init__.py")
+    if not os.path.isfile(init):
+        return
+    spec = importlib.util.spec_from_file_location("tacoma.interpreters", init,
+                                                  submodule_search_locations=[folder])
+    if spec is None or spec.loader is None:
+        return
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = package
+    spec.loader.exec_module(package)
+    sys.modules["tacoma"].interpreters = package  # type: ignore[attr-defined]
+
+
 def discover_interpreters() -> dict[str, Interpreter]:
     """The installed interpreters, by agent name; broken plugins are logged and skipped."""
     import importlib.metadata  # 20 ms to import: only the place needs it, never a worker
 
+    map_checkout_interpreters()
     found: dict[str, Interpreter] = {}
     for ep in importlib.metadata.entry_points(group="tacoma.interpreters"):
         try:

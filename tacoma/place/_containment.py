@@ -6,8 +6,8 @@ set up for it from outside, and taken down after it, lives here and in the modul
 - a uid and gid of its own, as root, from a block claimed host-wide (`_uids`);
 - cgroups of its own, as root (`_cgroups`): processes, memory and CPU of all of its
   processes together, and the list of them all, so that all can be killed;
-- not as root and without cgroups, RLIMIT_NPROC counts the user's processes, so the limit is
-  set to what the user runs now plus the configured allowance;
+- not as root and without cgroups, RLIMIT_NPROC counts the user's processes and threads, so
+  the limit is set to what the user runs now plus the configured allowance;
 - the file system it sees (covers of the state and trust directories, its tmpfs) and the
   Landlock rules it restricts itself to, both made here, in `Containment.plan`;
 - `Containment.confined`, which runs a program other than a worker (a compiler on an
@@ -88,13 +88,15 @@ def cover_plan(paths: list[str]) -> list[tuple[str, list[str]]]:
 
 
 def _user_process_count() -> int:
+    """What RLIMIT_NPROC is checked against: the user's tasks, threads included (the kernel
+    counts every thread as a process; a user running a browser has hundreds of them)."""
     uid = os.getuid()
     count = 0
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             with contextlib.suppress(OSError):
                 if entry.stat().st_uid == uid:
-                    count += 1
+                    count += len(os.listdir(f"/proc/{entry.name}/task"))
     return count
 
 

@@ -21,12 +21,22 @@ from ._cgroups import CONTROLLERS, Cgroups, find_controllers
 
 __all__ = ["Layer", "Layers", "probe"]
 
+# Unshares the namespaces, then makes / private in the new mount namespace, as every
+# zygote does first (agent._mounts.prepare_view): that fails where / is not a mount point
+# (a chroot), and then the mount layer cannot be applied though the unshare worked.
 _PROBE = """
 import ctypes, json, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
 flags = int(sys.argv[1])
 ok = libc.unshare(flags) == 0
-print(json.dumps({"ok": ok, "error": "" if ok else os.strerror(ctypes.get_errno())}))
+error = "" if ok else os.strerror(ctypes.get_errno())
+mount = error
+if ok:
+    mount = "" if libc.mount(None, b"/", None, 16384 | 262144, None) == 0 else (
+        "cannot make / private (mount --make-rprivate /): "
+        + os.strerror(ctypes.get_errno()) + "; / is not a mount point here (a chroot?): "
+        "bind-mount the root onto itself (mount --bind / /) before starting the place")
+print(json.dumps({"ok": ok, "error": error, "mount": mount}))
 """
 _CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWNET, _CLONE_NEWUSER = (
     0x00020000, 0x20000000, 0x40000000, 0x10000000)
@@ -54,15 +64,16 @@ class Layers:
     report: list[Layer] = field(default_factory=list)
 
 
-def _can_unshare(flags: int) -> str:
-    """"" if a process of this user can unshare these namespaces here, else why not."""
+def _can_unshare(flags: int) -> tuple[str, str]:
+    """Whether a process of this user can unshare these namespaces here, and then make its
+    view of / private: ("", "") if so, else why not (each)."""
     try:
         out = subprocess.run([sys.executable, "-I", "-S", "-c", _PROBE, str(flags)],  # noqa: S603 - our own probe
                              capture_output=True, text=True, timeout=30, check=False)
         answer = json.loads(out.stdout)
     except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
-        return f"cannot probe: {exc}"
-    return "" if answer["ok"] else str(answer["error"])
+        return f"cannot probe: {exc}", f"cannot probe: {exc}"
+    return str(answer["error"]), str(answer["mount"])
 
 
 def probe(separate_uids: bool = True, network: str = "none", create: bool = True,
@@ -78,20 +89,21 @@ def probe(separate_uids: bool = True, network: str = "none", create: bool = True
                         else "off (--same-uid): agents run as root, without capabilities"))
 
     if root:
-        why = _can_unshare(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET)
+        why, mount_why = _can_unshare(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET)
         userns = False
-        mounts = pidns = netns = not why
+        pidns = netns = not why
     else:
-        why = _can_unshare(_CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWNET)
-        userns = mounts = netns = not why
+        why, mount_why = _can_unshare(_CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWNET)
+        userns = netns = not why
         pidns = False
+    mounts = not mount_why
     if userns:
         report.append(Layer("user namespace", True, "workers hold capabilities only inside "
                             "a user namespace of their zygote's, and drop them"))
     report.append(Layer("mount namespace", mounts,
                         "state and trust directories hidden; private /tmp, /var/tmp, "
                         "/dev/shm and working directory on one tmpfs of the disk quota"
-                        if mounts else f"cannot unshare: {why}"))
+                        if mounts else f"cannot unshare: {why}" if why else mount_why))
     report.append(Layer("PID namespace", pidns,
                         "one per agent, with its own /proc" if pidns
                         else "needs root" if not root else f"cannot unshare: {why}"))

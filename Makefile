@@ -4,10 +4,10 @@
 lint:
 	ruff check tacoma interpreters tests benchmarks examples
 	mypy
-	python3 -m pytest -q -x tests/test_protocol.py tests/test_briefcase.py tests/test_exports.py
+	python -m pytest -q -x tests/test_protocol.py tests/test_briefcase.py tests/test_exports.py
 
 test:
-	python3 -m pytest
+	python -m pytest
 
 bench:
 	python3 -m pytest benchmarks

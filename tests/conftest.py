@@ -36,6 +36,9 @@ TRUST_DIR = Path(tempfile.mkdtemp(prefix="tacoma-test-trust-"))
 os.environ["TACOMA_TRUST_DIR"] = str(TRUST_DIR / "trust")
 os.environ.pop("TACOMA_IDENTITY", None)
 os.environ.pop("TACOMA_INSECURE", None)
+# A user's default place and state directory must not steer the tests.
+os.environ.pop("TACOMA_PLACE", None)
+os.environ.pop("TACOMA_STATE_DIR", None)
 
 
 def tls_connection(address: str, context: ssl.SSLContext | None = None) -> socket.socket:

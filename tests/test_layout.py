@@ -1,11 +1,13 @@
 """The layout is the architecture: each package is one process image with its own rules.
 
     wire     imported by every process: standard library and msgpack, nothing else of tacoma
+    display  tables and progress for terminals and notebooks: standard library (and rich)
     agent    the agent's worker image: wire and itself; never asyncio
     trust    wire and itself (certificates, TLS contexts, the deny list)
-    client   wire, trust and itself; never the place, never `cryptography`
+    client   wire, trust, display and itself; never the place, never `cryptography`
     place    wire, agent, client, trust and itself
     cli      a face over all of them; bench likewise
+    notebook the IPython extension (%%meet): a face over wire, client and display
     interpreters/<lang>  wire and agent (their workers run in the agent's image)
 
 The rules are checked twice: from the source (every import statement, including those
@@ -27,12 +29,14 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Which tacoma packages each package may import (besides itself).
 MAY_IMPORT: dict[str, set[str]] = {
     "wire": set(),
+    "display": set(),
     "agent": {"wire"},
     "trust": {"wire"},
-    "client": {"wire", "trust"},
+    "client": {"wire", "trust", "display"},
     "place": {"wire", "agent", "client", "trust"},
-    "cli": {"wire", "agent", "client", "place", "bench", "trust", "testbed"},
-    "bench": {"wire", "agent", "client", "place", "trust"},
+    "cli": {"wire", "agent", "client", "place", "bench", "trust", "testbed", "display"},
+    "bench": {"wire", "agent", "client", "place", "trust", "display"},
+    "notebook": {"wire", "client", "display"},
     "testbed": {"wire"},
     "interpreters": {"wire", "agent"},
 }
@@ -91,8 +95,9 @@ def test_each_module_imports_only_what_its_package_may(path: Path) -> None:
         if other and other not in allowed:
             bad.append(target)
         # The top level is the public face; nothing below it may lean on it, but for the
-        # version string (and the bench and CLI, which are faces themselves).
-        if not other and not target.startswith("tacoma._version") and own not in ("cli", "bench"):
+        # version string (and the bench, CLI and notebook, which are faces themselves).
+        faces = ("cli", "bench", "notebook")
+        if not other and not target.startswith("tacoma._version") and own not in faces:
             bad.append(target)
     assert not bad, f"{module_name(path)} ({own}) may import only {sorted(allowed)}: {bad}"
 

@@ -361,3 +361,57 @@ def test_a_cancelled_trip_that_passed_places_twice_is_stopped_once(start_place) 
     started = time.monotonic()
     assert a.stop() == 0 and b.stop() == 0
     assert time.monotonic() - started < 20
+
+
+# --------------------------------------------------------------------------- where a trip is
+#: A slow roamer: a third of a second at each place, so that a trip of eight hops lasts
+#: long enough for its places to report where it is (at most once a second of the trip).
+SLOW_ROAMER = 'import time\ntime.sleep(0.3)\nbc.append("SEEN", place)\ngo_next()'
+
+
+def test_the_home_knows_where_its_trip_is(three: list[RunningPlace]) -> None:
+    """The home says, by the meet's id, how many hops a trip has made and where it is:
+    the hand-overs it makes itself at once, the other places' at most once a second."""
+    a, b, c = (p.address for p in three)
+    itinerary = [b, c] * 4
+    meet_id = "trip-whereabouts-1"
+    seen: list[tuple[int, str]] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            status = tacoma.status(f"{meet_id}@{a}")
+            if status.hops is not None and (not seen or seen[-1] != (status.hops, status.at)):
+                seen.append((status.hops, status.at))
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        result = tacoma.meet(f"ag_python@{a}", {"ITINERARY": itinerary}, code=SLOW_ROAMER,
+                             timeout=60, meet_id=meet_id, progress=False)
+    finally:
+        done.set()
+        watcher.join()
+    assert result.text("SEEN") == [a, *itinerary]
+    assert seen and seen[0] == (1, b), seen  # the home's own hand-over, known at once
+    hops = [hop for hop, _ in seen]
+    assert hops == sorted(hops) and max(hops) >= 3, seen  # reported by b and c on the way
+    assert all(at == itinerary[hop - 1] for hop, at in seen), seen
+    assert tacoma.status(f"{meet_id}@{a}").hops is None  # over: no whereabouts
+
+
+def test_a_trip_shows_its_progress(three: list[RunningPlace]) -> None:
+    """`tacoma meet --progress` prints a trip's hops as it goes (as lines, to a pipe)."""
+    a, b, c = (p.address for p in three)
+    args = [sys.executable, "-m", "tacoma", "meet", f"ag_python@{a}", "--progress",
+            "-f", "CODE=" + SLOW_ROAMER, "--timeout", "60"]
+    for place in [b, c] * 4:
+        args += ["-f", f"ITINERARY={place}"]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.startswith("trip: hop ")]
+    assert lines and lines[0] == f"trip: hop 1, at {b}", out.stderr
+    assert len(lines) >= 2, out.stderr
+    assert out.stderr.splitlines()[-1].startswith("trip: "), out.stderr  # the final count
+    assert "SEEN (9 elements)" in out.stdout

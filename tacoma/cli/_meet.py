@@ -108,8 +108,12 @@ def _cancelled(meet_id: str, place: str | None) -> None:
 @click.option("--trace", "traced", is_flag=True,
               help="Also print the time of each step of the meet, on the client, the place "
                    "and the agent's worker (with --json: a \"trace\" list).")
+@click.option("--progress/--no-progress", default=None,
+              help="Show a moving agent's hops on stderr as it goes (default: for a "
+                   "briefcase with an ITINERARY, when stderr is a terminal; --progress also "
+                   "prints them as lines to a pipe or log).")
 def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async: bool,
-         timeout: float | None, as_json: bool, traced: bool) -> None:
+         timeout: float | None, as_json: bool, traced: bool, progress: bool | None) -> None:
     """Meet AGENT (at PLACE, HOST:PORT) with a briefcase and print the result.
 
     A bare AGENT meets at $TACOMA_PLACE if it is set, else at an embedded place started
@@ -152,10 +156,9 @@ def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async
         from ..client._client import new_meet_id
 
         meet_id = new_meet_id()  # named here, to be named if it is interrupted
-        while meet_id.startswith("-"):  # one to type in a command line, as an argument
-            meet_id = new_meet_id()
         try:
-            result = tacoma.meet(target, bc, timeout=timeout, meet_id=meet_id)
+            result = tacoma.meet(target, bc, timeout=timeout, meet_id=meet_id,
+                                 progress=progress)
         except KeyboardInterrupt:  # cancelled at the place by tacoma.meet
             _cancelled(meet_id, place)
             return

@@ -82,6 +82,8 @@ def status(target: str | None, wait: float | None, as_json: bool, state_dir: Pat
                                   "state": found.state, "agent": found.agent,
                                   "runs": found.runs, "accepted": found.accepted,
                                   "ended": found.ended}
+        if found.hops is not None:
+            out["trip"] = {"hops": found.hops, "at": found.at}
         if found.result is not None:
             out.update(briefcase_json(found.result))
         if found.error is not None:
@@ -91,7 +93,9 @@ def status(target: str | None, wait: float | None, as_json: bool, state_dir: Pat
     else:
         runs = f", started {found.runs} times" if found.runs > 1 else ""
         agent = f" ({found.agent}{runs})" if found.agent else ""
-        click.echo(f"meet {found.id} at {found.place}: {found.state}{agent}",
+        trip = (f"; its trip has made {found.hops} hops, last heard at {found.at}"
+                if found.hops is not None else "")
+        click.echo(f"meet {found.id} at {found.place}: {found.state}{agent}{trip}",
                    err=found.result is not None)
         if found.result is not None:
             print_briefcase(found.result)

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import queue
 import threading
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, Literal, TypeVar, cast, overload
+from typing import Any, Literal, TypeVar, overload
 
 from ..wire._address import split_target
 from ..wire._briefcase import CODE, Briefcase
 from ..wire._errors import ConnectionLost
 from ._client import connection, meet_deadline, new_meet_id, place_of
+from ._trip_progress import TripBar, shows_trip, watch_trip
 
 __all__ = ["ameet", "arequest", "asend", "make_briefcase", "meet", "request",
            "run_interruptible", "send"]
@@ -47,20 +49,21 @@ def make_briefcase(briefcase: Folders, code: str | bytes | None) -> Briefcase:
 @overload
 async def ameet(target: str, briefcase: Folders = ..., *, code: str | bytes | None = ...,
                 mode: Literal["sync"] = ..., timeout: float | None = ...,
-                connect_timeout: float | None = ..., meet_id: str | None = ...
-                ) -> Briefcase: ...
+                connect_timeout: float | None = ..., meet_id: str | None = ...,
+                progress: bool | None = ...) -> Briefcase: ...
 
 
 @overload
 async def ameet(target: str, briefcase: Folders = ..., *, code: str | bytes | None = ...,
                 mode: Literal["async"], timeout: float | None = ...,
-                connect_timeout: float | None = ..., meet_id: str | None = ...) -> str: ...
+                connect_timeout: float | None = ..., meet_id: str | None = ...,
+                progress: bool | None = ...) -> str: ...
 
 
 async def ameet(target: str, briefcase: Folders = None, *, code: str | bytes | None = None,
                 mode: MeetMode = "sync", timeout: float | None = None,
-                connect_timeout: float | None = 10.0,
-                meet_id: str | None = None) -> Briefcase | str:
+                connect_timeout: float | None = 10.0, meet_id: str | None = None,
+                progress: bool | None = None) -> Briefcase | str:
     """Meet `agent@place` with a briefcase.
 
     Sync (the default) waits for the agent to end and returns its briefcase; async returns
@@ -70,8 +73,27 @@ async def ameet(target: str, briefcase: Folders = None, *, code: str | bytes | N
     embedded place). `meet_id`: the id to run the meet as (8 to 64 letters, digits, _ and
     -, unique at the place; default: a new random one), for a caller that must name the
     meet before it ends (to ask for it by id, or to say which meet it cancelled).
+    `progress`: show a trip's hops as the agent moves, in a terminal or a notebook (None,
+    the default: for a briefcase with an ITINERARY; True: any sync meet, also as lines in a
+    log; False: never); nothing shows for a meet that ends within a second.
     """
     bc = make_briefcase(briefcase, code)
+    if not shows_trip(progress, mode, bc):
+        return await _ameet(target, bc, mode, timeout, connect_timeout, meet_id, None)
+    bar = TripBar(bc, progress)
+    ended = False
+    try:
+        result = await _ameet(target, bc, mode, timeout, connect_timeout, meet_id, bar.hop)
+        ended = True
+        return result
+    finally:
+        bar.close(ended)
+
+
+async def _ameet(target: str, bc: Briefcase, mode: MeetMode, timeout: float | None,
+                 connect_timeout: float | None, meet_id: str | None,
+                 hop: Callable[[int, str], None] | None) -> Briefcase | str:
+    """The meet; `hop(hops, place)` is told where its trip is as it goes, if given."""
     if mode not in ("sync", "async"):
         raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
     agent, address = await place_of(target)
@@ -80,6 +102,8 @@ async def ameet(target: str, briefcase: Folders = None, *, code: str | bytes | N
     meet_id = meet_id or new_meet_id()
     async with meet_deadline(timeout, f"meet {target} did not finish"):
         client = await connection(address, connect_timeout)
+        watching = (asyncio.ensure_future(watch_trip(meet_id, address, hop))
+                    if hop is not None else None)
         try:
             return await client.meet(agent, bc, mode, timeout, meet_id=meet_id)
         except ConnectionLost as exc:
@@ -87,33 +111,57 @@ async def ameet(target: str, briefcase: Folders = None, *, code: str | bytes | N
                 f"{exc}; the meet's outcome is unknown here: ask the place for it by id "
                 f"(tacoma status {meet_id}@{address}, or tacoma.result)",
                 meet_id=meet_id) from None
+        finally:
+            if watching is not None:
+                watching.cancel()
 
 
 @overload
 def meet(target: str, briefcase: Folders = ..., *, code: str | bytes | None = ...,
          mode: Literal["sync"] = ..., timeout: float | None = ...,
-         connect_timeout: float | None = ..., meet_id: str | None = ...) -> Briefcase: ...
+         connect_timeout: float | None = ..., meet_id: str | None = ...,
+         progress: bool | None = ...) -> Briefcase: ...
 
 
 @overload
 def meet(target: str, briefcase: Folders = ..., *, code: str | bytes | None = ...,
          mode: Literal["async"], timeout: float | None = ...,
-         connect_timeout: float | None = ..., meet_id: str | None = ...) -> str: ...
+         connect_timeout: float | None = ..., meet_id: str | None = ...,
+         progress: bool | None = ...) -> str: ...
 
 
 def meet(target: str, briefcase: Folders = None, *, code: str | bytes | None = None,
          mode: MeetMode = "sync", timeout: float | None = None,
-         connect_timeout: float | None = 10.0, meet_id: str | None = None) -> Briefcase | str:
+         connect_timeout: float | None = 10.0, meet_id: str | None = None,
+         progress: bool | None = None) -> Briefcase | str:
     """Blocking `ameet`: usable from scripts and from notebook cells alike. Interrupted
-    (KeyboardInterrupt), it cancels the meet at the place, which stops the agent."""
-    result = run_interruptible(lambda: ameet(target, briefcase, code=code, mode=mode,
-                                             timeout=timeout,
-                                             connect_timeout=connect_timeout,
-                                             meet_id=meet_id))
-    return cast(Briefcase | str, result)
+    (KeyboardInterrupt), it cancels the meet at the place, which stops the agent. A trip's
+    progress is drawn from the calling thread (a notebook's output belongs to the cell
+    running there), while the meet runs on the background loop."""
+    bc = make_briefcase(briefcase, code)
+    if not shows_trip(progress, mode, bc):
+        return run_interruptible(lambda: _ameet(target, bc, mode, timeout, connect_timeout,
+                                                meet_id, None))
+    hops: queue.SimpleQueue[tuple[int, str] | None] = queue.SimpleQueue()
+    bar = TripBar(bc, progress)
+
+    def drawing(future: concurrent.futures.Future[Briefcase | str]) -> Briefcase | str:
+        future.add_done_callback(lambda _: hops.put(None))
+        try:
+            while (heard := hops.get()) is not None:
+                bar.hop(*heard)
+        finally:
+            bar.close(future.done() and not future.cancelled()
+                      and future.exception() is None)
+        return future.result()
+
+    return run_interruptible(lambda: _ameet(target, bc, mode, timeout, connect_timeout,
+                                            meet_id, lambda n, at: hops.put((n, at))),
+                             wait=drawing)
 
 
-def run_interruptible(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+def run_interruptible(make: Callable[[], Coroutine[Any, Any, T]],
+                      wait: Callable[[concurrent.futures.Future[T]], T] | None = None) -> T:
     """Run the coroutine `make()` on the background loop and wait for it; on an interrupt,
     wait up to CANCEL_SECONDS for its cancellation to finish (what it sends to say so has
     then left), and raise the KeyboardInterrupt.
@@ -139,7 +187,7 @@ def run_interruptible(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
             ended.set()
 
     try:
-        return run_blocking(guarded())
+        return run_blocking(guarded(), wait)
     except KeyboardInterrupt:
         with lock:
             abandoned = True

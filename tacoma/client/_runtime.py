@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import contextlib
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
@@ -76,8 +77,11 @@ def _shutdown() -> None:
     loop.call_soon_threadsafe(loop.stop)
 
 
-def run_blocking(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine on the background loop and wait for its result."""
+def run_blocking(coro: Coroutine[Any, Any, T],
+                 wait: Callable[[concurrent.futures.Future[T]], T] | None = None) -> T:
+    """Run a coroutine on the background loop and wait for its result (with `wait`, which
+    blocks until the future is done, doing the caller's own work meanwhile: drawing a
+    progress bar in the caller's thread, where a notebook's output belongs)."""
     loop = background_loop()
     if threading.current_thread() is _thread:
         coro.close()
@@ -85,7 +89,7 @@ def run_blocking(coro: Coroutine[Any, Any, T]) -> T:
                            "use the async API (await tacoma.ameet(...)) there")
     future = asyncio.run_coroutine_threadsafe(coro, loop)
     try:
-        return future.result()
+        return wait(future) if wait is not None else future.result()
     except KeyboardInterrupt:
         future.cancel()
         raise

@@ -52,6 +52,8 @@ class MeetStatus:
     ended: float | None = None
     result: Briefcase | None = None  # when done
     error: MeetError | None = None  # when failed
+    hops: int | None = None  # a trip under way that began at this place: hand-overs so far
+    at: str = ""  # and the place it was last heard at
 
     def __repr__(self) -> str:
         took = (f", took {self.ended - self.accepted:,.3f} s"
@@ -59,8 +61,10 @@ class MeetStatus:
         what = (f", result={self.result!r}" if self.result is not None
                 else f", error={type(self.error).__name__}: {self.error}"
                 if self.error is not None else "")
+        trip = f", hop {self.hops} at {self.at}" if self.hops is not None else ""
         return (f"MeetStatus({self.id}@{self.place}: {self.state}"
-                f"{', ' + self.agent if self.agent else ''}, runs={self.runs}{took}{what})")
+                f"{', ' + self.agent if self.agent else ''}, runs={self.runs}{trip}{took}"
+                f"{what})")
 
     def _repr_html_(self) -> str:
         def when(stamp: float | None) -> str:
@@ -69,6 +73,7 @@ class MeetStatus:
 
         fields = [("meet", f"{self.id}@{self.place}"), ("state", self.state),
                   ("agent", self.agent), ("runs", str(self.runs)),
+                  ("trip", f"hop {self.hops} at {self.at}" if self.hops is not None else ""),
                   ("accepted", when(self.accepted)), ("ended", when(self.ended))]
         shown = html_table(("", ""), [row for row in fields if row[1]],
                            caption=f"meet {self.id}: {self.state}")
@@ -117,10 +122,11 @@ def _status_of(answer: Briefcase, meet_id: str, address: str) -> MeetStatus:
     if "ERROR" in answer:
         kind, message, detail = [*answer.text("ERROR"), "", "", ""][:3]
         error = error_from_wire(kind, message, detail)
-    accepted, ended = one("ACCEPTED"), one("ENDED")
+    accepted, ended, hops = one("ACCEPTED"), one("ENDED"), one("HOPS")
     return MeetStatus(meet_id, address, one("STATE") or "unknown", one("AGENT") or "",
                       int(one("RUNS") or 0), float(accepted) if accepted else None,
-                      float(ended) if ended else None, result, error)
+                      float(ended) if ended else None, result, error,
+                      int(hops) if hops else None, one("AT") or "")
 
 
 async def aresult(target: str, *, wait: bool = True, timeout: float | None = None,

@@ -117,7 +117,8 @@ class Progress:
                 TimeElapsedColumn,
             )
 
-            columns = [TextColumn("{task.description}"), BarColumn()]
+            # markup=False: a description names places, and "[::1]:7707" is no rich markup
+            columns = [TextColumn("{task.description}", markup=False), BarColumn()]
             if self.total is not None:
                 columns.append(MofNCompleteColumn())
             columns.append(TimeElapsedColumn())

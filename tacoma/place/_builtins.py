@@ -135,6 +135,11 @@ class BuiltIns:
                 answer.replace("STATE", [state])
                 answer.replace("AGENT", [meet.agent])
                 answer.replace("RUNS", [str(meet.runs + (state == "running"))])
+                trip = meet.trip
+                where = self.trips.whereabouts.get(trip.id) if trip is not None else None
+                if where is not None:  # a trip under way that began here
+                    answer.replace("HOPS", [str(where[0])])
+                    answer.replace("AT", [where[1]])
             return answer
         record = await self.journal.get(meet_id)
         if record is None or not (admin or record.principal == principal):

@@ -157,7 +157,7 @@ class Dispatch:
                     raise
         finally:
             if not hop and meet.trip is not None:  # a trip that began here is over
-                self.trips.waiting.pop(meet.trip.id, None)
+                self.trips.forget(meet.trip.id)
         if installed_code is not None:  # the caller gets back its own CODE, not ours
             for name, callers in ((CODE, callers_code), (CODE_NAME, callers_name)):
                 if callers is not None:

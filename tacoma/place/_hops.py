@@ -93,7 +93,7 @@ class Hops:
         except BaseException:
             meet.going = False
             if first and trip is not None:  # the trip did not start after all
-                self.trips.waiting.pop(trip.id, None)
+                self.trips.forget(trip.id)
                 self._in_background(self.journal.trip_not_begun(meet.id, meet.principal))
             raise
         meet.trip = trip
@@ -153,17 +153,28 @@ class Hops:
             await asyncio.sleep(pause)
             pause = min(pause * 2, 5.0)
 
+    def _moved(self, onward: Trip, target: str, home: bool, report: bool) -> None:
+        """Hop `onward` went to `target`: the home notes it, another place tells the home
+        when a report is due (best effort, in the background: the next one corrects a lost
+        one, and the trip's end does not wait for it)."""
+        if home:
+            self.trips.moved(onward.id, onward.hop, target)
+        elif report:
+            self._in_background(self._trip_op(onward.home, "at", onward.id, onward.hop, target))
+
     def _release_guard(self, trip: Trip) -> None:
         """Tell the place that handed the agent here that its rear guard may go."""
         if trip.guard and trip.guard != self.address:
             self._in_background(self._trip_op(trip.guard, "released", trip.id, trip.hop))
 
     async def _trip_op(self, address: str, op: str, trip_id: str,
-                       hop: int | None = None) -> str:
+                       hop: int | None = None, at: str | None = None) -> str:
         """One ag_trip meet at another place: its STATE, or "" if it could not be asked."""
         request = Briefcase(OP=[op], TRIP=[trip_id])
         if hop is not None:
             request.replace("HOP", [str(hop)])
+        if at is not None:
+            request.replace("AT", [at])
         try:
             async with asyncio.timeout(LOST_AFTER / 2):
                 client = await self.clients.get(address, timeout=LOST_AFTER / 2)
@@ -177,7 +188,8 @@ class Hops:
     async def serve_trip(self, request: Briefcase) -> Briefcase:
         """ag_trip, for other places: `where` (a rear guard's heartbeat: here, moved,
         ended or unknown), `released` (the hop it guards was handed on, or ended), `stop`
-        (the trip's caller gave up: stop the agent here, or pass the stop on)."""
+        (the trip's caller gave up: stop the agent here, or pass the stop on), `at` (hop HOP
+        of a trip that began here went to the place AT)."""
         op = request.text("OP")[0] if request.folder("OP") else ""
         trip_id = request.text("TRIP")[0] if request.folder("TRIP") else ""
         try:
@@ -186,6 +198,10 @@ class Hops:
             raise MeetError("HOP must be a hop number") from None
         if op == "where":
             return Briefcase(STATE=[self.trips.where((trip_id, hop))])
+        if op == "at":
+            at = request.text("AT")[0] if request.folder("AT") else ""
+            self.trips.moved(trip_id, hop, at)
+            return Briefcase(STATE=["noted"])
         if op == "released":
             return Briefcase(STATE=["released" if self.trips.release((trip_id, hop))
                                     else "unknown"])
@@ -198,7 +214,7 @@ class Hops:
                 self._in_background(self._pass_stop(trip_id, onward))
             return Briefcase(STATE=["stopped" if stopped else "passed" if onward
                                     else "unknown"])
-        raise MeetError(f"unknown {TRIP_AGENT} operation {op!r}: where, released or stop")
+        raise MeetError(f"unknown {TRIP_AGENT} operation {op!r}: where, released, stop or at")
 
     def _stop_here(self, trip_id: str) -> bool:
         stopped = False
@@ -300,17 +316,22 @@ class Hops:
     async def _hand_over(self, trip: Trip, target: str, briefcase: Briefcase, agent: str,
                          principal: str, timeout: float) -> str:
         """Hand the agent (hop `trip` here) to `target`, and guard it there: its meet id."""
-        onward = trip.onward(self.address)
+        now = time.time()
+        home = trip.home == self.address
+        report = not home and trip.report_due(now)
+        onward = trip.onward(self.address, now if report else None)
         if target == self.address:
             self.meets.admit()
             hop = self.meets.new(agent, Briefcase(briefcase), timeout, principal, trip=onward)
             self.meets.spawn(hop, self.run_hop(hop))
             self.trips.left(trip, target)
+            self._moved(onward, target, home, report)
             return hop.id
         client = await self.clients.get(target, timeout=10.0)
         meet_id = str(await client.meet(agent, onward.stamp(briefcase), "go", timeout,
                                         principal))
         self.trips.left(trip, target)
+        self._moved(onward, target, home, report)
         guard = asyncio.ensure_future(self._guard(onward, target, Briefcase(briefcase), agent,
                                                   principal))
         self.trips.guards[onward.key] = guard

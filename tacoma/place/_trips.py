@@ -32,6 +32,13 @@ the agent on and releasing its guard (the guard may then relaunch an agent that 
 and two adjacent places dying together (the caller hears MeetTimeout at the deadline, and
 can ask for the outcome by id later).
 
+**Where a trip is**: the home keeps each of its trips' whereabouts (hops so far, and the
+place it is at), for `tacoma status` and a caller's progress bar. The home knows the hand-
+overs it makes itself; the other places tell it of theirs (`ag_trip`, OP at), at most once
+every REPORT_EVERY seconds of a trip (the time of the last report travels in HOME), so
+that a trip of a thousand fast hops costs its home about one message a second, and a trip
+that ends within a second none at all.
+
 **Stopping a trip**: when the caller cancels, the home sends OP stop down the trip's path:
 each place stops the agent if it is there, or passes the stop on to where it handed it.
 A trip's end that arrives after its caller stopped waiting (deadline, lost connection) is
@@ -53,7 +60,7 @@ from dataclasses import dataclass
 from ..wire._briefcase import HOME, Briefcase
 from ..wire._errors import MeetError, MeetTimeout, error_from_wire
 
-__all__ = ["HEARTBEAT", "LOST_AFTER", "Trip", "Trips", "ending"]
+__all__ = ["HEARTBEAT", "LOST_AFTER", "REPORT_EVERY", "Trip", "Trips", "ending"]
 
 #: Seconds between a rear guard's questions to the place its agent went to.
 HEARTBEAT = 1.0
@@ -61,6 +68,8 @@ HEARTBEAT = 1.0
 #: agent as lost (several heartbeats: on a link losing 30% of its packets, TCP's
 #: retransmissions delay single answers by seconds).
 LOST_AFTER = 6.0
+#: Seconds of a trip between reports of where it is to its home (see the module's header).
+REPORT_EVERY = 1.0
 #: What an agent may choose in RECOVERY (the first is the default).
 RECOVERIES = ("fail", "retry", "skip")
 
@@ -74,10 +83,17 @@ class Trip:
     deadline: float = 0.0  # time.time() by which the trip must end (0: none carried)
     hop: int = 0  # hand-overs so far
     guard: str = ""  # the place that handed the agent here, and guards it
+    reported: float = 0.0  # time.time() when its home last heard where it is
 
-    def onward(self, guard: str) -> Trip:
-        """The trip as the next hop carries it, handed on by `guard`."""
-        return dataclasses.replace(self, hop=self.hop + 1, guard=guard)
+    def onward(self, guard: str, reported: float | None = None) -> Trip:
+        """The trip as the next hop carries it, handed on by `guard` (who told the home
+        where it went at `reported`, if it did)."""
+        return dataclasses.replace(self, hop=self.hop + 1, guard=guard,
+                                   reported=self.reported if reported is None else reported)
+
+    def report_due(self, now: float) -> bool:
+        """Whether the place handing this trip on at `now` tells its home where it went."""
+        return now - self.reported >= REPORT_EVERY
 
     @property
     def key(self) -> tuple[str, int]:
@@ -89,7 +105,8 @@ class Trip:
     def stamp(self, briefcase: Briefcase) -> Briefcase:
         """`briefcase` as it travels on a hop: with the trip in its HOME folder."""
         travelling = Briefcase(briefcase)
-        travelling[HOME] = [self.home, self.id, repr(self.deadline), str(self.hop), self.guard]
+        travelling[HOME] = [self.home, self.id, repr(self.deadline), str(self.hop), self.guard,
+                            repr(self.reported)]
         return travelling
 
     @classmethod
@@ -97,14 +114,15 @@ class Trip:
         """The trip a hop's briefcase carries, removed from it; MeetError if malformed."""
         home = briefcase.folder(HOME)
         briefcase.remove(HOME)
-        if len(home) not in (2, 5):
+        if len(home) not in (2, 5, 6):
             raise MeetError("a moving agent's briefcase must carry its trip in HOME: "
-                            "[home address, trip id, deadline, hop, guard]")
+                            "[home address, trip id, deadline, hop, guard, reported]")
         try:
             texts = [part.decode("utf-8") for part in home]
             if len(texts) == 2:
                 return cls(texts[0], texts[1])
-            return cls(texts[0], texts[1], float(texts[2]), int(texts[3]), texts[4])
+            reported = float(texts[5]) if len(texts) == 6 else 0.0
+            return cls(texts[0], texts[1], float(texts[2]), int(texts[3]), texts[4], reported)
         except (UnicodeDecodeError, ValueError):
             raise MeetError("the HOME folder of a moving agent is malformed") from None
 
@@ -138,11 +156,21 @@ class Trips:
         self.guards: dict[tuple[str, int], asyncio.Task[None]] = {}
         #: Trips whose caller gave up, whose stop this place handled: until when (monotonic).
         self.stopped: dict[str, float] = {}
+        #: Where the trips that began here are: (hops so far, place), as last heard.
+        self.whereabouts: dict[str, tuple[int, str]] = {}
 
     def start(self, deadline: float) -> Trip:
-        trip = Trip(self.address, secrets.token_hex(16), deadline)
+        trip = Trip(self.address, secrets.token_hex(16), deadline, reported=time.time())
         self.waiting[trip.id] = asyncio.get_running_loop().create_future()
+        self.whereabouts[trip.id] = (0, self.address)
         return trip
+
+    def moved(self, trip_id: str, hop: int, place: str) -> None:
+        """Hop `hop` of trip `trip_id`, which began here, went to `place` (reports may
+        arrive out of order: the latest hop wins; trips of others are ignored)."""
+        known = self.whereabouts.get(trip_id)
+        if known is not None and hop > known[0]:
+            self.whereabouts[trip_id] = (hop, place)
 
     async def wait(self, trip: Trip, deadline: float) -> Briefcase:
         """The final briefcase of a trip that started here, by the monotonic `deadline`."""
@@ -156,7 +184,12 @@ class Trips:
                               "stopped wherever it is, and its end, if one comes, is "
                               "recorded under the meet's id (tacoma status)") from None
         finally:
-            self.waiting.pop(trip.id, None)
+            self.forget(trip.id)
+
+    def forget(self, trip_id: str) -> None:
+        """Trip `trip_id`, which began here, is over (or never began): nobody waits for it."""
+        self.waiting.pop(trip_id, None)
+        self.whereabouts.pop(trip_id, None)
 
     def end(self, briefcase: Briefcase) -> tuple[str, MeetError | None] | None:
         """Deliver a trip's end (a meet of ag_home): None if the trip's meet here took it;

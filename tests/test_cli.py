@@ -264,6 +264,12 @@ def test_an_unknown_agent_is_answered_with_did_you_mean(place: RunningPlace) -> 
     # In the Python API too: the place says it.
     with pytest.raises(api.UnknownAgent, match="did you mean ag_echo"):
         api.meet(place.target("ag_ecko"))
+    # A name without ag_ is a resident's: an agent is no guess for it (it was "did you mean
+    # ag_echo?" for `tacoma send echo@...` with no echo resident).
+    out = tacoma("send", place.target("echo"), "-f", "TEXT=hi")
+    assert out.returncode == 4, out.stderr
+    assert "no agent or resident 'echo'" in out.stderr and "did you mean" not in out.stderr
+    assert "resident agents: none" in out.stderr
 
 
 def test_a_briefcase_over_the_limit_hints_at_the_option(
@@ -445,3 +451,10 @@ def test_interrupting_the_python_api_stops_the_agent_too(place: RunningPlace) ->
     wait_until(lambda: not place.agents(), 20, "the agent stopped")
     assert isinstance(row["pid"], int)
     wait_until(lambda: not pid_alive(row["pid"]), 20, "the agent's process gone")
+
+
+def test_the_command_list_cuts_no_summary_short() -> None:
+    out = tacoma("--help", env={"COLUMNS": "80"})
+    commands = out.stdout.split("Commands:")[1].strip().splitlines()
+    assert len(commands) >= 12
+    assert not [line for line in commands if line.endswith("...")], out.stdout

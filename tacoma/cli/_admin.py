@@ -73,7 +73,7 @@ def _admin(place: str, state_dir: Path | None, token_file: Path | None,
         TOKEN=[token] if token is not None else [], **folders), timeout=30)
 
 
-@click.command()
+@click.command(short_help="List the agents running at a place.")
 @click.argument("place", required=False, metavar="[PLACE]")
 @admin_options
 @identity_options
@@ -108,7 +108,7 @@ def ps(place: str | None, state_dir: Path | None, token_file: Path | None,
            ) for r in rows], right=("PID", "PROCS", "AGE", "CPU", "MEMORY", "MAILBOX"))
 
 
-@click.command()
+@click.command(short_help="Stop a resident agent or a meet at a place.")
 @click.argument("target", metavar="NAME[@PLACE]")
 @admin_options
 @identity_options

@@ -41,7 +41,7 @@ def _installed_language(ctx: click.Context, param: click.Parameter, value: str) 
     return value
 
 
-@click.command()
+@click.command(short_help="Run the mobile-agent benchmark suite, beside the papers' figures.")
 @click.argument("names", nargs=-1, metavar="[NAME]...")
 @click.option("--quick", is_flag=True,
               help="Loop sizes 1, 10, 30 (hops 4, 40) and 1 s sustained runs: under a "

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["cabinet"]
 
 
-@click.group()
+@click.group(short_help="Inspect and change a place's cabinets.")
 def cabinet() -> None:
     """Inspect and change a place's cabinets (its SQLite database, read directly).
 

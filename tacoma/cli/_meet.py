@@ -90,7 +90,7 @@ def _cancelled(meet_id: str, place: str | None) -> None:
     report("Cancelled", message, hint=hint, status=INTERRUPTED_STATUS)
 
 
-@click.command()
+@click.command(short_help="Meet an agent with a briefcase and print the result.")
 @click.argument("target", metavar="AGENT[@PLACE]")
 @click.option("--code", "code_path", type=click.Path(exists=True, dir_okay=False,
               path_type=Path), help="Put this file into the CODE folder (the agent's program).")
@@ -122,10 +122,11 @@ def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async
 
     \b
     Examples:
-      tacoma meet ag_python@127.0.0.1:7707 --code agent.py -f NAME=world
+      tacoma meet ag_python@127.0.0.1:7707 --code examples/hello/hello.py -f NAME=world
       tacoma meet ag_echo@127.0.0.1:7707 -f X=1 --json
-      tacoma meet ag_python --code agent.py -f BLOB=@photo.jpg
-      tacoma meet ag_python@127.0.0.1:7707 --code agent.py --trace
+      tacoma meet ag_python --code examples/hello/hello.py -f PHOTO=@examples/hello/tacoma.png
+      tacoma meet ag_python@127.0.0.1:7707 --code examples/hello/hello.py --trace
+      tacoma meet ag_python@A --code examples/roam/roam.py -f ITINERARY=B -f ITINERARY=C
     """
     target = _meet_target(target)
     place = split_target(target)[1]
@@ -170,7 +171,7 @@ def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async
         print_briefcase(result)
 
 
-@click.command()
+@click.command(short_help="Send a message to a resident agent.")
 @click.argument("target", metavar="NAME[@PLACE]")
 @click.option("-f", "--folder", "folders", multiple=True, metavar=FOLDER_METAVAR,
               help=FOLDER_HELP)

@@ -214,7 +214,7 @@ def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
         fail(exc)
 
 
-@click.command()
+@click.command(short_help="Which languages and sandbox layers a place here has.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead.")
 @click.option("--same-uid", is_flag=True, help="Report for a place run with --same-uid.")
 @click.option("--agent-network", type=click.Choice(["none", "host"]), default="none",
@@ -262,7 +262,7 @@ def doctor(as_json: bool, same_uid: bool, agent_network: str) -> None:
         sys.exit(1)
 
 
-@click.command()
+@click.command(short_help="Install a program as an agent at a place.")
 @click.argument("program", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--name", help="Agent name to install as. [default: the file's name]")
 @state_dir_option()

@@ -65,7 +65,7 @@ def _rebuilt(record: dict[str, Any]) -> Testbed:
     return Testbed.from_record(record)
 
 
-@click.group()
+@click.group(short_help="Separate hosts on this machine, for tests.")
 @click.option("--record", "record_path", type=click.Path(dir_okay=False, path_type=Path),
               default=None,
               help="The file where `up` records what it made, for `down` and `status`. "

@@ -125,7 +125,10 @@ class TacomaMagics(Magics):
             except (TypeError, ValueError) as exc:
                 raise UsageError(f"-f {spec}: {exc}") from None
         bc[CODE] = [cell]
-        bc[CODE_NAME] = [f"cell[{self.shell.execution_count if self.shell else '?'}]"]
+        # The cell's own number, as its Out[N] shows it: IPython 9 counts execution_count
+        # up before the cell runs, IPython 8 after; the display hook's count is right in both.
+        number = self.shell.displayhook.prompt_count if self.shell else "?"
+        bc[CODE_NAME] = [f"cell[{number}]"]
         return bc
 
     @property

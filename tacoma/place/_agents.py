@@ -77,9 +77,16 @@ class Agents:
             reason = self.interpreters[agent].check() or "its worker pool is not running"
             raise PlaceUnavailable(f"agent {agent} cannot run at this place: {reason}")
         names, resident_names = self.names(), sorted(self.resident_names())
+        # A name without "ag_" is a resident's (`tacoma send echo@...`): guess among names
+        # of its kind, or "echo" gets "did you mean ag_echo?", which is no resident.
+        if agent.startswith("ag_"):
+            what, candidates = "agent", names
+        else:
+            what = "agent or resident"
+            candidates = [*resident_names, *(n for n in names if not n.startswith("ag_"))]
         # One guess: names share their "ag_", which makes weak second guesses look close.
-        close = difflib.get_close_matches(agent, [*names, *resident_names], n=1, cutoff=0.7)
+        close = difflib.get_close_matches(agent, candidates, n=1, cutoff=0.7)
         guess = f"; did you mean {close[0]}?" if close else ""
-        raise UnknownAgent(f"no agent {agent!r} at place {self.address}{guess}",
+        raise UnknownAgent(f"no {what} {agent!r} at place {self.address}{guess}",
                            "agents here: " + ", ".join(names)
                            + "; resident agents: " + (", ".join(resident_names) or "none"))

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -393,6 +394,31 @@ def test_ctrl_c_cancels_the_meet_and_stops_its_agent(place: RunningPlace, tmp_pa
         assert not place.agents()  # the place says so, at once
     assert isinstance(pid, int)
     wait_until(lambda: not pid_alive(pid), 20, "the agent's process gone")
+
+
+def test_ctrl_c_reaches_a_blocking_call_whichever_thread_gets_the_signal() -> None:
+    """A SIGINT the kernel gives to another thread (tacoma's loop thread, here on purpose)
+    only sets Python's flag: a main thread asleep in a plain lock wait never ran the handler,
+    and `tacoma meet` ignored Ctrl-C for good (one run in two, in CI)."""
+    program = textwrap.dedent("""
+        import asyncio, signal, threading, time
+        from tacoma.client import _runtime
+
+        loop_thread = _runtime.background_loop() and _runtime._thread
+        def interrupt():
+            time.sleep(0.5)
+            signal.pthread_kill(loop_thread.ident, signal.SIGINT)
+        threading.Thread(target=interrupt, daemon=True).start()
+        started = time.monotonic()
+        try:
+            _runtime.run_blocking(asyncio.sleep(60))
+        except KeyboardInterrupt:
+            print(f"interrupted after {time.monotonic() - started:.1f} s")
+    """)
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.startswith("interrupted after"), (out.stdout, out.stderr)
+    assert float(out.stdout.split()[2]) < 30  # not when the sleep ended by itself
 
 
 def _wait_for_sleeping_agent(cli_pid: int) -> int:

@@ -217,7 +217,9 @@ def send(target: str, folders: tuple[str, ...], kind: str | None, timeout: float
         if isinstance(sent, str):
             click.echo(json.dumps({"message_id": sent}) if as_json else sent)
             return
-        sent.result()
+        from ..client._runtime import result_of
+
+        result_of(sent)  # the ack; Ctrl-C must reach it however long it takes
         click.echo(json.dumps({"acknowledged": True}) if as_json else "acknowledged")
     except tacoma.TacomaError as exc:
         fail(exc, place=place)

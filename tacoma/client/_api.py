@@ -142,13 +142,15 @@ def meet(target: str, briefcase: Folders = None, *, code: str | bytes | None = N
     if not shows_trip(progress, mode, bc):
         return run_interruptible(lambda: _ameet(target, bc, mode, timeout, connect_timeout,
                                                 meet_id, None))
+    from ._runtime import get_interruptibly
+
     hops: queue.SimpleQueue[tuple[int, str] | None] = queue.SimpleQueue()
     bar = TripBar(bc, progress)
 
     def drawing(future: concurrent.futures.Future[Briefcase | str]) -> Briefcase | str:
         future.add_done_callback(lambda _: hops.put(None))
         try:
-            while (heard := hops.get()) is not None:
+            while (heard := get_interruptibly(hops)) is not None:
                 bar.hop(*heard)
         finally:
             bar.close(future.done() and not future.cancelled()

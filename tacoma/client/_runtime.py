@@ -12,6 +12,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import queue
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -19,6 +20,7 @@ from typing import Any, TypeVar
 __all__ = ["new_event_loop", "run_blocking"]
 
 T = TypeVar("T")
+Q = TypeVar("Q")
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
@@ -77,6 +79,37 @@ def _shutdown() -> None:
     loop.call_soon_threadsafe(loop.stop)
 
 
+#: Seconds between a blocked caller's wake-ups (see `result_of`).
+WAKE_EVERY = 0.1
+
+
+def result_of(future: concurrent.futures.Future[T]) -> T:
+    """`future.result()`, interruptible by Ctrl-C whichever thread the signal reaches.
+
+    A process-directed SIGINT may be delivered to any thread of the process that does not
+    block it (Linux passes over a main thread with a signal already pending, a SIGCHLD of
+    the embedded place's workers, say); Python then only sets a flag, and runs the handler
+    (KeyboardInterrupt) when the main thread next runs bytecode, which a thread asleep in
+    a lock's wait never does: the process ignores Ctrl-C for good. Waking every WAKE_EVERY
+    seconds lets it through. (Blocking SIGINT in tacoma's own threads instead would pass
+    the blocked mask on to every process they start, agents' workers included.)"""
+    while True:
+        try:
+            return future.result(timeout=WAKE_EVERY)
+        except concurrent.futures.TimeoutError:
+            if future.done():  # the coroutine's own TimeoutError
+                raise
+
+
+def get_interruptibly(source: queue.SimpleQueue[Q]) -> Q:
+    """`source.get()`, interruptible by Ctrl-C as `result_of` is."""
+    while True:
+        try:
+            return source.get(timeout=WAKE_EVERY)
+        except queue.Empty:
+            continue
+
+
 def run_blocking(coro: Coroutine[Any, Any, T],
                  wait: Callable[[concurrent.futures.Future[T]], T] | None = None) -> T:
     """Run a coroutine on the background loop and wait for its result (with `wait`, which
@@ -89,7 +122,7 @@ def run_blocking(coro: Coroutine[Any, Any, T],
                            "use the async API (await tacoma.ameet(...)) there")
     future = asyncio.run_coroutine_threadsafe(coro, loop)
     try:
-        return wait(future) if wait is not None else future.result()
+        return wait(future) if wait is not None else result_of(future)
     except KeyboardInterrupt:
         future.cancel()
         raise

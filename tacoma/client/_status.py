@@ -225,7 +225,7 @@ def results(targets: Sequence[str], *, timeout: float | None = None,
             connect_timeout: float | None = 10.0) -> list[Outcome]:
     """Blocking `aresults`. The bar is drawn from the calling thread (a notebook's output
     belongs to the cell that runs there), while the waits run on the background loop."""
-    from ._runtime import background_loop
+    from ._runtime import background_loop, get_interruptibly
 
     ends: queue.SimpleQueue[bool] = queue.SimpleQueue()  # True: one ended; False: all done
     future = asyncio.run_coroutine_threadsafe(
@@ -234,7 +234,7 @@ def results(targets: Sequence[str], *, timeout: float | None = None,
     future.add_done_callback(lambda _: ends.put(False))
     try:
         with Progress(len(targets), "meets ended", show=progress) as bar:
-            while ends.get():
+            while get_interruptibly(ends):
                 bar.advance()
     except KeyboardInterrupt:
         future.cancel()

@@ -98,16 +98,22 @@ async def measure(args: argparse.Namespace, passive: ServerProcess, place: Serve
             check(result == PYTHON_RESULT, f"ag_python returned {result!r}")
         return call
 
+    last: list[str] = []
+
     async def async_batch() -> None:
         ids = await asyncio.gather(*(tacoma.ameet(echo_target, PAYLOAD, mode="async")
                                      for _ in range(args.batch)))
         check(all(isinstance(i, str) and i for i in ids), f"meet ids {ids!r}")
         check(len(set(ids)) == args.batch, f"{len(set(ids))} distinct meet ids")
+        last[:] = ids
 
     async def previous_batch_ended() -> None:
-        # Two sync meets in a row, so each batch starts at an idle place (see test_meet.py).
-        await null_meet()
-        await null_meet()
+        # Each batch starts at an idle place: an async meet is accepted (journaled) before
+        # it runs, so the last batch may still be in flight (and, piled up, overrun the
+        # place's --max-queued). Their ends, asked for by id, are the barrier, as in
+        # test_meet.py.
+        await asyncio.gather(*(tacoma.aresult(f"{meet_id}@{place.address}", timeout=120)
+                               for meet_id in last))
 
     async def pause() -> None:
         await asyncio.sleep(args.pause)  # pacing for the pool to refill; see the header

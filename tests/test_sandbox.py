@@ -235,3 +235,62 @@ def test_agents_read_the_installation_not_the_places_whole_sys_path(
     assert "/" not in paths
     assert str(tmp_path) not in paths
     assert sys.base_prefix in paths
+
+
+# --------------------------------------------------------------------------- cgroups reused
+def _join_and_run(group_dir: str, code: str) -> int:
+    """Run `code` in a process that joined the cgroups of `group_dir` first; its status."""
+    joiner = f"import os\nfor d in {group_dir!r}.split(';'):\n" \
+             "    open(os.path.join(d, 'cgroup.procs'), 'w').write(str(os.getpid()))\n"
+    return subprocess.run([sys.executable, "-I", "-c", joiner + code], timeout=60,
+                          capture_output=True, check=False).returncode
+
+
+@needs_root
+def test_an_emptied_cgroup_serves_the_next_worker_unless_memory_killed_its_agent() -> None:
+    """Making and removing a worker's cgroups cost the place a quarter of its CPU per meet:
+    an emptied group is kept for the next worker, but not one whose agent the memory limit
+    killed (its count of such kills would be read as the next agent's)."""
+    import asyncio
+
+    from tacoma.place._cgroups import Cgroups
+    from tacoma.place._settings import Limits
+
+    cgroups, missing = Cgroups.available()
+    if cgroups is None or "memory" in missing:
+        pytest.skip(f"no memory cgroup here: {missing}")
+    limits = Limits(memory_bytes=64 * 2**20)
+    try:
+        group = cgroups.create(limits)
+        assert _join_and_run(";".join(group.procs_dirs), "pass") == 0
+        asyncio.run(cgroups.destroy(group))
+        assert all(d.is_dir() for d in group.dirs.values())  # kept, empty
+        again = cgroups.create(limits)
+        assert again is group
+        assert not again.oom_kills()
+
+        status = _join_and_run(";".join(again.procs_dirs),
+                               "x = bytearray(512 * 2**20)\nx[::4096] = b'1' * len(x[::4096])")
+        assert status != 0 and again.oom_kills() == 1  # killed by the memory cgroup
+        asyncio.run(cgroups.destroy(again))
+        assert not any(d.exists() for d in again.dirs.values())  # removed, not kept
+        fresh = cgroups.create(limits)
+        assert fresh is not again and not fresh.oom_kills()
+        asyncio.run(cgroups.destroy(fresh))
+    finally:
+        cgroups.close()
+    assert not any(base.exists() for base in cgroups.bases.values())
+
+
+@needs_root
+def test_a_busy_place_makes_few_cgroups(start_place: Callable[..., RunningPlace]) -> None:
+    place = start_place()
+    for n in range(12):
+        assert tacoma.meet(place.target("ag_python"), code=f'bc["N"] = ["{n}"]')["N"] == [
+            str(n).encode()]
+    from tacoma.place._cgroups import _find_hierarchies
+
+    base = _find_hierarchies()[0]["pids"] / "tacoma" / str(place.proc.pid)
+    made = max(int(d.name[1:]) for d in base.iterdir() if d.is_dir() and d.name[:1] == "w")
+    # 4 languages x 2 ready workers, then a replacement for each meet: 20 made without reuse.
+    assert 8 <= made <= 12, made

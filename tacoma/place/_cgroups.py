@@ -31,6 +31,14 @@ log = logging.getLogger("tacoma.place")
 CONTROLLERS = ("pids", "memory", "cpu")
 #: The CFS period the CPU quota is a share of.
 CPU_PERIOD_US = 100_000
+#: Emptied groups kept for the next workers (see `Cgroups.destroy`): making a group (a
+#: directory per controller, its limits written) and removing it again cost the place
+#: about a quarter of its CPU per meet under load, and the kernel more (a memory cgroup is
+#: costly to make and is freed by a kernel worker).
+SPARE_GROUPS = 16
+#: A group is reused only if the memory still charged to it is below this (what an agent's
+#: files or the kernel's objects left charged to it would cut into the next one's limit).
+REUSE_CHARGE = 1 << 20
 
 
 @dataclass
@@ -39,6 +47,22 @@ class Group:
 
     dirs: dict[str, Path]  # controller -> its directory (v2: the same for all)
     v2: bool
+    limits: Limits | None = None  # the limits written into it
+
+    def reusable(self) -> bool:
+        """Whether the group, emptied of its processes, may serve another worker: none was
+        killed for memory (the count of such kills stays with the group, and would be read
+        as the next agent's), and little memory stays charged to it."""
+        if self.oom_kills():
+            return False
+        memory = self.dirs.get("memory")
+        if memory is None:
+            return True
+        name = "memory.current" if self.v2 else "memory.usage_in_bytes"
+        try:
+            return int((memory / name).read_text()) < REUSE_CHARGE
+        except (OSError, ValueError):
+            return False
 
     @property
     def procs_dirs(self) -> list[str]:
@@ -93,6 +117,7 @@ class Cgroups:
     v2: bool
     missing: dict[str, str] = field(default_factory=dict)  # controller -> why not
     _n: int = 0
+    _spare: list[Group] = field(default_factory=list)  # emptied, for the next workers
 
     @classmethod
     def available(cls) -> tuple[Cgroups | None, dict[str, str]]:
@@ -131,7 +156,12 @@ class Cgroups:
         return cls(bases, v2, missing), missing
 
     def create(self, limits: Limits) -> Group:
-        """A new group with the limits applied."""
+        """A group with the limits applied: a spare one if there is one, else a new one."""
+        while self._spare:
+            group = self._spare.pop()
+            if group.limits == limits:
+                return group
+            self._remove(group)
         self._n += 1
         name = f"w{self._n}"
         dirs: dict[str, Path] = {}
@@ -141,7 +171,7 @@ class Cgroups:
                 with contextlib.suppress(FileExistsError):  # left by a place with our pid
                     path.mkdir()
             dirs[controller] = path
-        group = Group(dirs, self.v2)
+        group = Group(dirs, self.v2, limits)
         try:
             _write(dirs["pids"] / "pids.max", limits.processes)
             if "memory" in dirs:
@@ -169,13 +199,20 @@ class Cgroups:
         return group
 
     async def destroy(self, group: Group) -> None:
-        """Kill every process in the group, wait until it is empty, and remove it."""
+        """Kill every process in the group, wait until it is empty, and keep it for the
+        next worker if it can serve one (`Group.reusable`) and fewer than SPARE_GROUPS
+        wait; else remove it."""
         kill = group.kill_dir
+        empty = False
         for _ in range(500):
             if not _sandbox.cgroup_members(kill):
+                empty = True
                 break
             _sandbox.kill_cgroup(kill, rounds=1)
             await asyncio.sleep(0.01)  # killed processes leave the cgroup once reaped
+        if empty and len(self._spare) < SPARE_GROUPS and group.reusable():
+            self._spare.append(group)
+            return
         for path in sorted(set(group.dirs.values())):
             for _ in range(100):
                 try:
@@ -188,7 +225,15 @@ class Cgroups:
             else:
                 log.warning("could not remove cgroup %s", path)
 
+    def _remove(self, group: Group) -> None:
+        """Remove an empty group at once (a spare: no process to wait for)."""
+        for path in sorted(set(group.dirs.values())):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
     def close(self) -> None:
+        while self._spare:
+            self._remove(self._spare.pop())
         for base in set(self.bases.values()):
             with contextlib.suppress(OSError):
                 base.rmdir()

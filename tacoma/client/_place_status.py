@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from ..display import human_duration, human_size
 from ..wire._briefcase import Briefcase
 from ..wire._names import ADMIN_AGENT
 from ._client import connection, meet_deadline, place_of
@@ -188,32 +189,6 @@ class PlaceStatus:
             parts.append(html_table(self.RESIDENT_HEADERS, self._resident_rows(),
                                     caption="resident agents"))
         return "<div>" + "".join(parts) + "</div>"
-
-
-def human_size(size: int) -> str:
-    """Bytes for a person: 512 B, 1.5 KiB, 64 MiB."""
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            text = f"{value:.1f}".removesuffix(".0") if unit != "B" else str(size)
-            return f"{text} {unit}"
-        value /= 1024
-    raise AssertionError("not reached")
-
-
-def human_duration(seconds: float) -> str:
-    """Seconds for a person: 4.2s, 3m 5s, 2h 10m, 3d 4h."""
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    whole = int(seconds)
-    days, rest = divmod(whole, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours}h"
-    if hours:
-        return f"{hours}h {minutes}m"
-    return f"{minutes}m {secs}s"
 
 
 async def aplace_status(place: str | None = None, *, token: str | None = None,

@@ -16,8 +16,9 @@ from collections.abc import Iterable, Sequence
 from typing import IO, Any
 
 from .progress import Progress as Progress
+from .progress import human_duration as human_duration
 
-__all__ = ["Progress", "console", "html_table", "table"]
+__all__ = ["Progress", "console", "html_table", "human_duration", "human_size", "table"]
 
 
 def console(file: IO[str] | None = None) -> Any:
@@ -68,3 +69,14 @@ def html_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *,
                                     for c in row) + "</tr>" for row in rows)
     cap = f"<caption style='text-align:left'>{html.escape(caption)}</caption>" if caption else ""
     return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def human_size(size: int) -> str:
+    """Bytes for a person: 512 B, 1.5 KiB, 64 MiB."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            text = f"{value:.1f}".removesuffix(".0") if unit != "B" else str(size)
+            return f"{text} {unit}"
+        value /= 1024
+    raise AssertionError("not reached")

@@ -62,9 +62,19 @@ def where(file: IO[str] | None = None, show: bool | None = None) -> Where:
     return "lines" if show else "off"
 
 
-def _seconds(seconds: float) -> str:
-    minutes, rest = divmod(int(seconds), 60)
-    return f"{minutes}:{rest:02d}" if minutes else f"{seconds:.1f} s"
+def human_duration(seconds: float) -> str:
+    """Seconds for a person: 4.2s, 3m 5s, 2h 10m, 3d 4h."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {secs}s"
 
 
 class Progress:
@@ -184,7 +194,7 @@ class Progress:
         """One line: the description, the count and the time so far."""
         count = (f"{self.completed:,.0f} of {self.total:,.0f}" if self.total is not None
                  else f"{self.completed:,.0f}")
-        took = _seconds(time.monotonic() - self._started)
+        took = human_duration(time.monotonic() - self._started)
         return f"{self.description}: {count} done, {took}".lstrip(": ")
 
     def _repr_html_(self) -> str:

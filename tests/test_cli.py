@@ -364,13 +364,11 @@ SLEEPER = "import time\ntime.sleep(120)\n"
 def test_ctrl_c_cancels_the_meet_and_stops_its_agent(place: RunningPlace, tmp_path: Path,
                                                      where: str) -> None:
     code = str(_program(tmp_path, SLEEPER))
-    if where == "place":
-        target, env = place.target("ag_python"), None
-    else:  # the embedded place lives in the command's own process: ask it through ps
-        target, env = "ag_python", None
+    # The embedded place lives in the command's own process: its agent is found below it.
+    target = place.target("ag_python") if where == "place" else "ag_python"
     proc = subprocess.Popen([sys.executable, "-m", "tacoma", "meet", target, "--code", code],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=cli_env(env))
+                            env=cli_env())
     try:
         if where == "place":
             wait_until(lambda: bool(place.agents()), 60, "the agent running")
@@ -378,12 +376,8 @@ def test_ctrl_c_cancels_the_meet_and_stops_its_agent(place: RunningPlace, tmp_pa
             meet_id, pid = row["meet"], row["pid"]
         else:
             pid = _wait_for_sleeping_agent(proc.pid)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        out, err = _interrupt(proc)
     assert proc.returncode == 130, err
     line = err.splitlines()[0]
     assert line.startswith("tacoma: Cancelled: meet ") and line.endswith(
@@ -419,6 +413,17 @@ def test_ctrl_c_reaches_a_blocking_call_whichever_thread_gets_the_signal() -> No
                          timeout=120)
     assert out.stdout.startswith("interrupted after"), (out.stdout, out.stderr)
     assert float(out.stdout.split()[2]) < 30  # not when the sleep ended by itself
+
+
+def _interrupt(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """Ctrl-C to `proc`, and its output once it ended (killed if it has not within 60 s)."""
+    try:
+        proc.send_signal(signal.SIGINT)
+        return proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def _wait_for_sleeping_agent(cli_pid: int) -> int:
@@ -467,12 +472,8 @@ def test_interrupting_the_python_api_stops_the_agent_too(place: RunningPlace) ->
     try:
         wait_until(lambda: bool(place.agents()), 60, "the agent running")
         [row] = place.agents()
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _, err = _interrupt(proc)
     assert "KeyboardInterrupt" in err
     wait_until(lambda: not place.agents(), 20, "the agent stopped")
     assert isinstance(row["pid"], int)

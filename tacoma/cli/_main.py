@@ -32,8 +32,9 @@ __all__ = ["main"]
 def _json_in(args: Sequence[str]) -> bool:
     """Whether the command line asks for --json (before any `--`): a usage error is found
     before click has read the options, and is answered as JSON all the same."""
-    return "--json" in list(args)[:list(args).index("--")] if "--" in args else \
-        "--json" in args
+    words = list(args)
+    options = words[:words.index("--")] if "--" in words else words
+    return "--json" in options
 
 
 class TacomaGroup(click.Group):

@@ -6,7 +6,11 @@ separate processes, and the hops cross real TCP connections between them.
 
 from __future__ import annotations
 
+import contextlib
+import selectors
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import textwrap
@@ -98,6 +102,108 @@ def test_a_dead_place_on_the_itinerary_is_an_error_the_agent_acts_on(
                          code=SKIPPER, timeout=60)
     assert result.text("SEEN") == [a.address, b.address, b.address]
     assert result.text("SKIPPED") == ["PlaceUnavailable", "PlaceUnavailable"]
+
+
+class ResettingDoor(threading.Thread):
+    """A front door to a place on a path that loses packets: it resets the first `resets`
+    connections before any byte passes (as a place does that waited too long for a Hello),
+    and forwards the later ones to the place."""
+
+    def __init__(self, upstream: str, resets: int) -> None:
+        super().__init__(daemon=True)
+        host, port = upstream.rsplit(":", 1)
+        self.upstream = (host, int(port))
+        self.resets = resets
+        self.accepted = 0
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.server.getsockname()[1]}"
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        self.server.settimeout(0.2)
+        while not self.stopped.is_set():
+            try:
+                down, _ = self.server.accept()
+            except TimeoutError:
+                continue
+            self.accepted += 1
+            if self.accepted <= self.resets:
+                down.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                down.close()  # linger 0: a reset
+                continue
+            threading.Thread(target=self._forward, args=(down,), daemon=True).start()
+
+    def _forward(self, down: socket.socket) -> None:
+        up = socket.create_connection(self.upstream)
+        selector = selectors.DefaultSelector()
+        selector.register(down, selectors.EVENT_READ)
+        selector.register(up, selectors.EVENT_READ)
+        with down, up:
+            while not self.stopped.is_set():
+                for key, _ in selector.select(0.2):
+                    sock = key.fileobj
+                    assert isinstance(sock, socket.socket)
+                    try:
+                        data = sock.recv(65536)
+                    except OSError:
+                        data = b""
+                    if not data:
+                        return
+                    with contextlib.suppress(OSError):
+                        (up if sock is down else down).sendall(data)
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.join(5)
+        self.server.close()
+
+
+def test_a_connection_reset_before_the_hellos_is_tried_again(
+        three: list[RunningPlace]) -> None:
+    """On a path that loses many packets a new connection can break before its Hellos: the
+    place handing the agent over connects again (a place that refuses is not retried: see
+    the test above)."""
+    a, b, _ = three
+    door = ResettingDoor(b.address, resets=2)
+    door.start()
+    try:
+        result = tacoma.meet(a.target("ag_python"), {"ITINERARY": [door.address]},
+                             code=ROAMERS["ag_python"], timeout=60)
+    finally:
+        door.close()
+    assert result.text("SEEN") == [a.address, b.address]
+    assert door.accepted == 3
+
+
+def test_a_connection_reset_every_time_fails_after_three_tries(
+        three: list[RunningPlace]) -> None:
+    a, _, c = three
+    door = ResettingDoor(c.address, resets=100)
+    door.start()
+    try:
+        result = tacoma.meet(a.target("ag_python"), {"ITINERARY": [door.address]},
+                             code=SKIPPER, timeout=60)
+    finally:
+        door.close()
+    assert result.text("SKIPPED") == ["PlaceUnavailable"]
+    assert door.accepted == 3
+
+
+def test_a_refused_connection_is_transient_no_more_than_a_reset_is_not(
+        three: list[RunningPlace]) -> None:
+    """What the retry rests on: the error of a connection reset before the Hellos says
+    it may be the path's doing; a refused connection's does not."""
+    door = ResettingDoor(three[0].address, resets=1)
+    door.start()
+    try:
+        with pytest.raises(tacoma.ConnectError) as reset:
+            tacoma.meet(f"ag_echo@{door.address}", {}, timeout=10)
+    finally:
+        door.close()
+    assert reset.value.transient and "reset" in str(reset.value)
+    with pytest.raises(tacoma.ConnectError) as refused:
+        tacoma.meet("ag_echo@127.0.0.1:1", {}, timeout=10)
+    assert not refused.value.transient
 
 
 def test_a_roamer_that_does_not_catch_the_error_fails_where_it_is(

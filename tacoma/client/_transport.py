@@ -313,15 +313,26 @@ async def connect(address: str, role: Role, handler: EventHandler, max_frame: in
                 connected = True
                 channel = await _handshake(loop, sock, address, where, role, handler,
                                            max_frame, software, context)
+    except ConnectionLost as exc:  # reset as it was made (the peer accepted, then reset)
+        reset = ConnectError(f"{where}: the connection was reset before the place answered "
+                             f"({exc.__cause__ or exc}); it may be overloaded")
+        reset.transient = True
+        raise reset from None
     except ConnectError as exc:
-        if not (connected and isinstance(exc.__cause__, TimeoutError | ConnectionAbortedError)):
+        if not connected:
+            exc.transient = isinstance(exc.__cause__, TimeoutError)
+            raise
+        if not isinstance(exc.__cause__, TimeoutError | ConnectionAbortedError):
             raise
         kind = "TLS handshake" if tls else "Hello"
         waited = min(timeout or HANDSHAKE_TIMEOUT, HANDSHAKE_TIMEOUT) if tls else timeout
-        raise RemoteProtocolError(
+        silent = RemoteProtocolError(
             f"{address} accepted the connection but did not answer as a tacoma place (no "
             f"{kind} within {waited:g} s): "
-            "another kind of server on that port, or a stalled place?") from None
+            "another kind of server on that port, a stalled place, or a path losing most "
+            "packets?")
+        silent.transient = True
+        raise silent from None
     if context is not None and (channel.identity is None or not channel.identity.is_place):
         channel.abort()
         name = channel.identity.name if channel.identity else "?"
@@ -366,8 +377,10 @@ async def _handshake(loop: asyncio.AbstractEventLoop, sock: socket.socket, addre
                 ssl=context, server_hostname=host if tls else None,
                 ssl_handshake_timeout=HANDSHAKE_TIMEOUT if tls else None)
         except ConnectionResetError as exc:  # reset before the handshake ended
-            raise ConnectError(f"{where}: the connection was reset before the place "
-                               f"answered ({exc}); it may be overloaded") from None
+            reset = ConnectError(f"{where}: the connection was reset before the place "
+                                 f"answered ({exc}); it may be overloaded")
+            reset.transient = True
+            raise reset from None
         except ssl.SSLCertVerificationError as exc:
             raise ConnectError(f"{where}: its certificate is not trusted here "
                                f"({exc.verify_message}): is it a place of this "
@@ -398,7 +411,9 @@ async def _handshake(loop: asyncio.AbstractEventLoop, sock: socket.socket, addre
                 "expired, or revoked?), or it stopped" if tls else
                 "a place that requires TLS closes plaintext connections: meet it "
                 "without --insecure")
-        raise ConnectError(f"{where}: closed before its Hello ({exc}): {hint}") from None
+        closed = ConnectError(f"{where}: closed before its Hello ({exc}): {hint}")
+        closed.transient = True
+        raise closed from None
     except BaseException:  # the timeout, or the caller gave up: leave nothing open
         channel.abort()
         raise

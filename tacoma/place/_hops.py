@@ -18,10 +18,10 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..client._client import ClientCache
+from ..client._client import ClientCache, PlaceClient
 from ..wire._address import canonical_address
 from ..wire._briefcase import ITINERARY, RECOVERY, Briefcase
-from ..wire._errors import MeetError, PlaceUnavailable, error_from_wire
+from ..wire._errors import MeetError, PlaceUnavailable, TacomaError, error_from_wire
 from ..wire._names import HOME_AGENT, TRIP_AGENT
 from ..wire._protocol import Accepted, Meet
 from ._builtins import BuiltIns
@@ -35,6 +35,11 @@ if TYPE_CHECKING:
 __all__ = ["Hops", "Moved"]
 
 log = logging.getLogger("tacoma.place")
+
+#: Seconds for each attempt to connect to the next place of a trip, and how many attempts a
+#: hand-over makes when the path may have lost the connection (see Hops._reach).
+CONNECT_TIMEOUT = 10.0
+CONNECT_ATTEMPTS = 3
 
 
 class Moved(Exception):
@@ -313,6 +318,23 @@ class Hops:
         failure = PlaceUnavailable(f"the agent was lost at place {target}: {reason}")
         await self._send_home(trip, ending(trip, None, failure, self.address))
 
+    async def _reach(self, target: str, timeout: float) -> PlaceClient:
+        """The connection to hand an agent to `target` over. A path that loses many packets
+        can break a new connection before its Hellos (TCP's retransmissions outlast the 10 s
+        a place waits for a Hello); that is tried again, up to CONNECT_ATTEMPTS times while
+        the trip has the time. A place that refuses, or answers as something else, is not."""
+        give_up = time.monotonic() + timeout
+        for attempt in range(1, CONNECT_ATTEMPTS + 1):
+            try:
+                return await self.clients.get(target, timeout=min(CONNECT_TIMEOUT, timeout))
+            except TacomaError as exc:
+                if (not exc.transient or attempt == CONNECT_ATTEMPTS
+                        or give_up - time.monotonic() < CONNECT_TIMEOUT):
+                    raise
+                log.info("connecting to %s to hand an agent over (attempt %d of %d): %s",
+                         target, attempt, CONNECT_ATTEMPTS, exc)
+        raise AssertionError("unreachable")  # the last attempt returns or raises
+
     async def _hand_over(self, trip: Trip, target: str, briefcase: Briefcase, agent: str,
                          principal: str, timeout: float) -> str:
         """Hand the agent (hop `trip` here) to `target`, and guard it there: its meet id."""
@@ -327,7 +349,7 @@ class Hops:
             self.trips.left(trip, target)
             self._moved(onward, target, home, report)
             return hop.id
-        client = await self.clients.get(target, timeout=10.0)
+        client = await self._reach(target, timeout)
         meet_id = str(await client.meet(agent, onward.stamp(briefcase), "go", timeout,
                                         principal))
         self.trips.left(trip, target)

@@ -46,7 +46,9 @@ recorded in the home's journal under the meet's id, never dropped.
 
 If the next place cannot take the agent (down, refusing, unknown address), `go` fails in the
 agent with the place's error, and the agent is still where it was: it may skip that place,
-try again, or end, which sends its briefcase home.
+try again, or end, which sends its briefcase home. A connection that may have been lost on
+the path (timed out, or reset or silent before the Hellos) is tried again first, up to
+CONNECT_ATTEMPTS times (see Hops._reach).
 """
 
 from __future__ import annotations

@@ -64,6 +64,12 @@ __all__ = [
 class TacomaError(Exception):
     """Root of every error raised by tacoma."""
 
+    #: Set on a connection's error when a path losing many packets could be the cause, so
+    #: that trying again may succeed: the connection timed out, or was made and then reset
+    #: or silent before the Hellos. Never set when the place refused or was unreachable,
+    #: nor when the peer answered as something else.
+    transient = False
+
     def _render_traceback_(self) -> list[str]:
         """The lines IPython shows for this error in a notebook cell (its hook for errors
         from elsewhere, as ipyparallel's RemoteError uses): the frames of the caller's own

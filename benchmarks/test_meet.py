@@ -40,6 +40,12 @@ MEMORY_WARMUP = 1_000
 #: the CPU with one starting.
 POOL_REFILL_PAUSE = 0.2
 PYTHON_ROUNDS = 20
+#: Back-to-back Python meets timed (no pause: the pool refills while the next meets run).
+BACK_TO_BACK_ROUNDS = 200
+#: Isolated Python meets per round of the sustained-rate benchmark, and how many in flight.
+SUSTAINED_MEETS = 256
+IN_FLIGHT = 32
+SUSTAINED_ROUNDS = 5
 #: New connections timed per connection benchmark.
 CONNECT_ROUNDS = 100
 COLD_ROUNDS = 8
@@ -158,6 +164,62 @@ def test_meet_python_agent_pooled(benchmark: Any, loop: asyncio.AbstractEventLoo
         payload_bytes=_payload_bytes())
     benchmark.pedantic(lambda: loop.run_until_complete(python_meet()), setup=refill,
                        rounds=PYTHON_ROUNDS, warmup_rounds=2, iterations=1)
+
+
+def test_meet_python_agent_back_to_back(benchmark: Any, loop: asyncio.AbstractEventLoop,
+                                        place: ServerProcess, summary: Summary) -> None:
+    """The pooled Python meet again, one after another with no pause: each meet's worker
+    is replaced while the next meets run, so this is what a busy caller sees."""
+    target = f"ag_python@{place.address}"
+    expected = {**PAYLOAD, "CODE": [b"pass"]}
+
+    async def python_meet() -> None:
+        result = await tacoma.ameet(target, PAYLOAD, code="pass")
+        assert result == expected, result
+
+    benchmark.extra_info.update(
+        measures="one sync meet to ag_python with code 'pass', back to back (no pause for "
+                 "the pool to refill): p50 and p99 of a caller that never waits",
+        target="ag_python", payload_bytes=_payload_bytes())
+    benchmark.pedantic(lambda: loop.run_until_complete(python_meet()),
+                       rounds=BACK_TO_BACK_ROUNDS, warmup_rounds=10, iterations=1)
+    data = getattr(getattr(benchmark, "stats", None), "stats", None)
+    if data is not None and data.data:
+        times = sorted(data.data)
+        p99 = times[min(len(times) - 1, round(0.99 * (len(times) - 1)))]
+        benchmark.extra_info["p99_ms"] = round(p99 * 1e3, 2)
+        summary(f"back-to-back ag_python: p50 {data.median * 1e3:.2f} ms, "
+                f"p99 {p99 * 1e3:.2f} ms")
+
+
+def test_sustained_isolated_meets(benchmark: Any, loop: asyncio.AbstractEventLoop,
+                                  place: ServerProcess, summary: Summary) -> None:
+    """Isolated Python meets as fast as the place runs them, IN_FLIGHT at once: each one a
+    new sandboxed worker process, as every pooled meet is."""
+    target = f"ag_python@{place.address}"
+    expected = {**PAYLOAD, "CODE": [b"pass"]}
+
+    async def round_of_meets() -> None:
+        todo = iter(range(SUSTAINED_MEETS))
+
+        async def caller() -> None:
+            for _ in todo:
+                result = await tacoma.ameet(target, PAYLOAD, code="pass", timeout=60)
+                assert result == expected, result
+
+        await asyncio.gather(*(caller() for _ in range(IN_FLIGHT)))
+
+    benchmark.extra_info.update(
+        measures=f"one round = {SUSTAINED_MEETS} sync meets to ag_python (code 'pass'), "
+                 f"{IN_FLIGHT} in flight at once over one connection; each meet runs in a "
+                 "new sandboxed worker", in_flight=IN_FLIGHT, meets=SUSTAINED_MEETS)
+    benchmark.pedantic(lambda: loop.run_until_complete(round_of_meets()),
+                       rounds=SUSTAINED_ROUNDS, warmup_rounds=1, iterations=1)
+    median = _median_seconds(benchmark)
+    if median is not None:
+        benchmark.extra_info["meets_per_s"] = round(SUSTAINED_MEETS / median)
+        summary(f"{benchmark.extra_info['meets_per_s']:,} isolated ag_python meets/s "
+                f"sustained, {IN_FLIGHT} in flight")
 
 
 def test_meet_python_agent_cold(benchmark: Any, loop: asyncio.AbstractEventLoop,

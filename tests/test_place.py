@@ -809,3 +809,48 @@ def test_places_started_from_a_checkout_run_the_installed_tacoma(tmp_path: Path)
                          check=False, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ran"
+
+
+# ------------------------------------------------------------------ the pool, by demand
+def _python_pool(place: RunningPlace) -> Any:
+    token = (place.state_dir / "admin.token").read_text().strip()
+    status = tacoma.place_status(place.address, token=token)
+    return next(pool for pool in status.pools if pool.agent == "ag_python")
+
+
+def test_the_pool_grows_under_load_and_shrinks_back_when_idle(start_place) -> None:
+    place = start_place("--pool-size", "1", "--pool-max", "4")
+    first = _python_pool(place)
+    assert (first.size, first.most) == (1, 4)
+
+    async def load() -> None:
+        async def caller() -> None:
+            for _ in range(4):
+                await tacoma.ameet(place.target("ag_python"), code="pass", timeout=60)
+        await asyncio.gather(*(caller() for _ in range(8)))
+
+    asyncio.run(load())
+    grown = _python_pool(place)
+    assert grown.misses > 0 and 1 < grown.size <= 4, grown
+    assert grown.ended >= 32
+    # Idle: it halves back to --pool-size, a halving every few seconds without a miss.
+    wait_until(lambda: _python_pool(place).size == 1, 30, "the pool to shrink back")
+    wait_until(lambda: _python_pool(place).ready == 1, 10, "the workers over it destroyed")
+    assert tacoma.meet(place.target("ag_python"), code="bc['X'] = [b'1']",
+                       timeout=60)["X"] == [b"1"]
+
+
+def test_no_pool_stays_no_pool(start_place) -> None:
+    place = start_place("--pool-size", "0")
+    for _ in range(3):
+        tacoma.meet(place.target("ag_python"), code="pass", timeout=60)
+    pool = _python_pool(place)
+    assert (pool.size, pool.most, pool.ready) == (0, 0, 0)
+
+
+def test_pool_max_below_pool_size_is_refused(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "tacoma", "place", "--state-dir",
+                          str(tmp_path / "s"), "--pool-size", "4", "--pool-max", "2"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 2, out.stderr
+    assert "pool_max must be from pool_size (4) to 256" in out.stderr

@@ -82,7 +82,11 @@ _SETTINGS = tacoma.PlaceSettings()
               help="Address to accept meets on (port 0 picks a free port).")
 @state_dir_option("What the place keeps.")
 @click.option("--pool-size", type=click.IntRange(0, 64), default=2, show_default=True,
-              help="Pre-started workers kept ready per language.")
+              help="Pre-started workers kept ready per language, at least; the pool "
+                   "grows under load and shrinks back when idle.")
+@click.option("--pool-max", type=click.IntRange(0, 256), default=None,
+              help="The most workers a pool grows to under load. [default: 16, or "
+                   "--pool-size if larger]")
 @click.option("--max-briefcase", "max_frame", type=ByteSize(65536),
               default=format_size(_SETTINGS.max_frame), show_default=True,
               help="Largest briefcase (frame) accepted or sent (256M, 1G).")
@@ -146,7 +150,8 @@ _SETTINGS = tacoma.PlaceSettings()
 @click.option("-q", "--quiet", is_flag=True, help="Log warnings and errors only.")
 @click.option("-v", "--verbose", is_flag=True,
               help="Log every meet too (its agent, its principal, its peer).")
-def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
+def place(listen: str, state_dir: Path | None, pool_size: int, pool_max: int | None,
+          max_frame: int,
           max_meets: int, max_connections: int, grace_seconds: float, mailbox_messages: int,
           mailbox_bytes: int, mailbox_total_bytes: int, same_uid: bool,
           max_receiving: int, idle_seconds: float, max_queued: int, keep_results: float,
@@ -170,6 +175,7 @@ def place(listen: str, state_dir: Path | None, pool_size: int, max_frame: int,
         parse_address(listen, listen=True)
         settings = tacoma.PlaceSettings(
             listen=listen, state_dir=state_dir or default_state_dir(), pool_size=pool_size,
+            pool_max=pool_max,
             max_frame=max_frame, max_meets=max_meets, max_connections=max_connections,
             grace_seconds=grace_seconds, mailbox_messages=mailbox_messages,
             mailbox_bytes=mailbox_bytes, mailbox_total_bytes=mailbox_total_bytes,

@@ -40,14 +40,17 @@ class Layer:
 
 @dataclass(frozen=True, slots=True)
 class Pool:
-    """The workers of one language: ready now, kept ready (--pool-size), and meets that
-    ran in one and ended since the place started."""
+    """The workers of one language: ready now, kept ready now (from --pool-size, growing
+    under load up to `most`, --pool-max), meets that ran in one and ended since the place
+    started, and meets that found none ready."""
 
     agent: str
     language: str
     ready: int
     size: int
     ended: int
+    most: int = 0
+    misses: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,11 +142,12 @@ class PlaceStatus:
                                                                        "why)"))
         return facts
 
-    POOL_HEADERS = ("LANGUAGE", "AGENT", "READY", "POOL", "ENDED")
+    POOL_HEADERS = ("LANGUAGE", "AGENT", "READY", "POOL", "MOST", "ENDED", "MISSED")
     RESIDENT_HEADERS = ("RESIDENT", "AGENT", "MEET", "MESSAGES", "BYTES", "RECEIVED", "AGE")
 
     def _pool_rows(self) -> list[tuple[object, ...]]:
-        return [(p.language, p.agent, p.ready, p.size, p.ended) for p in self.pools]
+        return [(p.language, p.agent, p.ready, p.size, p.most, p.ended, p.misses)
+                for p in self.pools]
 
     def _resident_rows(self) -> list[tuple[object, ...]]:
         return [(r.name, r.agent, r.meet, r.messages, human_size(r.bytes), r.received,
@@ -158,8 +162,8 @@ class PlaceStatus:
         width = max(len(label) for label, _ in facts)
         out.write("".join(f"{label:<{width}}  {text}\n" for label, text in facts) + "\n")
         out.flush()  # rich writes the tables past any buffer of ours
-        table(self.POOL_HEADERS, self._pool_rows(), right=("READY", "POOL", "ENDED"),
-              file=out)
+        table(self.POOL_HEADERS, self._pool_rows(),
+              right=("READY", "POOL", "MOST", "ENDED", "MISSED"), file=out)
         out.write("\n")
         if self.residents:
             table(self.RESIDENT_HEADERS, self._resident_rows(),

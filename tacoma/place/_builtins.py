@@ -198,7 +198,8 @@ class BuiltIns:
             "layers": [{"layer": layer.name, "applied": layer.applied, "detail": layer.detail}
                        for layer in self.layers],
             "pools": [{"agent": agent, "language": pool.interpreter.language,
-                       "ready": pool.ready, "size": pool.size, "ended": pool.ended}
+                       "ready": pool.ready, "size": pool.size, "most": pool.most,
+                       "ended": pool.ended, "misses": pool.misses}
                       for agent, pool in sorted(pools.items())],
             "unavailable": sorted(set(self.agents.interpreters) - set(pools)),
             "installed": installed,

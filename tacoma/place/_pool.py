@@ -26,6 +26,7 @@ import shutil
 import signal
 import socket
 import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -62,6 +63,9 @@ WORKER_KINDS = frozenset({AgentFailed.kind, AgentKilled.kind, "limit-exceeded"})
 LOG_LINE = 4096
 LOG_LINES_PER_MEET = 1000
 LOG_CHARS_PER_MEET = 1 << 20
+
+#: Seconds without a meet that found no worker ready before a grown pool halves its size.
+SHRINK_AFTER = 5.0
 
 NestedHandler = Callable[["Worker", Meet], Awaitable[None]]
 
@@ -301,7 +305,15 @@ class Worker:
 
 
 class WorkerPool:
-    """Ready workers for one interpreter; each is used once, replacements start off-path."""
+    """Ready workers for one interpreter; each is used once, replacements start off-path.
+
+    The pool is sized by demand: it keeps `target` workers ready or starting, at least
+    --pool-size. A meet that finds none ready (a miss) raises the target by one, up to
+    --pool-max, so a burst of meets is soon met by ready workers; after SHRINK_AFTER seconds
+    without a miss the target halves back towards --pool-size, and the workers over it are
+    destroyed. A meet that finds none ready waits for one already starting, if one is, rather
+    than starting another on its own path.
+    """
 
     def __init__(self, interpreter: Interpreter, containment: Containment,
                  plan_extras: Callable[[], dict[str, Any]] | None = None) -> None:
@@ -312,12 +324,19 @@ class WorkerPool:
         self.zygote: ZygoteHandle | None = None
         self._zygote_lock = asyncio.Lock()
         self._ready: collections.deque[Worker] = collections.deque()
+        self._waiting: collections.deque[asyncio.Future[Worker | None]] = collections.deque()
         self._starting = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._failures = 0
+        #: Workers kept ready or starting now (see the class's docstring).
+        self.target = self.settings.pool_size
+        self._last_miss = 0.0
+        self._shrinking: asyncio.TimerHandle | None = None
         #: Meets whose agent ran in one of its workers and ended, since the place started.
         self.ended = 0
+        #: Meets that found no worker ready.
+        self.misses = 0
 
     @property
     def ready(self) -> int:
@@ -326,13 +345,19 @@ class WorkerPool:
 
     @property
     def size(self) -> int:
-        """How many ready workers it keeps (--pool-size)."""
-        return self.settings.pool_size
+        """How many ready workers it keeps now (from --pool-size up to --pool-max)."""
+        return self.target
+
+    @property
+    def most(self) -> int:
+        """The most ready workers it grows to (--pool-max)."""
+        return self.settings.pool_max or self.settings.pool_size
 
     def fill(self) -> None:
-        """Start workers in the background until `pool_size` are ready or starting."""
+        """Start workers in the background until `target` are ready or starting, besides
+        one for each meet waiting for a worker."""
         while (not self._closed and self._failures < 3
-               and len(self._ready) + self._starting < self.settings.pool_size):
+               and len(self._ready) + self._starting < self.target + len(self._waiting)):
             self._starting += 1
             self._track(self._start_into_pool())
 
@@ -347,28 +372,88 @@ class WorkerPool:
         except PlaceUnavailable as exc:
             self._failures += 1
             log.error("%s%s", exc, f":\n{exc.detail}" if exc.detail else "")
+            self._hand(None)  # a waiting meet starts its own, and hears why it fails
             return
         except Exception:
             self._failures += 1
             log.exception("cannot start a %s worker", self.interpreter.language)
+            self._hand(None)
             return
         finally:
             self._starting -= 1
         self._failures = 0
         if self._closed:
             await worker.destroy()
-        else:
+        elif not self._hand(worker):
             self._ready.append(worker)
 
+    def _hand(self, worker: Worker | None) -> bool:
+        """Give `worker` (None: a start failed) to the first meet waiting for one."""
+        while self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():  # not given up (cancelled) meanwhile
+                waiter.set_result(worker)
+                return True
+        return False
+
     async def take(self) -> Worker:
-        """A ready worker (or a freshly started one if none is ready)."""
+        """A ready worker; else one already starting, or else a freshly started one."""
         self._failures = 0
         while self._ready:
             worker = self._ready.popleft()
             if worker.alive:
+                if not self._ready:
+                    self._grow()  # the last one: the next meet would find none
+                    self.fill()
                 return worker
             self._track(worker.destroy())
+        self.misses += 1
+        self._grow()
+        self.fill()
+        if self._starting > len(self._waiting):  # one is on its way that no meet awaits
+            waiter: asyncio.Future[Worker | None] = asyncio.get_running_loop().create_future()
+            self._waiting.append(waiter)
+            try:
+                given = await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled() and waiter.result() is not None:
+                    self._give_back(waiter.result())
+                raise
+            if given is not None and given.alive:
+                return given
+            if given is not None:
+                self._track(given.destroy())
         return await self.start_worker()
+
+    def _give_back(self, worker: Worker | None) -> None:
+        if worker is not None and not self._hand(worker):
+            self._ready.append(worker)
+
+    def _grow(self) -> None:
+        """No worker (or only one) was ready for a meet: keep more ready, up to the most."""
+        self._last_miss = time.monotonic()
+        if self.target < self.most:
+            self.target += 1
+            self._schedule_shrink()
+
+    def _schedule_shrink(self) -> None:
+        if self._shrinking is None and not self._closed:
+            self._shrinking = asyncio.get_running_loop().call_later(SHRINK_AFTER, self._shrink)
+
+    def _shrink(self) -> None:
+        """Halve the target towards --pool-size once SHRINK_AFTER passed without a miss,
+        destroying the ready workers over it."""
+        self._shrinking = None
+        if self._closed or self.target <= self.settings.pool_size:
+            return
+        quiet = time.monotonic() - self._last_miss
+        if quiet >= SHRINK_AFTER:
+            self.target = max(self.settings.pool_size, self.target // 2)
+            while len(self._ready) + self._starting > self.target and self._ready:
+                self._track(self._ready.pop().destroy())
+        if self.target > self.settings.pool_size:
+            wait = SHRINK_AFTER - quiet if quiet < SHRINK_AFTER else SHRINK_AFTER
+            self._shrinking = asyncio.get_running_loop().call_later(wait, self._shrink)
 
     def release(self, worker: Worker) -> None:
         """Destroy a used worker and start its replacement, after the meet has its answer.
@@ -440,6 +525,8 @@ class WorkerPool:
 
     async def close(self) -> None:
         self._closed = True
+        if self._shrinking is not None:
+            self._shrinking.cancel()
         for task in list(self._tasks):
             if not task.done():
                 await asyncio.wait({task}, timeout=START_TIMEOUT)

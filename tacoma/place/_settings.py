@@ -20,6 +20,9 @@ __all__ = ["AGENT_NETWORKS", "DEFAULT_LISTEN", "Limits", "PlaceSettings", "defau
 DEFAULT_LISTEN = "127.0.0.1:7707"
 #: What network agents get: none (an empty network namespace), or the host's.
 AGENT_NETWORKS = ("none", "host")
+#: The most workers a pool grows to under load, by default (a ready Python worker holds about
+#: 2.5 MB of its own memory, a Scheme one about 10 MB).
+POOL_MAX = 16
 
 
 def default_state_dir() -> Path:
@@ -84,7 +87,11 @@ class PlaceSettings:
         directories while they run (work/), compiled programs (cache/), files agents may
         read (data/), its cabinets and its admin token.
     pool_size: pre-started workers kept ready per interpreter, so a meet hands its briefcase
-        to a process that already exists (TACOMA's fix for fork and exec on the critical path).
+        to a process that already exists (TACOMA's fix for fork and exec on the critical path):
+        the least the pool keeps; it grows under load, up to pool_max, and shrinks back when
+        the load is gone.
+    pool_max: the most workers a pool keeps ready or starting, per interpreter (None: 16, or
+        pool_size if that is more; 0 if pool_size is 0, which keeps no pool at all).
     max_frame: largest frame, and so briefcase, accepted or sent, in bytes.
     max_meets: meets running at once; more are refused with PlaceUnavailable.
     max_connections: client connections open at once; more are refused (ConnectError).
@@ -124,6 +131,7 @@ class PlaceSettings:
     listen: str = DEFAULT_LISTEN
     state_dir: Path = field(default_factory=default_state_dir)
     pool_size: int = 2
+    pool_max: int | None = None
     max_frame: int = DEFAULT_MAX_FRAME
     max_meets: int = 256
     max_connections: int = 1024
@@ -169,6 +177,13 @@ class PlaceSettings:
             raise ValueError("an --insecure place uses no identity: give one or the other")
         if not isinstance(self.pool_size, int) or not 0 <= self.pool_size <= 64:
             raise ValueError(f"pool_size must be 0 to 64, got {self.pool_size!r}")
+        if self.pool_max is None and isinstance(self.pool_size, int):
+            # No pool (--pool-size 0) stays none: every meet starts its own worker.
+            object.__setattr__(self, "pool_max",
+                               max(self.pool_size, POOL_MAX) if self.pool_size else 0)
+        if (not isinstance(self.pool_max, int) or not self.pool_size <= self.pool_max <= 256):
+            raise ValueError(f"pool_max must be from pool_size ({self.pool_size}) to 256, "
+                             f"got {self.pool_max!r}")
         if not isinstance(self.max_frame, int) or self.max_frame < 64 * 1024:
             raise ValueError(f"max_frame must be at least 65536 bytes, got {self.max_frame!r}")
         if not isinstance(self.max_queued, int) or self.max_queued < 0:

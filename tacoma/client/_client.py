@@ -22,14 +22,17 @@ from typing import Any, Literal
 
 from .._version import __version__
 from ..wire._address import canonical_address, split_target
-from ..wire._briefcase import TRACE, Briefcase
+from ..wire._briefcase import CODE, CODE_HASH, TRACE, Briefcase
 from ..wire._errors import (
+    CodeUnknown,
     ConnectError,
     ConnectionLost,
+    MeetError,
     MeetTimeout,
     TacomaError,
     error_from_wire,
 )
+from ..wire._program import CODE_BY_HASH_MIN, code_digest
 from ..wire._protocol import (
     DEFAULT_MAX_FRAME,
     MIN_IDLE_SECONDS,
@@ -69,6 +72,10 @@ class PlaceClient:
         self.channel: Channel | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._active = time.monotonic()  # when it last sent a meet or had an answer
+        #: Send a program the place has by its hash (CODE_HASH) rather than in full.
+        self.name_programs = True
+        #: (principal, digest) of the programs the place has had from this client.
+        self.named: set[tuple[str, bytes]] = set()
 
     @classmethod
     async def connect(cls, address: str, timeout: float | None = 10.0,
@@ -105,6 +112,35 @@ class PlaceClient:
         transfer (the network, both frames' decoding and waiting to be scheduled: the send
         and the wait for the answer, less the place's own span).
         """
+        program = briefcase.folder(CODE)
+        digest = (code_digest(program) if CODE_HASH not in briefcase
+                  and sum(len(e) for e in program) >= CODE_BY_HASH_MIN else None)
+        key = (principal, digest or b"")
+        answer: Briefcase | str
+        if digest is not None and self.name_programs and key in self.named:
+            try:
+                answer = await self._send(agent, briefcase.swapped(CODE, CODE_HASH, [digest]),
+                                          mode, timeout, principal, meet_id)
+            except CodeUnknown:  # forgotten, or the place restarted: send it, once
+                self.named.discard(key)
+                answer = await self._send(agent, briefcase, mode, timeout, principal, meet_id)
+        else:
+            try:
+                answer = await self._send(agent, briefcase, mode, timeout, principal, meet_id)
+            except MeetError:  # the place has the program all the same
+                if digest is not None:
+                    self.named.add(key)
+                raise
+        if digest is None:
+            return answer
+        self.named.add(key)
+        if isinstance(answer, Briefcase) and answer.folder(CODE_HASH) == [digest] \
+                and CODE not in answer:
+            answer = answer.swapped(CODE_HASH, CODE, program)  # the result names it
+        return answer
+
+    async def _send(self, agent: str, briefcase: Briefcase, mode: WireMode,
+                    timeout: float | None, principal: str, meet_id: str) -> Briefcase | str:
         channel = self._open()
         rid = channel.conn.new_rid()
         if TRACE not in briefcase:
@@ -202,6 +238,8 @@ class ClientCache:
         #: (a place refuses to hand meets to a place whose certificate it has revoked).
         self.vet = vet
         self.clients: dict[str, PlaceClient] = {}
+        #: The programs each place has had from us, by address (see PlaceClient.named).
+        self.named: dict[str, set[tuple[str, bytes]]] = {}
         self.connecting: dict[str, asyncio.Future[PlaceClient]] = {}
 
     async def get(self, address: str, timeout: float | None) -> PlaceClient:
@@ -228,6 +266,9 @@ class ClientCache:
 
     async def _connect(self, address: str, timeout: float | None) -> PlaceClient:
         client = await PlaceClient.connect(address, timeout, credentials=self.credentials)
+        # What the place had on the last connection it most likely has still (a place
+        # that restarted asks for it again).
+        client.named = self.named.setdefault(address, set())
         if self.vet is not None:
             try:
                 self.vet(client)

@@ -68,6 +68,17 @@ class Resident:
 
 
 @dataclass(frozen=True, slots=True)
+class Programs:
+    """What a place did with programs named by hash since it started (see place._codes)."""
+
+    programs: int = 0
+    bytes: int = 0
+    named: int = 0
+    asked: int = 0
+    saved: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class PlaceStatus:
     """What a place says of itself (see the module's header). `data` is the place's answer
     as it came (the JSON of `tacoma status PLACE --json`)."""
@@ -92,7 +103,10 @@ class PlaceStatus:
     mailbox_bytes: int  # bytes of messages waiting, all residents together
     mailbox_max_bytes: int  # --mailbox-total-bytes
     cabinets: int
-    data: dict[str, Any] = field(compare=False, hash=False, repr=False)
+    #: Programs named by hash (CODE_HASH): kept, bytes kept, meets that named theirs and
+    #: found it, meets whose program was asked for, and bytes of programs not sent.
+    programs: Programs = field(default_factory=lambda: Programs())
+    data: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PlaceStatus:
@@ -108,7 +122,8 @@ class PlaceStatus:
             max_meets=meets["max_meets"], max_queued=meets["max_queued"],
             residents=tuple(Resident(**r) for r in data["residents"]),
             mailbox_bytes=mail["bytes"], mailbox_max_bytes=mail["max_bytes"],
-            cabinets=data["cabinets"], data=data)
+            cabinets=data["cabinets"], programs=Programs(**data.get("programs", {})),
+            data=data)
 
     # ------------------------------------------------------------------ for people
     def _facts(self) -> list[tuple[str, str]]:
@@ -134,6 +149,10 @@ class PlaceStatus:
                           f"{human_size(self.mailbox_bytes)} waiting (at most "
                           f"{human_size(self.mailbox_max_bytes)} at the place)"),
             ("cabinets", str(self.cabinets)),
+            ("programs", f"{self.programs.programs} kept by hash "
+                         f"({human_size(self.programs.bytes)}); {self.programs.named} meets "
+                         f"named theirs, {self.programs.asked} were asked for theirs, "
+                         f"{human_size(self.programs.saved)} not sent"),
         ]
         if self.installed:
             facts.append(("installed", ", ".join(self.installed)))

@@ -13,6 +13,7 @@ trips (_trips). Each gets the collaborator it needs, not the place.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import difflib
 import json
 import logging
@@ -35,6 +36,7 @@ from ..wire._names import (
 )
 from ._agents import Agents
 from ._cabinets import Cabinets
+from ._codes import CodeStore
 from ._journal import Journal, pack
 from ._layers import Layer
 from ._meet import ALWAYS_SERVED, Meets
@@ -52,8 +54,10 @@ class BuiltIns:
 
     def __init__(self, cabinets: Cabinets, trips: Trips, meets: Meets, residents: Residents,
                  admin_token: str, journal: Journal, max_wait: float, *,
-                 agents: Agents, layers: list[Layer], settings: PlaceSettings) -> None:
+                 agents: Agents, layers: list[Layer], settings: PlaceSettings,
+                 codes: CodeStore) -> None:
         self.started = time.time()  # made as the place starts: its uptime counts from here
+        self.codes = codes  # the programs meets name by hash (see _codes)
         self.agents = agents  # its pools and installed agents, for the status
         self.layers = layers  # the sandbox layers it applies (or not, and why)
         self.settings = settings
@@ -216,6 +220,7 @@ class BuiltIns:
                           "bytes": self.residents.total_bytes,
                           "max_bytes": self.residents.max_total_bytes},
             "cabinets": await self.cabinets.count(),
+            "programs": dataclasses.asdict(self.codes.stats),
         }
 
     def ps(self) -> list[dict[str, Any]]:

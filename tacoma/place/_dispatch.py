@@ -78,6 +78,8 @@ class Dispatch:
         self.access = access
         # Connections to other places, for agents' meets, made as this place's identity.
         self.clients = ClientCache(access.credentials, access.vet_place)
+        #: The programs meets named by hash (see _codes).
+        self.codes = builtins.codes
         self.background: set[asyncio.Task[None]] = set()
         #: Long-lived tasks the place cancels when it stops: journal pruning, and trips
         #: adopted from the journal waiting for their deadlines.

@@ -49,6 +49,7 @@ from ._builds import Builds
 from ._builtins import BuiltIns
 from ._cabinets import Cabinets
 from ._cgroups import Cgroups
+from ._codes import CodeStore
 from ._containment import Containment
 from ._dispatch import Dispatch
 from ._journal import Journal
@@ -186,7 +187,8 @@ class Place:
         trips = Trips(address)
         builtins = BuiltIns(self.cabinets, trips, meets, residents, admin_token, self.journal,
                             settings.limits.meet_seconds, agents=agents,
-                            layers=containment.layers.report, settings=settings)
+                            layers=containment.layers.report, settings=settings,
+                            codes=CodeStore())
         builds = Builds(containment, cache_mode)
         for agent, interpreter in interpreters.items():
             problem = interpreter.check()

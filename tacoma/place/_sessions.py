@@ -19,7 +19,7 @@ import logging
 import time
 
 from ..client._transport import Channel
-from ..wire._briefcase import TRACE
+from ..wire._briefcase import CODE, TRACE
 from ..wire._errors import (
     LimitExceeded,
     MeetError,
@@ -30,6 +30,7 @@ from ..wire._errors import (
 from ..wire._names import ECHO_AGENT, TRIP_AGENT
 from ..wire._protocol import Accepted, Cancel, Event, Failed, Meet, Result
 from ._access import Access, Principal
+from ._codes import named_in_reply
 from ._dispatch import Dispatch
 from ._meet import RunningMeet, failed
 from ._trips import Trip
@@ -57,6 +58,8 @@ class Session:
         self.admin = False
         self._active = time.monotonic()  # when it last sent or was answered
         self._idle: asyncio.TimerHandle | None = None
+        #: The program, and its digest, of sync meets whose result may name it by hash.
+        self._programs: dict[int, tuple[list[bytes], bytes]] = {}
 
     def admit(self, channel: Channel) -> str:
         """Channel admission (see _transport.Admission): the place's access rules."""
@@ -120,9 +123,12 @@ class Session:
                                   self.channel.peer)
             if event.mode == "go" or event.agent == TRIP_AGENT:
                 self.access.may_move(peer)
-        except MeetError as exc:
+            digest = self.dispatch.codes.take(principal.name, event.briefcase)
+        except (MeetError, ProtocolError) as exc:
             self._reply(failed(event.rid, exc))
             return
+        if digest is not None and event.mode == "sync":
+            self._programs[event.rid] = (event.briefcase[CODE], digest)
         if event.mode != "go" and self.dispatch.residents.get(event.agent) is not None:
             self._accept_message(event)
             return
@@ -218,9 +224,14 @@ class Session:
     def _reply(self, event: Event) -> None:
         """Send a reply, if the client is still there to get it."""
         channel = self.channel
+        program = self._programs.pop(event.rid, None) if isinstance(event, Result | Failed) \
+            else None
         if channel.is_closing:
             return
         self._active = time.monotonic()
+        if program is not None and isinstance(event, Result):
+            # The caller has the program: a result that still holds it names it instead.
+            event = Result(event.rid, named_in_reply(event.briefcase, *program))
         try:
             channel.send(event)
         except (LimitExceeded, ProtocolError) as exc:

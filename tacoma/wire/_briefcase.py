@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 
-__all__ = ["CODE", "CODE_NAME", "ENVELOPE", "HOME", "ITINERARY", "RECOVERY", "RERUN",
+__all__ = ["CODE", "CODE_HASH", "CODE_NAME", "ENVELOPE", "HOME", "ITINERARY", "RECOVERY", "RERUN",
            "RESERVED_FOLDERS", "TRACE", "Briefcase", "check_folder_name"]
 
 #: The folder that carries an agent's program (source text for the interpreter agents).
@@ -22,6 +22,11 @@ CODE = "CODE"
 #: `tacoma.meet(code=Path(...))` and the `%%meet` magic, and by the place for an installed
 #: agent. Optional: an interpreter without it names the program "<agent>".
 CODE_NAME = "CODE_NAME"
+#: In place of CODE on the wire: the program named by its hash (wire._program.code_digest),
+#: sent by a client to a place that has had the program before (PAN's first step: ship the
+#: code once). The place puts CODE back before anything else sees the briefcase, and asks
+#: for the program (CodeUnknown) if it does not have it. Never seen by an agent.
+CODE_HASH = "CODE_HASH"
 
 #: Folder names with a meaning to the system. CODE is read by interpreter agents; the others
 #: belong to the mobility and messaging conventions: ITINERARY (the places still to visit,
@@ -39,7 +44,8 @@ RERUN = "RERUN"
 #: "fail" (the default: its home hears the failure), "retry" (hand it to that place again)
 #: or "skip" (on to the next place of its ITINERARY). See place._trips.
 RECOVERY = "RECOVERY"
-RESERVED_FOLDERS = frozenset({CODE, CODE_NAME, ITINERARY, HOME, ENVELOPE, TRACE, RERUN, RECOVERY})
+RESERVED_FOLDERS = frozenset({CODE, CODE_NAME, CODE_HASH, ITINERARY, HOME, ENVELOPE, TRACE,
+                              RERUN, RECOVERY})
 
 #: The folders of a request to a place's ag_cabinet that say what to do, not what to store
 #: (see place._cabinets); a cabinet cannot hold folders by these names.
@@ -287,6 +293,15 @@ class Briefcase(MutableMapping[str, list[bytes]]):
     def copy(self) -> Briefcase:
         """A copy whose folders can be changed without touching this one."""
         return Briefcase({name: list(elements) for name, elements in self._folders.items()})
+
+    def swapped(self, old: str, new: str, elements: list[bytes]) -> Briefcase:
+        """A briefcase with folder `old` replaced, in its place, by `new` holding `elements`;
+        the other folders are this one's own lists, not copies (for the wire: see CODE_HASH).
+        """
+        out = Briefcase()
+        out._folders = {(new if name == old else name): (elements if name == old else folder)
+                        for name, folder in self._folders.items()}
+        return out
 
     def size(self) -> int:
         """Total bytes held in elements (not counting names or framing)."""

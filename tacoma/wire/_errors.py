@@ -166,6 +166,14 @@ class UnknownAgent(MeetError, LookupError):
     kind = "unknown-agent"
 
 
+class CodeUnknown(MeetError, LookupError):
+    """The place does not have the program a meet named by its hash (CODE_HASH): the client
+    sends the meet again with the program itself. Seen by a caller only from a client that
+    named a program it did not send before."""
+
+    kind = "code-unknown"
+
+
 class UnknownMeet(MeetError, LookupError):
     """The place has no record of that meet id (see place._journal: what "unknown" means)."""
 
@@ -249,6 +257,7 @@ KINDS: dict[str, type[MeetError]] = {
     for cls in (
         MeetError,
         UnknownAgent,
+        CodeUnknown,
         UnknownMeet,
         AgentFailed,
         AgentKilled,

@@ -11,7 +11,11 @@ import hashlib
 
 from ._briefcase import CODE, CODE_NAME, Briefcase
 
-__all__ = ["artifact_key", "program_bytes"]
+__all__ = ["CODE_BY_HASH_MIN", "artifact_key", "code_digest", "program_bytes"]
+
+#: Programs of at least this many bytes travel by hash once the place has them (CODE_HASH):
+#: for smaller ones the hash and the round trip it may cost are not worth it.
+CODE_BY_HASH_MIN = 256
 
 
 def program_name(briefcase: Briefcase) -> str:
@@ -37,3 +41,13 @@ def artifact_key(build_id: str, program: bytes) -> str:
     digest.update(b"\0")
     digest.update(program)
     return digest.hexdigest()
+
+
+def code_digest(folder: list[bytes]) -> bytes:
+    """The SHA-256 of a CODE folder, each element with its length, so that no two folders
+    share a digest by moving bytes between elements (what CODE_HASH carries)."""
+    digest = hashlib.sha256()
+    for element in folder:
+        digest.update(len(element).to_bytes(8, "big"))
+        digest.update(element)
+    return digest.digest()

@@ -17,9 +17,12 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import msgpack
 import pytest
 import tacoma
 from tacoma import Briefcase
+from tacoma.client._client import PlaceClient
+from tacoma.wire._program import code_digest
 
 from _harness import PAYLOAD, PassiveClient, ServerProcess, rss_kib
 
@@ -220,6 +223,56 @@ def test_sustained_isolated_meets(benchmark: Any, loop: asyncio.AbstractEventLoo
         benchmark.extra_info["meets_per_s"] = round(SUSTAINED_MEETS / median)
         summary(f"{benchmark.extra_info['meets_per_s']:,} isolated ag_python meets/s "
                 f"sustained, {IN_FLIGHT} in flight")
+
+
+#: The program of the code-by-hash benchmarks: 100 KB, most of it comment.
+BIG_PROGRAM = ("# " + "x" * 97 + "\n") * 1000 + "bc['RAN'] = [b'1']\n"
+BIG_ROUNDS = 50
+
+
+@pytest.mark.parametrize("by_hash", [True, False], ids=["by_hash", "sent_each_time"])
+def test_meet_100kb_program(benchmark: Any, loop: asyncio.AbstractEventLoop,
+                            place: ServerProcess, summary: Summary, by_hash: bool) -> None:
+    """A pooled ag_python meet whose program is 100 KB: named by its hash once the place
+    has it (the default), or sent in full each time (the client's name_programs off; the
+    place still names it in the result, which the client puts back)."""
+    program = BIG_PROGRAM.encode()
+    expected = {**PAYLOAD, "CODE": [program], "RAN": [b"1"]}
+    client = loop.run_until_complete(PlaceClient.connect(place.address))
+    client.name_programs = by_hash
+
+    async def big_meet() -> None:
+        result = await client.meet("ag_python", Briefcase({**PAYLOAD, "CODE": [program]}),
+                                   timeout=60)
+        assert result == expected, result
+
+    def refill() -> None:
+        loop.run_until_complete(asyncio.sleep(POOL_REFILL_PAUSE))
+
+    loop.run_until_complete(big_meet())  # untimed: the place now has the program
+    digest = code_digest([program])
+    sent = Briefcase({**PAYLOAD, "CODE_HASH": [digest]} if by_hash
+                     else {**PAYLOAD, "CODE": [program]})
+    returned = Briefcase({**PAYLOAD, "CODE_HASH": [digest], "RAN": [b"1"]})
+    request_bytes = len(msgpack.packb(sent.to_wire()))
+    reply_bytes = len(msgpack.packb(returned.to_wire()))
+    before = len(msgpack.packb(Briefcase(expected).to_wire()))  # both ways before CODE_HASH
+    benchmark.extra_info.update(
+        measures="one sync meet to ag_python with a 100 KB program (comment, then one "
+                 "line), paced as the pooled benchmark; the briefcase bytes each way are "
+                 "its msgpack encoding", program_bytes=len(program), by_hash=by_hash,
+        request_briefcase_bytes=request_bytes, reply_briefcase_bytes=reply_bytes,
+        bytes_each_way_without_names=before)
+    try:
+        benchmark.pedantic(lambda: loop.run_until_complete(big_meet()), setup=refill,
+                           rounds=BIG_ROUNDS, warmup_rounds=2, iterations=1)
+    finally:
+        client.close()
+    median = _median_seconds(benchmark)
+    if median is not None:
+        summary(f"100 KB program {'by hash' if by_hash else 'sent each time'}: "
+                f"{median * 1e3:.2f} ms; briefcase {request_bytes:,} B there, "
+                f"{reply_bytes:,} B back (without names: {before:,} B each way)")
 
 
 def test_meet_python_agent_cold(benchmark: Any, loop: asyncio.AbstractEventLoop,

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import tacoma
+from tacoma.place._trips import SILENT_AFTER
 from tacoma.testbed import Testbed
 
 from conftest import RunningPlace, launch_place, wait_until
@@ -175,8 +176,9 @@ def test_a_short_cut_of_the_link_does_not_lose_the_trip(hosts: Hosts,
 
 def test_a_long_cut_is_reported_and_the_late_end_is_recorded(hosts: Hosts,
                                                              testbed: Testbed) -> None:
-    """The caller hears within seconds that h2 was lost; when the link comes back the agent
-    (which went on at h2) ends, and its end is recorded under the meet's id, not dropped."""
+    """The caller hears within seconds that h2 was lost (SILENT_AFTER: h2 is silent, not
+    refusing); when the link comes back the agent (which went on at h2, and wakes after
+    that) ends, and its end is recorded under the meet's id, not dropped."""
     home = hosts.places["h1"]
     cut = later(1.5, lambda: testbed.cut("h2"))
     meet_id = ""
@@ -185,7 +187,8 @@ def test_a_long_cut_is_reported_and_the_late_end_is_recorded(hosts: Hosts,
         nonlocal meet_id
         meet_id = tacoma.meet(home.target("ag_python"), {
             "ITINERARY": [hosts.address("h2"), hosts.address("h1")], "TAG": [b"late"],
-            "SLOW": [hosts.address("h2")], "SLEEP": ["8"]}, code=ROAMER, mode="async",
+            "SLOW": [hosts.address("h2")], "SLEEP": [str(SILENT_AFTER + 4)]}, code=ROAMER,
+            mode="async",
             timeout=60)
 
     go()

@@ -21,13 +21,19 @@ from typing import TYPE_CHECKING, Any
 from ..client._client import ClientCache, PlaceClient
 from ..wire._address import canonical_address
 from ..wire._briefcase import ITINERARY, RECOVERY, Briefcase
-from ..wire._errors import MeetError, PlaceUnavailable, TacomaError, error_from_wire
+from ..wire._errors import (
+    ConnectError,
+    MeetError,
+    PlaceUnavailable,
+    TacomaError,
+    error_from_wire,
+)
 from ..wire._names import HOME_AGENT, TRIP_AGENT
 from ..wire._protocol import Accepted, Meet
 from ._builtins import BuiltIns
 from ._journal import Journal
 from ._meet import Meets, RunningMeet, failed
-from ._trips import HEARTBEAT, LOST_AFTER, RECOVERIES, Trip, Trips, ending
+from ._trips import HEARTBEAT, LOST_AFTER, RECOVERIES, SILENT_AFTER, Trip, Trips, ending
 
 if TYPE_CHECKING:
     from ._pool import Worker
@@ -36,6 +42,8 @@ __all__ = ["Hops", "Moved"]
 
 log = logging.getLogger("tacoma.place")
 
+#: What _trip_op says of a place whose connection was refused (no place listens there).
+REFUSED = "refused"
 #: Seconds for each attempt to connect to the next place of a trip, and how many attempts a
 #: hand-over makes when the path may have lost the connection (see Hops._reach).
 CONNECT_TIMEOUT = 10.0
@@ -174,7 +182,8 @@ class Hops:
 
     async def _trip_op(self, address: str, op: str, trip_id: str,
                        hop: int | None = None, at: str | None = None) -> str:
-        """One ag_trip meet at another place: its STATE, or "" if it could not be asked."""
+        """One ag_trip meet at another place: its STATE; "" if it could not be asked, and
+        REFUSED if no place listens there now (its connection refused)."""
         request = Briefcase(OP=[op], TRIP=[trip_id])
         if hop is not None:
             request.replace("HOP", [str(hop)])
@@ -186,7 +195,9 @@ class Hops:
                 answer = await client.meet(TRIP_AGENT, request, "sync", LOST_AFTER / 2)
         except Exception as exc:  # noqa: BLE001 - the caller decides what silence means
             log.debug("ag_trip %s at %s: %s", op, address, exc)
-            return ""
+            refused = isinstance(exc, ConnectError) and isinstance(
+                exc.__cause__, ConnectionRefusedError)
+            return REFUSED if refused else ""
         assert isinstance(answer, Briefcase)
         return answer.text("STATE")[0] if answer.folder("STATE") else ""
 
@@ -264,8 +275,12 @@ class Hops:
                 if state == "unknown":
                     reason = "it no longer has the agent (it restarted)"
                     break
-                if time.monotonic() - heard >= LOST_AFTER:
-                    reason = f"it did not answer its rear guard for {LOST_AFTER:g} s"
+                refused = state == REFUSED
+                limit = LOST_AFTER if refused else SILENT_AFTER
+                if time.monotonic() - heard >= limit:
+                    reason = (f"it refused its rear guard's connections for {limit:g} s"
+                              if refused else
+                              f"it did not answer its rear guard for {limit:g} s")
                     break
         finally:
             self.trips.guards.pop(trip.key, None)

@@ -18,7 +18,8 @@ must agree to within the precision callers need; the sender's remaining time bou
 briefcase it handed over, and a rear guard that asks the next place every HEARTBEAT
 seconds where the agent is (`ag_trip`, OP where). The next place releases it as soon as it
 has handed the agent on in turn (OP released), or its end was sent home. When the next
-place leaves it without an answer for LOST_AFTER seconds (killed, cut off) or says it no longer
+place refuses its questions for LOST_AFTER seconds (killed), leaves them unanswered for
+SILENT_AFTER seconds (cut off, or a path losing most packets) or says it no longer
 has the agent (restarted), the guard does what the agent chose in its RECOVERY folder:
 
     fail   (the default) the home hears that the agent was lost at that place, and why;
@@ -62,14 +63,18 @@ from dataclasses import dataclass
 from ..wire._briefcase import HOME, Briefcase
 from ..wire._errors import MeetError, MeetTimeout, error_from_wire
 
-__all__ = ["HEARTBEAT", "LOST_AFTER", "REPORT_EVERY", "Trip", "Trips", "ending"]
+__all__ = ["HEARTBEAT", "LOST_AFTER", "REPORT_EVERY", "SILENT_AFTER", "Trip", "Trips",
+           "ending"]
 
 #: Seconds between a rear guard's questions to the place its agent went to.
 HEARTBEAT = 1.0
-#: Seconds a place may leave its rear guard without an answer before the guard takes the
-#: agent as lost (several heartbeats: on a link losing 30% of its packets, TCP's
-#: retransmissions delay single answers by seconds).
+#: Seconds a rear guard goes on asking a place that refuses its connections (the place's
+#: process is gone, its host is up) before it takes the agent as lost.
 LOST_AFTER = 6.0
+#: Seconds a rear guard waits for a place that stays silent (questions time out: a cut link,
+#: a dead host, or a path losing most packets, where TCP's retransmissions back off to
+#: several seconds) before it takes the agent as lost.
+SILENT_AFTER = 12.0
 #: Seconds of a trip between reports of where it is to its home (see the module's header).
 REPORT_EVERY = 1.0
 #: What an agent may choose in RECOVERY (the first is the default).

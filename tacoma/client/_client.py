@@ -27,7 +27,6 @@ from ..wire._errors import (
     CodeUnknown,
     ConnectError,
     ConnectionLost,
-    MeetError,
     MeetTimeout,
     TacomaError,
     error_from_wire,
@@ -113,11 +112,12 @@ class PlaceClient:
         and the wait for the answer, less the place's own span).
         """
         program = briefcase.folder(CODE)
-        digest = (code_digest(program) if CODE_HASH not in briefcase
-                  and sum(len(e) for e in program) >= CODE_BY_HASH_MIN else None)
-        key = (principal, digest or b"")
+        if CODE_HASH in briefcase or sum(len(e) for e in program) < CODE_BY_HASH_MIN:
+            return await self._send(agent, briefcase, mode, timeout, principal, meet_id)
+        digest = code_digest(program)
+        key = (principal, digest)
         answer: Briefcase | str
-        if digest is not None and self.name_programs and key in self.named:
+        if self.name_programs and key in self.named:
             try:
                 answer = await self._send(agent, briefcase.swapped(CODE, CODE_HASH, [digest]),
                                           mode, timeout, principal, meet_id)
@@ -125,14 +125,7 @@ class PlaceClient:
                 self.named.discard(key)
                 answer = await self._send(agent, briefcase, mode, timeout, principal, meet_id)
         else:
-            try:
-                answer = await self._send(agent, briefcase, mode, timeout, principal, meet_id)
-            except MeetError:  # the place has the program all the same
-                if digest is not None:
-                    self.named.add(key)
-                raise
-        if digest is None:
-            return answer
+            answer = await self._send(agent, briefcase, mode, timeout, principal, meet_id)
         self.named.add(key)
         if isinstance(answer, Briefcase) and answer.folder(CODE_HASH) == [digest] \
                 and CODE not in answer:

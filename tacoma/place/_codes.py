@@ -98,7 +98,6 @@ class CodeStore:
 def named_in_reply(result: Briefcase, sent: list[bytes], digest: bytes) -> Briefcase:
     """The result briefcase to send back: its CODE, if it is still the program the meet
     came with (`sent`), replaced by the program's hash (the client has the program)."""
-    code = result.folder(CODE)
-    if code is sent or code == sent:
+    if result.folder(CODE) == sent:  # list equality: element identity first, then bytes
         return result.swapped(CODE, CODE_HASH, [digest])
     return result

@@ -416,18 +416,16 @@ class WorkerPool:
             try:
                 given = await waiter
             except asyncio.CancelledError:
-                if waiter.done() and not waiter.cancelled() and waiter.result() is not None:
-                    self._give_back(waiter.result())
+                # A worker handed over as the meet was cancelled: to the next, or the pool.
+                handed = waiter.result() if waiter.done() and not waiter.cancelled() else None
+                if handed is not None and not self._hand(handed):
+                    self._ready.append(handed)
                 raise
             if given is not None and given.alive:
                 return given
             if given is not None:
                 self._track(given.destroy())
         return await self.start_worker()
-
-    def _give_back(self, worker: Worker | None) -> None:
-        if worker is not None and not self._hand(worker):
-            self._ready.append(worker)
 
     def _grow(self) -> None:
         """No worker (or only one) was ready for a meet: keep more ready, up to the most."""

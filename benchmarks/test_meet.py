@@ -14,7 +14,7 @@ count. The first call of each is untimed: the first meet to a place also opens t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgpack
@@ -59,6 +59,18 @@ def _median_seconds(benchmark: Any) -> float | None:
     stats = getattr(benchmark, "stats", None)
     inner = getattr(stats, "stats", None)
     return None if inner is None else float(inner.median)
+
+
+def _pass_meet(place: ServerProcess) -> Callable[[], Awaitable[None]]:
+    """One sync meet to ag_python at `place` with the program 'pass', checked."""
+    target = f"ag_python@{place.address}"
+    expected = {**PAYLOAD, "CODE": [b"pass"]}
+
+    async def python_meet() -> None:
+        result = await tacoma.ameet(target, PAYLOAD, code="pass", timeout=60)
+        assert result == expected, result
+
+    return python_meet
 
 
 def _payload_bytes() -> int:
@@ -146,13 +158,7 @@ def test_connect_and_first_meet(benchmark: Any, loop: asyncio.AbstractEventLoop,
 def test_meet_python_agent_pooled(benchmark: Any, loop: asyncio.AbstractEventLoop,
                                   place: ServerProcess) -> None:
     """A Python agent that only returns, in a pre-started worker, the pool refilled between."""
-    target = f"ag_python@{place.address}"
-    expected = {**PAYLOAD, "CODE": [b"pass"]}
-
-    async def python_meet() -> None:
-        result = await tacoma.ameet(target, PAYLOAD, code="pass")
-        assert result == expected, result
-
+    python_meet = _pass_meet(place)
     def refill() -> None:
         # Pacing between timed rounds, not waiting for an event: the place's pool cannot be
         # observed from outside its process, so give it time to replace the used worker.
@@ -173,13 +179,7 @@ def test_meet_python_agent_back_to_back(benchmark: Any, loop: asyncio.AbstractEv
                                         place: ServerProcess, summary: Summary) -> None:
     """The pooled Python meet again, one after another with no pause: each meet's worker
     is replaced while the next meets run, so this is what a busy caller sees."""
-    target = f"ag_python@{place.address}"
-    expected = {**PAYLOAD, "CODE": [b"pass"]}
-
-    async def python_meet() -> None:
-        result = await tacoma.ameet(target, PAYLOAD, code="pass")
-        assert result == expected, result
-
+    python_meet = _pass_meet(place)
     benchmark.extra_info.update(
         measures="one sync meet to ag_python with code 'pass', back to back (no pause for "
                  "the pool to refill): p50 and p99 of a caller that never waits",
@@ -199,16 +199,14 @@ def test_sustained_isolated_meets(benchmark: Any, loop: asyncio.AbstractEventLoo
                                   place: ServerProcess, summary: Summary) -> None:
     """Isolated Python meets as fast as the place runs them, IN_FLIGHT at once: each one a
     new sandboxed worker process, as every pooled meet is."""
-    target = f"ag_python@{place.address}"
-    expected = {**PAYLOAD, "CODE": [b"pass"]}
+    python_meet = _pass_meet(place)
 
     async def round_of_meets() -> None:
         todo = iter(range(SUSTAINED_MEETS))
 
         async def caller() -> None:
             for _ in todo:
-                result = await tacoma.ameet(target, PAYLOAD, code="pass", timeout=60)
-                assert result == expected, result
+                await python_meet()
 
         await asyncio.gather(*(caller() for _ in range(IN_FLIGHT)))
 
@@ -284,13 +282,7 @@ def test_meet_python_agent_cold(benchmark: Any, loop: asyncio.AbstractEventLoop,
     (fork, exec and interpreter start in every meet: steps 3, 7, 8 and 10a of its Table 1),
     without the exec and interpreter start, which the zygote took off every meet's path.
     """
-    target = f"ag_python@{cold_place.address}"
-    expected = {**PAYLOAD, "CODE": [b"pass"]}
-
-    async def python_meet() -> None:
-        result = await tacoma.ameet(target, PAYLOAD, code="pass")
-        assert result == expected, result
-
+    python_meet = _pass_meet(cold_place)
     benchmark.extra_info.update(
         measures="one sync meet to ag_python at a place started with --pool-size 0: process "
                  "creation (a fork of the zygote) and sandbox entry are inside the meet",

@@ -7,6 +7,7 @@ then a check that it exited 0) when the test ends. Nothing of tacoma is mocked.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import selectors
@@ -238,3 +239,34 @@ def testbed() -> Iterator[Testbed]:
     Testbed.cleanup_stale()  # what runs killed before their close left behind
     with Testbed(4) as bed:
         yield bed
+
+
+def forward(down: socket.socket, up: socket.socket,
+            seen: Callable[[socket.socket, bytes], None] | None = None) -> None:
+    """Copy bytes both ways between two connected sockets until both ends have closed (each
+    end's close passed on as a half-close), telling `seen` of each chunk and the socket it
+    came from; then close both. For tests that stand between a client and a place."""
+    selector = selectors.DefaultSelector()
+    selector.register(down, selectors.EVENT_READ)
+    selector.register(up, selectors.EVENT_READ)
+    open_ends = 2
+    with down, up:
+        while open_ends:
+            for key, _ in selector.select(60):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                try:
+                    data = sock.recv(65536)
+                except OSError:
+                    data = b""
+                other = up if sock is down else down
+                if not data:
+                    selector.unregister(sock)
+                    open_ends -= 1
+                    with contextlib.suppress(OSError):
+                        other.shutdown(socket.SHUT_WR)
+                    continue
+                if seen is not None:
+                    seen(sock, data)
+                with contextlib.suppress(OSError):
+                    other.sendall(data)

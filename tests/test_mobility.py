@@ -6,8 +6,6 @@ separate processes, and the hops cross real TCP connections between them.
 
 from __future__ import annotations
 
-import contextlib
-import selectors
 import signal
 import socket
 import struct
@@ -21,7 +19,7 @@ import pytest
 import tacoma
 from tacoma import Briefcase
 
-from conftest import RunningPlace, wait_until
+from conftest import RunningPlace, forward, wait_until
 
 #: Each language's roamer: note the place, then go on along ITINERARY; at the end, say so.
 ROAMERS = {
@@ -134,23 +132,7 @@ class ResettingDoor(threading.Thread):
             threading.Thread(target=self._forward, args=(down,), daemon=True).start()
 
     def _forward(self, down: socket.socket) -> None:
-        up = socket.create_connection(self.upstream)
-        selector = selectors.DefaultSelector()
-        selector.register(down, selectors.EVENT_READ)
-        selector.register(up, selectors.EVENT_READ)
-        with down, up:
-            while not self.stopped.is_set():
-                for key, _ in selector.select(0.2):
-                    sock = key.fileobj
-                    assert isinstance(sock, socket.socket)
-                    try:
-                        data = sock.recv(65536)
-                    except OSError:
-                        data = b""
-                    if not data:
-                        return
-                    with contextlib.suppress(OSError):
-                        (up if sock is down else down).sendall(data)
+        forward(down, socket.create_connection(self.upstream))
 
     def close(self) -> None:
         self.stopped.set()

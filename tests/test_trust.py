@@ -8,12 +8,10 @@ Each attack ends by checking that the place still serves the next normal meet.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import ipaddress
 import json
 import os
-import selectors
 import socket
 import ssl
 import stat
@@ -41,7 +39,7 @@ from tacoma.trust._store import Bundle, TrustStore
 from tacoma.trust._tls import HANDSHAKE_TIMEOUT
 from tacoma.wire._protocol import PROTOCOL_VERSION
 
-from conftest import RunningPlace, tls_connection, wait_until
+from conftest import RunningPlace, forward, tls_connection, wait_until
 
 V = PROTOCOL_VERSION
 OK = {"OK": [b"1"]}
@@ -569,32 +567,14 @@ class Recorder(threading.Thread):
         self.server.settimeout(60)
         down, _ = self.server.accept()
         up = socket.create_connection(self.upstream)
-        selector = selectors.DefaultSelector()
-        selector.register(down, selectors.EVENT_READ)
-        selector.register(up, selectors.EVENT_READ)
-        open_ends = 2
-        while open_ends:
-            for key, _ in selector.select(60):
-                sock = key.fileobj
-                assert isinstance(sock, socket.socket)
-                try:
-                    data = sock.recv(65536)
-                except OSError:
-                    data = b""
-                other = up if sock is down else down
-                if not data:
-                    selector.unregister(sock)
-                    open_ends -= 1
-                    with contextlib.suppress(OSError):
-                        other.shutdown(socket.SHUT_WR)
-                    continue
-                if sock is down:
-                    self.sent += data
-                else:
-                    self.received += data
-                other.sendall(data)
-        down.close()
-        up.close()
+
+        def seen(sock: socket.socket, data: bytes) -> None:
+            if sock is down:
+                self.sent += data
+            else:
+                self.received += data
+
+        forward(down, up, seen)
         self.server.close()
 
 

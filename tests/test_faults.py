@@ -100,7 +100,7 @@ ROAMER = textwrap.dedent("""
 def visits(place: RunningPlace, tag: bytes) -> int:
     try:
         found = tacoma.meet(place.target("ag_cabinet"), {"OP": ["read"], "CABINET": ["visits"],
-                                                          "FOLDER": ["V"]}, timeout=10)
+                                                          "FOLDER": ["V"]}, timeout=60)
     except tacoma.CabinetError:
         return 0
     return found.get("V", []).count(tag)

@@ -285,9 +285,17 @@ def test_an_emptied_cgroup_serves_the_next_worker_unless_memory_killed_its_agent
 @needs_root
 def test_a_busy_place_makes_few_cgroups(start_place: Callable[..., RunningPlace]) -> None:
     place = start_place("--pool-max", "2")  # a pool that does not grow: counts as below
+    token = (place.state_dir / "admin.token").read_text().strip()
+
+    def pools_full() -> bool:  # every language's 2 workers started (a slow zygote is late)
+        pools = tacoma.place_status(place.address, token=token).pools
+        return len(pools) == 4 and all(pool.ready == pool.size == 2 for pool in pools)
+
+    wait_until(pools_full, 60, "every pool to be full")
     for n in range(12):
         assert tacoma.meet(place.target("ag_python"), code=f'bc["N"] = ["{n}"]')["N"] == [
             str(n).encode()]
+    wait_until(pools_full, 60, "every pool to be full again")
     from tacoma.place._cgroups import _find_hierarchies
 
     base = _find_hierarchies()[0]["pids"] / "tacoma" / str(place.proc.pid)

@@ -193,7 +193,7 @@ def test_a_long_cut_is_reported_and_the_late_end_is_recorded(hosts: Hosts,
 
     go()
     cut.join()
-    status = tacoma.status(f"{meet_id}@{home.address}", wait=20)
+    status = tacoma.status(f"{meet_id}@{home.address}", wait=SILENT_AFTER + 10)
     assert status.state == "failed" and "lost at place" in str(status.error)
     testbed.restore("h2")
     wait_until(lambda: tacoma.status(f"{meet_id}@{home.address}").state == "done", 60,

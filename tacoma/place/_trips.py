@@ -74,7 +74,7 @@ LOST_AFTER = 6.0
 #: Seconds a rear guard waits for a place that stays silent (questions time out: a cut link,
 #: a dead host, or a path losing most packets, where TCP's retransmissions back off to
 #: several seconds) before it takes the agent as lost.
-SILENT_AFTER = 12.0
+SILENT_AFTER = 30.0
 #: Seconds of a trip between reports of where it is to its home (see the module's header).
 REPORT_EVERY = 1.0
 #: What an agent may choose in RECOVERY (the first is the default).

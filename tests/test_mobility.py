@@ -6,6 +6,8 @@ separate processes, and the hops cross real TCP connections between them.
 
 from __future__ import annotations
 
+import dataclasses
+import selectors
 import signal
 import socket
 import struct
@@ -18,6 +20,7 @@ import time
 import pytest
 import tacoma
 from tacoma import Briefcase
+from tacoma.place._trips import Trip, Trips
 
 from conftest import RunningPlace, forward, wait_until
 
@@ -169,6 +172,105 @@ def test_a_connection_reset_every_time_fails_after_three_tries(
         door.close()
     assert result.text("SKIPPED") == ["PlaceUnavailable"]
     assert door.accepted == 3
+
+
+class CuttingDoor(threading.Thread):
+    """A front door to a place that breaks the first connection after the place has taken
+    a meet of over `past` bytes: the place's answer is dropped and both ends are reset (as
+    when a path losing packets breaks a connection mid-meet). Later connections pass."""
+
+    def __init__(self, upstream: str, past: int) -> None:
+        super().__init__(daemon=True)
+        host, port = upstream.rsplit(":", 1)
+        self.upstream = (host, int(port))
+        self.past = past
+        self.accepted = 0
+        self.cut = threading.Event()
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.server.getsockname()[1]}"
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        self.server.settimeout(0.2)
+        while not self.stopped.is_set():
+            try:
+                down, _ = self.server.accept()
+            except TimeoutError:
+                continue
+            self.accepted += 1
+            up = socket.create_connection(self.upstream)
+            if self.accepted == 1:
+                threading.Thread(target=self._cut_after, args=(down, up), daemon=True).start()
+            else:
+                threading.Thread(target=forward, args=(down, up), daemon=True).start()
+
+    def _cut_after(self, down: socket.socket, up: socket.socket) -> None:
+        sent = 0
+        selector = selectors.DefaultSelector()
+        selector.register(down, selectors.EVENT_READ)
+        selector.register(up, selectors.EVENT_READ)
+        while not self.cut.is_set():
+            for key, _ in selector.select(30):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                data = sock.recv(65536)
+                if sock is down:
+                    sent += len(data)
+                elif sent > self.past:  # the place's answer to the big meet: dropped
+                    for end in (down, up):
+                        end.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                       struct.pack("ii", 1, 0))
+                        end.close()
+                    self.cut.set()
+                    break
+                if not data:
+                    return
+                (up if sock is down else down).sendall(data)
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.join(5)
+        self.server.close()
+
+
+def test_a_hand_over_whose_connection_breaks_before_the_answer_runs_the_agent_once(
+        three: list[RunningPlace]) -> None:
+    """The place handing the agent over cannot know whether the next took it: it sends the
+    hand-over again on a new connection, and the next place, which took the hop (and here
+    has ended it already), answers with the same meet instead of running the agent twice."""
+    a, b, _ = three
+    door = CuttingDoor(b.address, past=200_000)
+    door.start()
+    try:
+        result = tacoma.meet(a.target("ag_python"),
+                             {"ITINERARY": [door.address], "BIG": [b"b" * 300_000]},
+                             code='cabinet_append("visits", "V", b"x")\n' + ROAMERS["ag_python"],
+                             timeout=60)
+    finally:
+        door.close()
+    assert door.cut.is_set() and door.accepted >= 2
+    assert result.text("SEEN") == [a.address, b.address]
+    visits = tacoma.meet(b.target("ag_cabinet"), {"OP": ["read"], "CABINET": ["visits"],
+                                                   "FOLDER": ["V"]}, timeout=30)
+    assert visits["V"] == [b"x"]
+
+
+def test_a_callers_meet_with_time_to_spare_connects_again_and_without_a_deadline_once(
+        three: list[RunningPlace]) -> None:
+    """The client API retries like a place does, while the meet's timeout leaves room
+    for another whole attempt; a meet with no timeout (or too little) is told at once."""
+    patient, hurried = ResettingDoor(three[0].address, 2), ResettingDoor(three[0].address, 1)
+    patient.start()
+    hurried.start()
+    try:
+        echoed = tacoma.meet(f"ag_echo@{patient.address}", {"A": [b"1"]}, timeout=60)
+        assert echoed["A"] == [b"1"] and patient.accepted == 3
+        with pytest.raises(tacoma.ConnectError, match="reset"):
+            tacoma.meet(f"ag_echo@{hurried.address}", {})
+        assert hurried.accepted == 1
+    finally:
+        patient.close()
+        hurried.close()
 
 
 def test_a_refused_connection_is_transient_no_more_than_a_reset_is_not(
@@ -503,3 +605,16 @@ def test_a_trip_shows_its_progress(three: list[RunningPlace]) -> None:
     assert len(lines) >= 2, out.stderr
     assert out.stderr.splitlines()[-1].startswith("trip: "), out.stderr  # the final count
     assert "SEEN (9 elements)" in out.stdout
+
+
+def test_a_hop_taken_here_is_known_to_its_principal_only() -> None:
+    """What the once-only hand-over rests on: a place knows each hop it took, by trip and
+    hop, and tells nobody else's hand-over that it has it."""
+    trips = Trips("127.0.0.1:1")
+    trip = Trip("127.0.0.1:2", "t" * 32, time.time() + 60, 1, "127.0.0.1:2")
+    assert trips.taken_as(trip, "alice") is None
+    trips.take(trip, "m1", "alice")
+    assert trips.taken_as(trip, "alice") == "m1"
+    with pytest.raises(tacoma.MeetError, match="another principal"):
+        trips.taken_as(trip, "mallory")
+    assert trips.taken_as(dataclasses.replace(trip, hop=2), "alice") is None

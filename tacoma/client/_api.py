@@ -100,8 +100,8 @@ async def _ameet(target: str, bc: Briefcase, mode: MeetMode, timeout: float | No
     # Named here, so that a caller who loses the connection can ask for the outcome by id
     # (and an async meet sent again after a lost answer is taken once).
     meet_id = meet_id or new_meet_id()
-    async with meet_deadline(timeout, f"meet {target} did not finish"):
-        client = await connection(address, connect_timeout)
+    async with meet_deadline(timeout, f"meet {target} did not finish") as deadline:
+        client = await connection(address, connect_timeout, deadline.until)
         watching = (asyncio.ensure_future(watch_trip(meet_id, address, hop))
                     if hop is not None else None)
         try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 import time
 import weakref
@@ -55,12 +56,16 @@ __all__ = ["ClientCache", "PlaceClient", "connection", "meet_deadline", "place_o
 #: Every mode on the wire: the user's two, and those of messages and moving agents.
 WireMode = Literal["sync", "async", "ack", "go"]
 _SOFTWARE = f"tacoma/{__version__}"
+log = logging.getLogger("tacoma.client")
 
 
 #: How long a cached connection may idle and still be used: well inside any place's idle
 #: timeout (`tacoma place --idle-seconds` is at least MIN_IDLE_SECONDS), so that a meet is
 #: never sent just as the place closes the connection for idleness.
 REUSE_SECONDS = 0.75 * MIN_IDLE_SECONDS
+#: How many times a connection that broke on the way (TacomaError.transient) is tried, while
+#: the caller's deadline leaves room (see ClientCache.get).
+CONNECT_ATTEMPTS = 3
 
 
 class PlaceClient:
@@ -235,11 +240,34 @@ class ClientCache:
         self.named: dict[str, set[tuple[str, bytes]]] = {}
         self.connecting: dict[str, asyncio.Future[PlaceClient]] = {}
 
-    async def get(self, address: str, timeout: float | None) -> PlaceClient:
+    async def get(self, address: str, timeout: float | None,
+                  until: float | None = None) -> PlaceClient:
+        """The connection to `address`, made if there is none; `timeout` bounds each attempt.
+
+        A path that loses many packets can break a new connection before its Hellos (TCP's
+        retransmissions outlast the seconds a place waits for a Hello), or time the TCP
+        connect out: such a failure (TacomaError.transient) is tried again, up to
+        CONNECT_ATTEMPTS times, while another whole attempt fits before `until` (a
+        time.monotonic() deadline: the meet's or the trip's). With no deadline there is
+        one attempt, so a dead host or a server that is not a place is reported at once. A
+        refused connection, or a peer that answers as something else, is never retried.
+        """
         try:
             address = canonical_address(address)
         except ValueError as exc:
             raise ConnectError(str(exc)) from None
+        for attempt in range(1, CONNECT_ATTEMPTS + 1):
+            try:
+                return await self._get(address, timeout)
+            except TacomaError as exc:
+                if (not exc.transient or attempt == CONNECT_ATTEMPTS or until is None
+                        or until - time.monotonic() < (timeout or 0)):
+                    raise
+                log.info("connecting to %s (attempt %d of %d): %s", address, attempt,
+                         CONNECT_ATTEMPTS, exc)
+        raise AssertionError("unreachable")  # the last attempt returns or raises
+
+    async def _get(self, address: str, timeout: float | None) -> PlaceClient:
         client = self.clients.get(address)
         if client is not None and client.usable and not client.stale:
             return client
@@ -313,9 +341,11 @@ async def place_of(target: str) -> tuple[str, str]:
     return agent, address
 
 
-async def connection(address: str, connect_timeout: float | None) -> PlaceClient:
-    """The cached connection to the place at `address`, made if there is none."""
-    return await _cache().get(address, connect_timeout)
+async def connection(address: str, connect_timeout: float | None,
+                     until: float | None = None) -> PlaceClient:
+    """The cached connection to the place at `address`, made if there is none (see
+    ClientCache.get for `until`)."""
+    return await _cache().get(address, connect_timeout, until)
 
 
 class meet_deadline:
@@ -327,15 +357,18 @@ class meet_deadline:
     asynccontextmanager, because it is on every meet's path.
     """
 
-    __slots__ = ("_timeout", "seconds", "what")
+    __slots__ = ("_timeout", "seconds", "until", "what")
 
     def __init__(self, timeout: float | None, what: str) -> None:
         self.seconds = timeout
         self.what = what
         self._timeout = asyncio.timeout(timeout)
+        #: The deadline as a time.monotonic() (None: none), for ClientCache.get.
+        self.until = None if timeout is None else time.monotonic() + timeout
 
-    async def __aenter__(self) -> None:
+    async def __aenter__(self) -> meet_deadline:
         await self._timeout.__aenter__()
+        return self
 
     async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                         tb: Any) -> None:

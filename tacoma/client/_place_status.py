@@ -222,8 +222,8 @@ async def aplace_status(place: str | None = None, *, token: str | None = None,
     (NotAllowed otherwise)."""
     _, address = await place_of(f"{ADMIN_AGENT}@{place}" if place else ADMIN_AGENT)
     request = Briefcase(OP=["status"], TOKEN=[token] if token else [])
-    async with meet_deadline(timeout, f"place {address} did not say its status"):
-        client = await connection(address, connect_timeout)
+    async with meet_deadline(timeout, f"place {address} did not say its status") as deadline:
+        client = await connection(address, connect_timeout, deadline.until)
         answer = await client.meet(ADMIN_AGENT, request, "sync", timeout)
     assert isinstance(answer, Briefcase)
     data: dict[str, Any] = json.loads(answer.folder("STATUS")[0])

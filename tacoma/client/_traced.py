@@ -103,8 +103,8 @@ async def atrace(target: str, briefcase: Folders = None, *, code: str | bytes | 
     bc[TRACE] = []
     agent, address = await place_of(target)
     started = time.perf_counter_ns()
-    async with meet_deadline(timeout, f"meet {target} did not finish"):
-        client = await connection(address, connect_timeout)
+    async with meet_deadline(timeout, f"meet {target} did not finish") as deadline:
+        client = await connection(address, connect_timeout, deadline.until)
         reused = time.perf_counter_ns()
         result = await client.meet(agent, bc, "sync", timeout)
     total = time.perf_counter_ns() - started

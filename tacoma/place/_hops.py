@@ -23,9 +23,9 @@ from ..wire._address import canonical_address
 from ..wire._briefcase import ITINERARY, RECOVERY, Briefcase
 from ..wire._errors import (
     ConnectError,
+    ConnectionLost,
     MeetError,
     PlaceUnavailable,
-    TacomaError,
     error_from_wire,
 )
 from ..wire._names import HOME_AGENT, TRIP_AGENT
@@ -44,9 +44,9 @@ log = logging.getLogger("tacoma.place")
 
 #: What _trip_op says of a place whose connection was refused (no place listens there).
 REFUSED = "refused"
-#: Seconds for each attempt to connect to the next place of a trip, and how many attempts a
-#: hand-over makes when the path may have lost the connection (see Hops._reach).
+#: Seconds for each attempt to connect to the next place of a trip (see Hops._reach).
 CONNECT_TIMEOUT = 10.0
+#: How many times a hand-over whose connection broke is sent (see Hops._send_over).
 CONNECT_ATTEMPTS = 3
 
 
@@ -334,20 +334,32 @@ class Hops:
         await self._send_home(trip, ending(trip, None, failure, self.address))
 
     async def _reach(self, target: str, timeout: float) -> PlaceClient:
-        """The connection to hand an agent to `target` over. A path that loses many packets
-        can break a new connection before its Hellos (TCP's retransmissions outlast the 10 s
-        a place waits for a Hello); that is tried again, up to CONNECT_ATTEMPTS times while
-        the trip has the time. A place that refuses, or answers as something else, is not."""
+        """The connection to hand an agent to `target` over: tried again after a transient
+        failure while the trip has the time (see ClientCache.get)."""
+        return await self.clients.get(target, min(CONNECT_TIMEOUT, timeout),
+                                      until=time.monotonic() + timeout)
+
+    async def _send_over(self, target: str, travelling: Briefcase, agent: str,
+                         principal: str, timeout: float) -> str:
+        """Send the go meet of a hand-over to `target`: the meet id it took the agent as.
+
+        A connection that breaks during the meet (a path losing packets, the other end's
+        idle close crossing it) leaves it unknown whether `target` took the agent: the meet
+        is sent again on a new connection, up to CONNECT_ATTEMPTS times while the trip has
+        the time, and the place that took it already answers with the same id (it knows the
+        hop: see Trips.taken_as), so the agent runs once.
+        """
         give_up = time.monotonic() + timeout
         for attempt in range(1, CONNECT_ATTEMPTS + 1):
+            client = await self._reach(target, max(0.0, give_up - time.monotonic()))
             try:
-                return await self.clients.get(target, timeout=min(CONNECT_TIMEOUT, timeout))
-            except TacomaError as exc:
-                if (not exc.transient or attempt == CONNECT_ATTEMPTS
-                        or give_up - time.monotonic() < CONNECT_TIMEOUT):
+                return str(await client.meet(agent, travelling, "go",
+                                             max(0.0, give_up - time.monotonic()), principal))
+            except ConnectionLost as exc:
+                if attempt == CONNECT_ATTEMPTS or give_up - time.monotonic() < CONNECT_TIMEOUT:
                     raise
-                log.info("connecting to %s to hand an agent over (attempt %d of %d): %s",
-                         target, attempt, CONNECT_ATTEMPTS, exc)
+                log.info("handing an agent to %s again (attempt %d of %d): %s", target,
+                         attempt + 1, CONNECT_ATTEMPTS, exc)
         raise AssertionError("unreachable")  # the last attempt returns or raises
 
     async def _hand_over(self, trip: Trip, target: str, briefcase: Briefcase, agent: str,
@@ -364,9 +376,8 @@ class Hops:
             self.trips.left(trip, target)
             self._moved(onward, target, home, report)
             return hop.id
-        client = await self._reach(target, timeout)
-        meet_id = str(await client.meet(agent, onward.stamp(briefcase), "go", timeout,
-                                        principal))
+        meet_id = await self._send_over(target, onward.stamp(briefcase), agent, principal,
+                                        timeout)
         self.trips.left(trip, target)
         self._moved(onward, target, home, report)
         guard = asyncio.ensure_future(self._guard(onward, target, Briefcase(briefcase), agent,

@@ -144,6 +144,13 @@ class Session:
             # meet (its agent's meet waits on it) nor a trip's hop (the admitted meet, going
             # on).
             shared = event.mode != "go" and (not principal.via or event.mode == "async")
+            trip = Trip.take(event.briefcase) if event.mode == "go" else None
+            trips = self.dispatch.hops.trips
+            if trip is not None and (taken := trips.taken_as(trip, principal.name)):
+                # Sent again (the connection broke before the answer): taken once, and
+                # answered even at a full place, or the agent would go on from both.
+                self._reply(Accepted(event.rid, taken))
+                return
             if event.mode == "ack":
                 raise MessageError(f"the ack mode is for messages to resident agents, and "
                                    f"{event.agent} is not one here")
@@ -154,13 +161,14 @@ class Session:
                     and found[1].principal == principal.name:
                 self._reply(Accepted(event.rid, event.meet_id))  # sent again: taken once
                 return
-            trip = Trip.take(event.briefcase) if event.mode == "go" else None
-            if event.mode == "go":  # answered before it runs: refuse it now if it cannot
+            if trip is not None:  # answered before it runs: refuse it now if it cannot
                 self.dispatch.agents.resolve(event.agent)
             meet = self.meets.new(event.agent, event.briefcase, event.timeout, principal.name,
                                   trip=trip,
                                   traced_at=accepted if event.mode == "sync" else 0,
                                   via=principal.via, meet_id=event.meet_id)
+            if trip is not None:
+                trips.take(trip, meet.id, principal.name)
         except MeetError as exc:
             self._reply(failed(event.rid, exc))
             return

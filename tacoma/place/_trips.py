@@ -49,7 +49,7 @@ If the next place cannot take the agent (down, refusing, unknown address), `go` 
 agent with the place's error, and the agent is still where it was: it may skip that place,
 try again, or end, which sends its briefcase home. A connection that may have been lost on
 the path (timed out, or reset or silent before the Hellos) is tried again first, up to
-CONNECT_ATTEMPTS times (see Hops._reach).
+CONNECT_ATTEMPTS times (see ClientCache.get).
 """
 
 from __future__ import annotations
@@ -165,6 +165,9 @@ class Trips:
         self.stopped: dict[str, float] = {}
         #: Where the trips that began here are: (hops so far, place), as last heard.
         self.whereabouts: dict[str, tuple[int, str]] = {}
+        #: Hops this place took, by (trip id, hop): (meet id, principal, until (monotonic)),
+        #: so that a hand-over sent again after its answer was lost is taken once.
+        self.taken: dict[tuple[str, int], tuple[str, str, float]] = {}
 
     def start(self, deadline: float) -> Trip:
         trip = Trip(self.address, secrets.token_hex(16), deadline, reported=time.time())
@@ -222,6 +225,25 @@ class Trips:
         return None
 
     # -- hops here, and hops handed on
+    def take(self, trip: Trip, meet_id: str, principal: str) -> None:
+        """Note that this place took hop `trip` as meet `meet_id` of `principal`."""
+        now = time.monotonic()
+        if len(self.taken) % 256 == 255:
+            self.taken = {key: v for key, v in self.taken.items() if v[2] >= now}
+        self.taken[trip.key] = (meet_id, principal, now + max(0.0, trip.time_left() or 0.0)
+                                + 60.0)
+
+    def taken_as(self, trip: Trip, principal: str) -> str | None:
+        """The meet id this place took hop `trip` as, if it did (a hand-over sent again
+        because the connection broke before its answer); None if it did not."""
+        taken = self.taken.get(trip.key)
+        if taken is None or taken[2] < time.monotonic():
+            return None
+        if taken[1] != principal:
+            raise MeetError(f"hop {trip.hop} of trip {trip.id} was taken here already, for "
+                            "another principal")
+        return taken[0]
+
     def arrived(self, trip: Trip, meet: object) -> None:
         self.here[trip.key] = meet
 

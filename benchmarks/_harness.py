@@ -68,6 +68,7 @@ class ServerProcess:
     proc: subprocess.Popen[str]
     address: str
     log_path: Path
+    state_dir: Path | None = None  # a place's
 
     @property
     def pid(self) -> int:
@@ -137,8 +138,10 @@ def start_place(state_dir: Path, *extra_args: str) -> ServerProcess:
     state_dir.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-P", "-m", "tacoma", "place", "--listen", "127.0.0.1:0",
             "--state-dir", str(state_dir), "-q", "--share", "1", *extra_args]
-    return _start("tacoma place", argv, "tacoma place listening on ",
-                  state_dir.parent / f"{state_dir.name}.log")
+    server = _start("tacoma place", argv, "tacoma place listening on ",
+                    state_dir.parent / f"{state_dir.name}.log")
+    server.state_dir = state_dir
+    return server
 
 
 def start_passive(log_dir: Path) -> ServerProcess:

@@ -21,6 +21,7 @@ import msgpack
 import pytest
 import tacoma
 from tacoma import Briefcase
+from tacoma.bench._overhead import TRUSTED_NULL, install_trusted_null
 from tacoma.client._client import PlaceClient
 from tacoma.wire._program import code_digest
 
@@ -128,6 +129,28 @@ def test_meet_ag_echo_sync_plaintext(benchmark: Any, loop: asyncio.AbstractEvent
         payload_bytes=_payload_bytes())
     loop.run_until_complete(null_meet())
     benchmark.pedantic(lambda: loop.run_until_complete(null_meet()),
+                       rounds=ECHO_ROUNDS, warmup_rounds=ECHO_WARMUP, iterations=1)
+
+
+def test_meet_trusted_null_agent(benchmark: Any, loop: asyncio.AbstractEventLoop,
+                                 place: ServerProcess) -> None:
+    """PAN's in-kernel mode: a null agent installed with --trusted, which the place runs in
+    its own process (no worker); its ActiveOverhead against test_passive_echo_round_trip."""
+    assert place.state_dir is not None
+    if not install_trusted_null(place.state_dir):
+        pytest.skip("no interpreter here runs agents in the place's process")
+    target = f"{TRUSTED_NULL}@{place.address}"
+
+    async def trusted_meet() -> None:
+        result = await tacoma.ameet(target, PAYLOAD)
+        assert result == PAYLOAD, result
+
+    benchmark.extra_info.update(
+        measures="one sync tacoma.ameet to a trusted null agent (tacoma install --trusted): "
+                 "called in the place's own process, no worker; cached connection",
+        target=TRUSTED_NULL, payload_bytes=_payload_bytes())
+    loop.run_until_complete(trusted_meet())  # untimed first call (loads it): see the header
+    benchmark.pedantic(lambda: loop.run_until_complete(trusted_meet()),
                        rounds=ECHO_ROUNDS, warmup_rounds=ECHO_WARMUP, iterations=1)
 
 

@@ -93,6 +93,9 @@ def test_overhead_per_size_and_isolation_setting(tmp_path) -> None:
         assert row["passive_us"] > 0 and row["echo_us"] > 0 and row["agent_us"] > 0
         assert row["agent_overhead"] == (row["agent_us"] - row["passive_us"]) / \
             row["passive_us"]
+        assert row["trusted_us"] > 0  # the trusted null agent, installed for the run
+        assert row["trusted_overhead"] == (row["trusted_us"] - row["passive_us"]) / \
+            row["passive_us"]
     assert (tmp_path / "overhead.png").read_bytes().startswith(b"\x89PNG")
 
 

@@ -42,3 +42,11 @@ def test_proxy_serves_clients_in_three_languages_from_servers_in_three() -> None
     assert "'tromsø' -> 'TROMSØ'" in out or "'tromsø' -> 'øsmort'" in out \
         or "'tromsø' -> '7 bytes'" in out
     assert "the proxy served 9 requests, forwarded 3" in out
+
+
+def test_directory_is_a_trusted_agent_clients_and_isolated_agents_use() -> None:
+    out = _run("directory")
+    assert "registered: archive, weather" in out
+    assert "the client looked up weather: 10.0.0.7:7707" in out
+    assert "an isolated agent looked up archive: 10.0.0.9:7707" in out
+    assert re.search(r"median meet: directory \(trusted\) [\d,]+ µs", out)

@@ -1251,9 +1251,10 @@ def _cached_binary(place: RunningPlace) -> Path | None:
 def test_writes_outside_the_working_directory_are_refused_or_vanish(
         hostile_place: RunningPlace, language: str) -> None:
     """The state directory, the work directory's parent, the compile cache (a program in
-    it too), installed agents, the data directory, the trust directory, /root, /etc, /usr
-    and the place's own directory refuse the write; /tmp, /var/tmp and /dev/shm are the
-    agent's private tmpfs: the write lands there, never on the host's, and is gone after."""
+    it too), installed agents (trusted ones too), the data directory, the trust directory,
+    /root, /etc, /usr and the place's own directory refuse the write; /tmp, /var/tmp and
+    /dev/shm are the agent's private tmpfs: the write lands there, never on the host's, and
+    is gone after."""
     state = hostile_place.state_dir
     token = uuid.uuid4().hex[:12]
     name = f"planted-{token}"
@@ -1265,6 +1266,7 @@ def test_writes_outside_the_working_directory_are_refused_or_vanish(
         "cache": state / "cache" / name,
         "cache-c": state / "cache" / "c" / name,
         "agents": state / "agents" / f"ag_{token}.py",
+        "trusted": state / "trusted" / f"t{token}.py",  # would run in the place's process
         "data": state / "data" / name,
         "trust": _trust_dir() / name,
         "identities": _trust_dir() / "identities" / f"{name}.pem",

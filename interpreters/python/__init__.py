@@ -6,9 +6,10 @@ is the meet's result. See _worker.py for the rest of the agent API.
 """
 
 import platform
+from collections.abc import Callable, Mapping
 
 from tacoma.agent._api import spell
-from tacoma.agent._interpreter import Interpreter
+from tacoma.agent._interpreter import InProcess, Interpreter
 
 #: The errors the agent API raises, as the agent's program finds them, to catch.
 AGENT_ERRORS = ("MeetError", "UnknownAgent", "AgentFailed", "AgentKilled", "MeetTimeout",
@@ -25,6 +26,18 @@ def _check_program(program: bytes, name: str) -> str | None:
     return None
 
 
+def _trusted_check(program: bytes, name: str) -> str | None:
+    from ._trusted import check
+
+    return check(program, name)
+
+
+def _trusted_load(program: bytes, name: str, given: Mapping[str, object]) -> Callable[..., object]:
+    from ._trusted import load
+
+    return load(program, name, given)
+
+
 interpreter = Interpreter(
     language="python",
     agent="ag_python",
@@ -32,6 +45,8 @@ interpreter = Interpreter(
     worker_module="tacoma.interpreters.python._worker",
     version=lambda: f"{platform.python_implementation()} {platform.python_version()}",
     check_program=_check_program,
+    in_process=InProcess(check=_trusted_check, load=_trusted_load,
+                         null="def meet(bc, principal):\n    return bc\n"),
     programs={
         "minimal": "pass",
         "arriver": 'cabinet_append(bc.text("TAG")[0], "ARRIVED", b".")',

@@ -67,6 +67,28 @@ PROGRAMS: dict[str, str] = {
 
 
 @dataclass(frozen=True, slots=True)
+class InProcess:
+    """How a language the place itself runs loads a *trusted* agent into the place's own
+    process (`tacoma install --trusted`): no worker, no isolation, for services such as a
+    directory or a cache (PAN's in-kernel mode).
+
+    check: given the program and its file's name, why it cannot be loaded (naming file and
+    line where it can), or None; run before it is installed, without running it. load:
+    given the program, its file's name and what the program may use besides its own
+    (the place's address as `place`), runs it once and returns the function the place calls
+    for each meet: `meet(bc, principal)`, with the meet's briefcase and its caller's
+    principal name ("" if anonymous), returning the result briefcase (or None: `bc` as it
+    left it), or an awaitable of one. Raises ValueError saying why it cannot be loaded.
+    null: a trusted agent that returns its briefcase as it came, for tools that measure
+    (`tacoma bench overhead`), so that no tool of the kernel holds source text.
+    """
+
+    check: Callable[[bytes, str], str | None]
+    load: Callable[[bytes, str, Mapping[str, object]], Callable[..., object]]
+    null: str
+
+
+@dataclass(frozen=True, slots=True)
 class Interpreter:
     """A language adapter.
 
@@ -85,7 +107,9 @@ class Interpreter:
     `Briefcase`), each with what it is for; check_program: given a program (a CODE folder's
     bytes) and its file's name, why it cannot run, naming the file and line where that can
     be told (a syntax error, a compile error), or None when nothing wrong is found, for
-    `tacoma install` to refuse it at once rather than at its first meet.
+    `tacoma install` to refuse it at once rather than at its first meet; in_process: for
+    the language the place itself is written in, how it runs trusted agents in its own
+    process (None: every agent of the language runs in a worker).
     """
 
     language: str
@@ -100,6 +124,7 @@ class Interpreter:
     extras: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
     check_program: Callable[[bytes, str], str | None] = field(
         default=lambda program, name: None, compare=False, hash=False)
+    in_process: InProcess | None = field(default=None, compare=False, hash=False)
 
     def worker_argv(self) -> list[str]:
         """The command that starts one worker (the sandbox plan is appended to it).

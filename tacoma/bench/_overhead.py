@@ -5,9 +5,10 @@ doing the same transport work: ActiveOverhead = (t_active - t_passive) / t_passi
 t_passive is a plain msgpack request/reply of the same briefcase over the same transport
 (tacoma's framing, a uvloop protocol, TCP_NODELAY, loopback) to the passive echo server
 (`_passive`), and t_active is a meet carrying it: with `ag_echo` (the kernel's own path,
-no agent) and with `ag_python` running `pass` (an agent in a pooled, confined worker). Each
-is the median of its round trips; the agent meets are paced (the pool refills between
-them, untimed), as an unloaded place sees them.
+no agent), with a trusted null agent (`tacoma install --trusted`: an agent in the place's
+own process, PAN's in-kernel mode) and with `ag_python` running `pass` (an agent in a
+pooled, confined worker). Each is the median of its round trips; the agent meets are paced
+(the pool refills between them, untimed), as an unloaded place sees them.
 
 Settings are the place's: as root, agents under uids of their own (the default) and
 `--same-uid`; the pool (default) against `--pool-size 0`, where each meet forks and confines
@@ -25,10 +26,13 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO
 
 from .. import Briefcase, ameet, local_places
+from ..agent._interpreter import discover_interpreters
 from ..client._identity import register_place
 from ..client._runtime import run_blocking
 from ..display import Progress
@@ -48,10 +52,17 @@ class OverheadRow:
     passive_us: float
     echo_us: float
     agent_us: float
+    trusted_us: float | None = None  # None: no language here runs in the place's process
 
     @property
     def echo_overhead(self) -> float:
         return (self.echo_us - self.passive_us) / self.passive_us
+
+    @property
+    def trusted_overhead(self) -> float | None:
+        if self.trusted_us is None:
+            return None
+        return (self.trusted_us - self.passive_us) / self.passive_us
 
     @property
     def agent_overhead(self) -> float:
@@ -86,7 +97,37 @@ def _start_passive() -> tuple[subprocess.Popen[str], str]:
     return proc, match.group(1)
 
 
-async def _round_trips(passive: str, place: str, size: int, quick: bool) -> tuple[float, ...]:
+#: The name the trusted null agent is installed under at the measured place.
+TRUSTED_NULL = "null"
+
+
+def install_trusted_null(state_dir: Path) -> bool:
+    """Put a trusted null agent into a place's state directory (the place loads it at its
+    first meet); False if no interpreter here runs agents in the place's process."""
+    for interpreter in discover_interpreters().values():
+        if interpreter.in_process is not None:
+            trusted = state_dir / "trusted"
+            trusted.mkdir(mode=0o700, exist_ok=True)
+            path = trusted / f"{TRUSTED_NULL}{interpreter.suffixes[0]}"
+            path.write_text(interpreter.in_process.null)
+            return True
+    return False
+
+
+async def _timed(count: int, meet: Callable[[], Awaitable[Briefcase | str]],
+                 expected: Briefcase) -> list[float]:
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        result = await meet()
+        times.append(time.perf_counter() - start)
+        if result != expected:
+            raise RuntimeError("the agent returned another briefcase")
+    return times
+
+
+async def _round_trips(passive: str, place: str, size: int, quick: bool,
+                       trusted: bool) -> tuple[float, ...]:
     payload = Briefcase(DATA=[b"x" * size])
     wire = [2, 1, "ag_echo", payload.to_wire(), "sync", None]  # a Meet's shape
     fast, paced = (200, 15) if quick else (1000, 40)
@@ -101,13 +142,9 @@ async def _round_trips(passive: str, place: str, size: int, quick: bool) -> tupl
                 raise RuntimeError("the passive server answered something else")
     finally:
         client.close()
-    echo_times = []
-    for _ in range(fast):
-        start = time.perf_counter()
-        result = await ameet(f"ag_echo@{place}", payload)
-        echo_times.append(time.perf_counter() - start)
-        if result != payload:
-            raise RuntimeError("ag_echo returned another briefcase")
+    echo_times = await _timed(fast, lambda: ameet(f"ag_echo@{place}", payload), payload)
+    trusted_times = (await _timed(fast, lambda: ameet(f"{TRUSTED_NULL}@{place}", payload),
+                                  payload) if trusted else [float("nan")])
     agent_times = []
     for _ in range(paced):
         await asyncio.sleep(0.1)  # the pool refills, untimed
@@ -116,7 +153,8 @@ async def _round_trips(passive: str, place: str, size: int, quick: bool) -> tupl
         agent_times.append(time.perf_counter() - start)
         if result["DATA"] != payload["DATA"]:
             raise RuntimeError("the agent returned another briefcase")
-    return tuple(statistics.median(t) * 1e6 for t in (passive_times, echo_times, agent_times))
+    return tuple(statistics.median(t) * 1e6
+                 for t in (passive_times, echo_times, agent_times, trusted_times))
 
 
 def measure_overhead(quick: bool, progress: Progress | None = None) -> list[OverheadRow]:
@@ -134,11 +172,13 @@ def measure_overhead(quick: bool, progress: Progress | None = None) -> list[Over
                 with local_places(1, *flags) as places:
                     if "--insecure" in flags:
                         register_place(places.addresses[0], None)
+                    trusted = install_trusted_null(places.state_dirs[0])
                     for size in sizes:
                         bar.update(description=f"{setting}: {size} bytes")
-                        p, e, a = run_blocking(_round_trips(passive, places.addresses[0],
-                                                            size, quick))
-                        rows.append(OverheadRow(setting, size, p, e, a))
+                        p, e, a, t = run_blocking(_round_trips(passive, places.addresses[0],
+                                                               size, quick, trusted))
+                        rows.append(OverheadRow(setting, size, p, e, a,
+                                                t if trusted else None))
                         bar.advance()
     finally:
         proc.terminate()
@@ -149,8 +189,10 @@ def measure_overhead(quick: bool, progress: Progress | None = None) -> list[Over
 def overhead_table(rows: list[OverheadRow], file: IO[str] | None = None) -> None:
     """Print the rows (on stdout, or `file`)."""
     header = ("setting", "bytes", "t_passive µs", "ag_echo µs", "overhead",
-              "ag_python µs", "overhead")
+              "trusted µs", "overhead", "ag_python µs", "overhead")
     show_table(header, [(r.setting, str(r.size), f"{r.passive_us:,.1f}", f"{r.echo_us:,.1f}",
-                         f"{r.echo_overhead:.0%}", f"{r.agent_us:,.1f}",
-                         f"{r.agent_overhead:,.0%}") for r in rows],
+                         f"{r.echo_overhead:.0%}",
+                         "-" if r.trusted_us is None else f"{r.trusted_us:,.1f}",
+                         "-" if r.trusted_overhead is None else f"{r.trusted_overhead:.0%}",
+                         f"{r.agent_us:,.1f}", f"{r.agent_overhead:,.0%}") for r in rows],
                right=header[1:], file=file)

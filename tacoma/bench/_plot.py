@@ -94,6 +94,10 @@ def plot_overhead(rows: list[OverheadRow], directory: Path) -> Path:
     first = [r for r in rows if r.setting == rows[0].setting]
     axes.plot([r.size for r in first], [r.echo_overhead * 100 for r in first], "s--",
               label="ag_echo (no agent)")
+    trusted = [(r.size, r.trusted_overhead) for r in first if r.trusted_overhead is not None]
+    if trusted:
+        axes.plot([s for s, _ in trusted], [o * 100 for _, o in trusted], "^--",
+                  label="trusted null agent (in the place's process)")
     axes.set_xscale("log")
     axes.set_xlabel("briefcase bytes")
     axes.set_ylabel("ActiveOverhead (%)")

@@ -200,7 +200,8 @@ def _bench_overhead(quick: bool, json_path: Path | None, plot_dir: Path | None) 
     if json_path is not None:
         json_path.write_text(json.dumps({"overhead": [
             {**dataclasses.asdict(r), "echo_overhead": r.echo_overhead,
-             "agent_overhead": r.agent_overhead} for r in rows]}, indent=2))
+             "agent_overhead": r.agent_overhead, "trusted_overhead": r.trusted_overhead}
+            for r in rows]}, indent=2))
     if plot_dir is not None:
         from ..bench._plot import plot_overhead
 

@@ -271,12 +271,22 @@ def doctor(as_json: bool, same_uid: bool, agent_network: str) -> None:
 @click.command(short_help="Install a program as an agent at a place.")
 @click.argument("program", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--name", help="Agent name to install as. [default: the file's name]")
+@click.option("--trusted", is_flag=True,
+              help="Run it in the place's own process, with no worker and no isolation, "
+                   "for a quick service you vouch for (a directory, a cache). Python only; "
+                   "the program defines meet(bc, principal).")
 @state_dir_option()
-def install(program: Path, name: str | None, state_dir: Path | None) -> None:
+def install(program: Path, name: str | None, trusted: bool, state_dir: Path | None) -> None:
     """Install PROGRAM as an agent at a place, to be met by name without shipping code.
 
     The language is told by the file's suffix (.py for Python). A running place sees the
     agent at its next meet.
+
+    Every agent runs in a worker process of its own, isolated by the operating system,
+    unless installed with --trusted: then the place loads it into its own process once and
+    calls its meet(bc, principal) for each meet, keeping its state between meets. A trusted
+    agent has the place's whole power and holds the place up while it runs: install only
+    code you would run as the place's user.
     """
     from ..agent._interpreter import discover_interpreters
 
@@ -285,6 +295,7 @@ def install(program: Path, name: str | None, state_dir: Path | None) -> None:
     if program.suffix not in suffixes:
         raise click.UsageError(f"{program}: no interpreter runs {program.suffix or 'suffix-less'}"
                                f" files; known suffixes: {', '.join(sorted(suffixes))}")
+    interpreter = suffixes[program.suffix]
     name = name or program.stem
     if not name.isidentifier():
         raise click.UsageError(f"agent name {name!r} must be letters, digits and underscores")
@@ -293,13 +304,29 @@ def install(program: Path, name: str | None, state_dir: Path | None) -> None:
                                "(--name)")
     # What can be checked before it runs is checked now (Python, Tcl and Scheme parse, C
     # compiles), not at its first meet.
-    problem = suffixes[program.suffix].check_program(program.read_bytes(), program.name)
+    if trusted:
+        if interpreter.in_process is None:
+            can = sorted(i.language for i in interpreters.values() if i.in_process)
+            raise click.UsageError(
+                f"{program}: a {interpreter.language} agent cannot be trusted: only "
+                f"{' and '.join(can) or 'no'} agents run in the place's own process; "
+                f"install it without --trusted and it runs in an isolated worker")
+        problem = interpreter.in_process.check(program.read_bytes(), program.name)
+    else:
+        problem = interpreter.check_program(program.read_bytes(), program.name)
     if problem is not None:
         raise click.UsageError(f"{program} is not installed: {problem}")
-    agents_dir = (state_dir or default_state_dir()) / "agents"
+    root = state_dir or default_state_dir()
+    agents_dir = root / ("trusted" if trusted else "agents")
     agents_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    for old in agents_dir.glob(f"{name}.*"):
-        old.unlink()
+    for old in [*(root / "agents").glob(f"{name}.*"), *(root / "trusted").glob(f"{name}.*")]:
+        old.unlink()  # one agent per name, trusted or not
     target = agents_dir / f"{name}{program.suffix}"
-    shutil.copyfile(program, target)
-    click.echo(f"installed {name} ({suffixes[program.suffix].language}) at {target}")
+    partial = agents_dir / f".{name}{program.suffix}.partial"
+    shutil.copyfile(program, partial)
+    partial.replace(target)  # a running place never reads it half written
+    if trusted:
+        click.echo(f"installed {name} ({interpreter.language}, trusted: it runs in the place's "
+                   f"own process) at {target}")
+        return
+    click.echo(f"installed {name} ({interpreter.language}) at {target}")

@@ -106,6 +106,9 @@ class PlaceStatus:
     #: Programs named by hash (CODE_HASH): kept, bytes kept, meets that named theirs and
     #: found it, meets whose program was asked for, and bytes of programs not sent.
     programs: Programs = field(default_factory=lambda: Programs())
+    #: Agents installed with --trusted, run in the place's process: (name, meets since the
+    #: place loaded it, why it cannot be loaded or "").
+    trusted: tuple[tuple[str, int, str], ...] = ()
     data: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @classmethod
@@ -123,6 +126,8 @@ class PlaceStatus:
             residents=tuple(Resident(**r) for r in data["residents"]),
             mailbox_bytes=mail["bytes"], mailbox_max_bytes=mail["max_bytes"],
             cabinets=data["cabinets"], programs=Programs(**data.get("programs", {})),
+            trusted=tuple((t["name"], t["meets"], t["problem"])
+                          for t in data.get("trusted", [])),
             data=data)
 
     # ------------------------------------------------------------------ for people
@@ -156,6 +161,10 @@ class PlaceStatus:
         ]
         if self.installed:
             facts.append(("installed", ", ".join(self.installed)))
+        if self.trusted:
+            facts.append(("trusted", "; ".join(
+                f"{name} (cannot load: {problem})" if problem else f"{name} ({meets} meets)"
+                for name, meets, problem in self.trusted) + " (in the place's process)"))
         if self.unavailable:
             facts.append(("cannot run", ", ".join(self.unavailable) + " (tacoma doctor says "
                                                                        "why)"))

@@ -1,9 +1,10 @@
 """The agents a place can meet, and how a name finds one (TACOMA's step 6, locate agent).
 
 A name is one of the place's own agents (BUILT_IN: answered by the place, no worker), an
-interpreter's agent (ag_python: the program comes in the CODE folder), or an agent
-installed in STATE/agents (`tacoma install`: its program is the file, its interpreter told
-by the file's suffix). Languages come from the discovered interpreters; the place names none.
+interpreter's agent (ag_python: the program comes in the CODE folder), an agent installed
+in STATE/agents (`tacoma install`: its program is the file, its interpreter told by the
+file's suffix), or a trusted agent in STATE/trusted, run by the place itself (_trusted).
+Languages come from the discovered interpreters; the place names none.
 A name the place does not have is answered with the closest names it has (did you mean),
 in the error itself, so that the Python API and the CLI alike say it.
 """
@@ -18,6 +19,7 @@ from ..agent._interpreter import Interpreter
 from ..wire._errors import MeetError, PlaceUnavailable, UnknownAgent
 from ..wire._names import BUILT_IN
 from ._pool import WorkerPool
+from ._trusted import Trusted
 
 __all__ = ["Agents"]
 
@@ -26,16 +28,18 @@ class Agents:
     """The agents of one place: its interpreters, their worker pools, installed agents."""
 
     def __init__(self, agents_dir: Path, interpreters: dict[str, Interpreter], address: str,
-                 resident_names: Callable[[], list[str]]) -> None:
+                 resident_names: Callable[[], list[str]], trusted_dir: Path) -> None:
         self.agents_dir = agents_dir
         self.interpreters = interpreters  # by agent name, as discovered
         self.pools: dict[str, WorkerPool] = {}  # by agent name, for languages that run here
         self.address = address
         self.resident_names = resident_names
+        #: Agents installed with --trusted, run in the place's own process.
+        self.trusted = Trusted(trusted_dir, interpreters, address)
 
     def names(self) -> list[str]:
         """Every agent this place can meet now: built-in, interpreters, installed."""
-        installed = sorted(p.stem for p in self._installed_files())
+        installed = sorted({*(p.stem for p in self._installed_files()), *self.trusted.names()})
         return [*BUILT_IN, *sorted(self.pools), *installed]
 
     def _installed_files(self) -> list[Path]:
@@ -57,13 +61,16 @@ class Agents:
         return True
 
     def resolve(self, agent: str) -> tuple[WorkerPool | None, bytes | None]:
-        """The pool that runs `agent` (None for a built-in one) and, for an installed
-        agent, its program. UnknownAgent lists what the place has."""
+        """The pool that runs `agent` (None for a built-in or a trusted one: the place runs
+        those itself) and, for an installed agent, its program. UnknownAgent lists what the
+        place has."""
         if agent in BUILT_IN:
             return None, None
         pool = self.pools.get(agent)
         if pool is not None:
             return pool, None
+        if self.trusted.get(agent) is not None:
+            return None, None
         if "/" not in agent and not agent.startswith("."):
             for interpreter in self.interpreters.values():
                 for suffix in interpreter.suffixes:
@@ -73,6 +80,8 @@ class Agents:
                             return self.pools[interpreter.agent], path.read_bytes()
                     except OSError:  # a name too long for a file, say: not installed
                         continue
+        if self.trusted.look_again(agent) is not None:  # installed since the last look
+            return None, None
         if agent in self.interpreters:
             reason = self.interpreters[agent].check() or "its worker pool is not running"
             raise PlaceUnavailable(f"agent {agent} cannot run at this place: {reason}")

@@ -207,6 +207,8 @@ class BuiltIns:
                       for agent, pool in sorted(pools.items())],
             "unavailable": sorted(set(self.agents.interpreters) - set(pools)),
             "installed": installed,
+            "trusted": [{"name": a.name, "meets": a.meets, "problem": a.problem}
+                        for _, a in sorted(self.agents.trusted.agents.items())],
             "meets": {
                 # Not the always-served agents' (this very meet is one of them).
                 "running": sum(1 for m in list(self.meets.running.values())

@@ -100,8 +100,12 @@ class Dispatch:
         if pool is None:
             if meet.agent == TRIP_AGENT:  # between places only (Session checks the peer)
                 return await self.hops.serve_trip(meet.briefcase)
-            result = await self.builtins.serve(meet.agent, meet.briefcase, meet.caller,
-                                               meet.admin, meet.principal)
+            trusted = self.agents.trusted.agents.get(meet.agent)
+            result = await (self.builtins.serve(meet.agent, meet.briefcase, meet.caller,
+                                                meet.admin, meet.principal) if trusted is None
+                            else self.agents.trusted.run(trusted, meet.briefcase,
+                                                         meet.principal,
+                                                         self.bounded(meet.timeout)))
             meet.end_trace(result)
             return result
         timeout = self.bounded(meet.timeout)

@@ -127,7 +127,7 @@ class Place:
         self.state.claim(enterable)
         for sub, mode in ((settings.work_dir, enterable),
                           (settings.cache_dir, enterable), (settings.agents_dir, 0o700),
-                          (settings.data_dir, 0o755)):
+                          (settings.trusted_dir, 0o700), (settings.data_dir, 0o755)):
             sub.mkdir(parents=True, exist_ok=True, mode=mode)
             sub.chmod(mode)
         for leftover in settings.work_dir.iterdir():  # from a place that was killed
@@ -179,7 +179,7 @@ class Place:
         settings, address = self.settings, containment.place_address
         residents: Residents
         agents = Agents(settings.agents_dir, interpreters, address,
-                        lambda: list(residents.by_name))
+                        lambda: list(residents.by_name), settings.trusted_dir)
         residents = Residents(settings.mailbox_messages, settings.mailbox_bytes,
                               settings.mailbox_total_bytes, agents.has)
         meets = Meets(settings.max_meets, address,

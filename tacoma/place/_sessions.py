@@ -15,16 +15,19 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import time
 
 from ..client._transport import Channel
 from ..wire._briefcase import CODE, TRACE
 from ..wire._errors import (
+    AgentFailed,
     LimitExceeded,
     MeetError,
     MessageError,
     ProtocolError,
+    TacomaError,
     kind_of,
 )
 from ..wire._names import ECHO_AGENT, TRIP_AGENT
@@ -34,6 +37,7 @@ from ._codes import named_in_reply
 from ._dispatch import Dispatch
 from ._meet import RunningMeet, failed
 from ._trips import Trip
+from ._trusted import TrustedAgent
 
 __all__ = ["Session"]
 
@@ -132,12 +136,16 @@ class Session:
         if event.mode != "go" and self.dispatch.residents.get(event.agent) is not None:
             self._accept_message(event)
             return
-        if event.agent == ECHO_AGENT and event.mode == "sync" and not accepted \
-                and not self.meets.stopping:
-            # The null agent holds nothing and waits for nothing: answered here and now, it
-            # never takes a slot (every other meet, built-in or not, counts).
-            self._reply(Result(event.rid, event.briefcase))
-            return
+        if event.mode == "sync" and not accepted and not self.meets.stopping:
+            if event.agent == ECHO_AGENT:
+                # The null agent holds nothing and waits for nothing: answered here and now,
+                # it never takes a slot (every other meet, built-in or not, counts).
+                self._reply(Result(event.rid, event.briefcase))
+                return
+            trusted = self.dispatch.agents.trusted.get(event.agent)
+            if trusted is not None and trusted.plain and trusted.call is not None:
+                self._serve_trusted(event, trusted, principal.name)  # likewise
+                return
         try:
             # A principal's share is checked for the meets its client makes, and for the
             # async meets its agents make through other places; not for a forwarded sync
@@ -189,6 +197,21 @@ class Session:
             self._track(event.rid, task, meet)
             if meet.chosen_id:
                 self.chosen[event.rid] = meet
+
+    def _serve_trusted(self, event: Meet, agent: TrustedAgent, principal: str) -> None:
+        """A sync meet with a trusted agent whose meet is a plain function: answered here and
+        now, on the place's own loop (see _trusted)."""
+        trusted = self.dispatch.agents.trusted
+        try:
+            returned = trusted.call(agent, event.briefcase, principal)
+            if inspect.isawaitable(returned):
+                if inspect.iscoroutine(returned):
+                    returned.close()
+                raise AgentFailed(f"trusted agent {agent.name}'s meet returned an awaitable: "
+                                  "a meet that awaits is declared async def")
+            self._reply(Result(event.rid, trusted.result(agent, event.briefcase, returned)))
+        except TacomaError as exc:
+            self._reply(failed(event.rid, exc))
 
     async def _submit(self, rid: int, meet: RunningMeet) -> None:
         """An async meet: answered Accepted once the journal holds it (see _journal)."""

@@ -208,6 +208,11 @@ class PlaceSettings:
         return self.state_dir / "agents"
 
     @property
+    def trusted_dir(self) -> Path:
+        """Agents that run in the place's own process (see _trusted)."""
+        return self.state_dir / "trusted"
+
+    @property
     def work_dir(self) -> Path:
         return self.state_dir / "work"
 

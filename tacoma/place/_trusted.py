@@ -1,0 +1,171 @@
+"""Trusted agents: run in the place's own process, with no worker (PAN's in-kernel mode).
+
+Every agent runs in a worker of its own, isolated by the operating system, unless whoever
+runs the place installed it with `tacoma install --trusted` (into STATE/trusted). A trusted
+agent is a service the place's owner vouches for, such as a directory or a cache: the place
+loads its program once, through the interpreter that can run programs in the place's own
+process (InProcess: only the place's own language has one; the kernel names none), and
+calls it for each meet with it. It keeps its state between meets, costs no process, and
+has the place's whole power: nothing isolates it, limits it or stops it.
+
+So a trusted agent must be quick: a plain function runs on the place's event loop and holds
+every other meet up while it runs (a sync meet with one is answered at once, as ag_echo
+is); one that returns an awaitable is awaited, bounded by the meet's timeout. Whatever it
+raises is its meet's error (AgentFailed, or the tacoma error it raised), and the place goes
+on. The --allow rules apply to a trusted agent as to any.
+
+The directory is read when the place starts, again when a meet names an agent the place
+does not have, and at most once a second for changed files: an agent installed while the
+place runs is met at once, and an updated one is loaded again (its state starts afresh).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..agent._interpreter import InProcess, Interpreter
+from ..wire._briefcase import Briefcase
+from ..wire._errors import AgentFailed, MeetTimeout, PlaceUnavailable, TacomaError
+
+__all__ = ["Trusted", "TrustedAgent"]
+
+log = logging.getLogger("tacoma.place")
+
+#: How often, at most, the directory is read again for changed agents (seconds).
+RESCAN_EVERY = 1.0
+#: How soon it is read again for a name nothing at the place has (a burst of meets with
+#: unknown names reads it once, not once each).
+RELOOK_AFTER = 0.05
+
+
+@dataclass
+class TrustedAgent:
+    name: str
+    path: Path
+    mtime_ns: int
+    #: Its meet function, or None if it could not be loaded (then `problem` says why).
+    call: Callable[..., object] | None
+    problem: str = ""
+    #: Whether `call` is a plain function (answered inline) rather than a coroutine's.
+    plain: bool = True
+    meets: int = 0
+
+
+class Trusted:
+    """The trusted agents of one place, by name."""
+
+    def __init__(self, directory: Path, interpreters: Mapping[str, Interpreter],
+                 address: str) -> None:
+        self.directory = directory
+        self.address = address
+        #: The in-process loaders, by the suffix of the files they load.
+        self.loaders: dict[str, InProcess] = {
+            suffix: i.in_process for i in interpreters.values() if i.in_process is not None
+            for suffix in i.suffixes}
+        self.agents: dict[str, TrustedAgent] = {}
+        self._scanned = 0.0
+        self.scan()
+
+    def scan(self) -> None:
+        """Load what is new or changed in the directory; forget what is gone."""
+        self._scanned = time.monotonic()
+        found: dict[str, Path] = {}
+        try:
+            for path in sorted(self.directory.iterdir()):
+                if path.suffix in self.loaders and path.is_file():
+                    found.setdefault(path.stem, path)
+        except OSError:
+            pass  # no directory: no trusted agents
+        for name in [n for n in self.agents if n not in found]:
+            log.info("trusted agent %s is gone", name)
+            del self.agents[name]
+        for name, path in found.items():
+            try:
+                mtime = path.stat().st_mtime_ns
+            except OSError:
+                continue
+            known = self.agents.get(name)
+            if known is None or known.mtime_ns != mtime or known.path != path:
+                self.agents[name] = self._load(name, path, mtime)
+
+    def _load(self, name: str, path: Path, mtime: int) -> TrustedAgent:
+        try:
+            # By its whole path: its tracebacks show its lines, read from the file.
+            call = self.loaders[path.suffix].load(path.read_bytes(), str(path),
+                                                  {"place": self.address})
+        except (OSError, ValueError) as exc:
+            log.error("trusted agent %s cannot be loaded: %s", name, exc)
+            return TrustedAgent(name, path, mtime, None, str(exc))
+        log.info("trusted agent %s loaded from %s", name, path)
+        return TrustedAgent(name, path, mtime, call,
+                            plain=not inspect.iscoroutinefunction(call))
+
+    def get(self, name: str) -> TrustedAgent | None:
+        """The trusted agent called `name`, if there is one (its file read again if it
+        changed, at most once a second)."""
+        if time.monotonic() - self._scanned >= RESCAN_EVERY and self.agents:
+            self.scan()
+        return self.agents.get(name)
+
+    def look_again(self, name: str) -> TrustedAgent | None:
+        """For a name nothing else at the place has: read the directory now (an agent just
+        installed), unless it was read a moment ago."""
+        if name not in self.agents and time.monotonic() - self._scanned >= RELOOK_AFTER:
+            self.scan()
+        return self.agents.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self.agents)
+
+    def call(self, agent: TrustedAgent, briefcase: Briefcase, principal: str) -> object:
+        """Call the agent's meet: its result as returned (perhaps an awaitable)."""
+        if agent.call is None:
+            raise PlaceUnavailable(f"trusted agent {agent.name} cannot run at this place: "
+                                   f"{agent.problem}")
+        agent.meets += 1
+        try:
+            return agent.call(briefcase, principal)
+        except TacomaError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - its failure is its meet's, never the place's
+            raise self._failed(agent, exc) from None
+
+    def result(self, agent: TrustedAgent, briefcase: Briefcase, returned: object) -> Briefcase:
+        """The meet's result from what the agent returned (None: `briefcase` as it left it)."""
+        if returned is None:
+            return briefcase
+        if isinstance(returned, Briefcase):
+            return returned
+        raise AgentFailed(f"trusted agent {agent.name} returned a {type(returned).__name__}, "
+                          "not a Briefcase (or None, for the briefcase it was given)")
+
+    async def run(self, agent: TrustedAgent, briefcase: Briefcase, principal: str,
+                  timeout: float) -> Briefcase:
+        """One meet with the agent, bounded by `timeout` if it awaits."""
+        returned = self.call(agent, briefcase, principal)
+        if inspect.isawaitable(returned):
+            try:
+                async with asyncio.timeout(timeout):
+                    returned = await returned
+            except TimeoutError:
+                raise MeetTimeout(f"trusted agent {agent.name} did not answer within "
+                                  f"{timeout:g} s") from None
+            except TacomaError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - as in call
+                raise self._failed(agent, exc) from None
+        return self.result(agent, briefcase, returned)
+
+    def _failed(self, agent: TrustedAgent, exc: Exception) -> AgentFailed:
+        log.info("trusted agent %s failed: %s: %s", agent.name, type(exc).__name__, exc)
+        # From the agent's own frame on: the place's frames are not its story.
+        own = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+        return AgentFailed(f"trusted agent {agent.name} failed: {type(exc).__name__}: {exc}",
+                           "".join(traceback.format_exception(type(exc), exc, own)))

@@ -35,9 +35,13 @@ ECHO_WARMUP = 100
 #: Async meets submitted per round of the submission-rate benchmark.
 ASYNC_BATCH = 200
 ASYNC_ROUNDS = 50
-#: Null meets between the two memory readings, and before the first.
-MEMORY_MEETS = 10_000
+#: Null meets between the two memory readings, and before the first; and pooled Python
+#: meets among them (the worker path: meet records, pools, workers' channels), so many at a
+#: time.
+MEMORY_MEETS = 100_000
 MEMORY_WARMUP = 1_000
+MEMORY_PYTHON_MEETS = 1_000
+MEMORY_PYTHON_IN_FLIGHT = 8
 #: Pause before each paced Python meet, not timed: long enough for the place to have
 #: destroyed the last worker and forked its replacement (a few ms; see
 #: test_meet_python_agent_cold), so the timed meet neither waits for a worker nor shares
@@ -355,34 +359,44 @@ def test_meet_async_submission_rate(benchmark: Any, loop: asyncio.AbstractEventL
                 f"{ASYNC_BATCH})")
 
 
-def test_place_memory_10k_null_meets(benchmark: Any, loop: asyncio.AbstractEventLoop,
-                                     fresh_place: ServerProcess, summary: Summary) -> None:
-    """The place's resident memory before and after MEMORY_MEETS null meets."""
+def test_place_memory_over_100k_meets(benchmark: Any, loop: asyncio.AbstractEventLoop,
+                                      fresh_place: ServerProcess, summary: Summary) -> None:
+    """The place's resident memory before and after MEMORY_MEETS null meets and
+    MEMORY_PYTHON_MEETS pooled Python meets (issue 15's goal: no more than 20 MB of growth
+    over 10^5 meets)."""
     target = f"ag_echo@{fresh_place.address}"
+    python_meet = _pass_meet(fresh_place)
 
-    async def null_meets(count: int) -> int:
+    async def meets(count: int, python: int) -> int:
         done = 0
         for _ in range(count):
             result = await tacoma.ameet(target, PAYLOAD)
             done += result == PAYLOAD
+        for _ in range(python // MEMORY_PYTHON_IN_FLIGHT):
+            await asyncio.gather(*(python_meet() for _ in range(MEMORY_PYTHON_IN_FLIGHT)))
         return done
 
-    assert loop.run_until_complete(null_meets(MEMORY_WARMUP)) == MEMORY_WARMUP
+    assert loop.run_until_complete(meets(MEMORY_WARMUP, 16)) == MEMORY_WARMUP
     before = rss_kib(fresh_place.pid)
-    done = benchmark.pedantic(lambda: loop.run_until_complete(null_meets(MEMORY_MEETS)),
-                              rounds=1, iterations=1)
+    done = benchmark.pedantic(
+        lambda: loop.run_until_complete(meets(MEMORY_MEETS, MEMORY_PYTHON_MEETS)),
+        rounds=1, iterations=1)
     after = rss_kib(fresh_place.pid)
     assert done == MEMORY_MEETS, f"only {done} of {MEMORY_MEETS} null meets returned the payload"
     benchmark.extra_info.update(
-        measures=f"wall time of {MEMORY_MEETS} sequential sync ag_echo meets (after "
-                 f"{MEMORY_WARMUP} warm-up meets), and the place process's VmRSS around them",
-        meets=MEMORY_MEETS, warmup_meets=MEMORY_WARMUP, rss_before_kib=before,
+        measures=f"wall time of {MEMORY_MEETS} sequential sync ag_echo meets and "
+                 f"{MEMORY_PYTHON_MEETS} pooled ag_python meets, {MEMORY_PYTHON_IN_FLIGHT} at "
+                 f"a time (after {MEMORY_WARMUP} warm-up meets), and the place process's "
+                 "VmRSS around them",
+        meets=MEMORY_MEETS, python_meets=MEMORY_PYTHON_MEETS, warmup_meets=MEMORY_WARMUP,
+        rss_before_kib=before,
         rss_after_kib=after, rss_growth_kib=after - before,
         rss_growth_bytes_per_meet=round((after - before) * 1024 / MEMORY_MEETS, 2))
     median = _median_seconds(benchmark)
     if median is not None:
-        benchmark.extra_info["us_per_meet"] = round(median / MEMORY_MEETS * 1e6, 1)
+        benchmark.extra_info["seconds"] = round(median, 2)
     summary(f"place VmRSS {before:,} KiB -> {after:,} KiB over {MEMORY_MEETS:,} null meets "
+            f"and {MEMORY_PYTHON_MEETS:,} Python meets "
             f"({after - before:+,} KiB, "
             f"{benchmark.extra_info['rss_growth_bytes_per_meet']:+} bytes/meet)")
 

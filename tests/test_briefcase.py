@@ -58,6 +58,20 @@ def test_the_constructor_copies_its_lists() -> None:
 
 
 # ---------------------------------------------------------------------------- mapping
+def test_a_copy_of_a_briefcase_converts_what_was_put_into_its_lists_since() -> None:
+    original = Briefcase(A=[b"1"], B=[b"2"])
+    original["A"].append("zwei")  # a folder is its own list: nothing checked this
+    original["B"].append(bytearray(b"3"))
+    copy = Briefcase(original)
+    assert copy["A"] == [b"1", b"zwei"] and copy["B"] == [b"2", b"3"]
+    assert copy["A"] is not original["A"]
+    original["B"].append(3)
+    with pytest.raises(TypeError, match="folder 'B': folder elements are bytes"):
+        Briefcase(original)
+    with pytest.raises(TypeError, match="folder 'B' element 2: folder elements are bytes"):
+        original.to_wire()
+
+
 def test_is_a_mutable_mapping() -> None:
     bc = Briefcase(A=[b"1"], B=[b"2"])
     assert isinstance(bc, MutableMapping)

@@ -252,6 +252,9 @@ class ClientCache:
         one attempt, so a dead host or a server that is not a place is reported at once. A
         refused connection, or a peer that answers as something else, is never retried.
         """
+        client = self.clients.get(address)  # every meet's way: an address used before
+        if client is not None and client.usable and not client.stale:
+            return client
         try:
             address = canonical_address(address)
         except ValueError as exc:

@@ -61,20 +61,25 @@ def check_folder_name(name: object) -> str:
         raise TypeError(f"folder names are str, got {type(name).__name__}: {name!r}")
     if not name or len(name) > MAX_FOLDER_NAME:
         raise ValueError(f"folder name must be 1 to {MAX_FOLDER_NAME} characters, got {name!r}")
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(f"folder name must be valid Unicode text, got {name!r}") from None
+    if not name.isascii():  # ASCII always encodes: the usual names cost no encoding
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"folder name must be valid Unicode text, got {name!r}") from None
     return name
 
 
-def _as_bytes(value: object, where: str) -> bytes:
-    if isinstance(value, bytes):
+def _as_bytes(value: object, name: str, index: int | None = None) -> bytes:
+    """`value` as a folder element (of folder `name`, at `index` if known, for the error)."""
+    if type(value) is bytes:
         return value
+    if isinstance(value, bytes):  # a subclass: stored as plain bytes
+        return bytes(value)
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
     if isinstance(value, str):
         return value.encode("utf-8")
+    where = f"folder {name!r}" + (f" element {index}" if index is not None else "")
     raise TypeError(f"{where}: folder elements are bytes (or str, stored as UTF-8), "
                     f"got {type(value).__name__}")
 
@@ -99,6 +104,13 @@ class Briefcase(MutableMapping[str, list[bytes]]):
         **named: Iterable[bytes | str],
     ) -> None:
         self._folders: dict[str, list[bytes]] = {}
+        if type(folders) is Briefcase and not named:
+            # A copy of a briefcase (every meet's request is one): its names were checked
+            # when it got them, so only elements put into its lists since are looked at.
+            for name, elements in folders._folders.items():
+                self._folders[name] = (elements[:] if all(type(e) is bytes for e in elements)
+                                       else [_as_bytes(e, name) for e in elements])
+            return
         if folders is not None and not isinstance(folders, Mapping):
             raise TypeError(f"a briefcase is built from a mapping of folder name to elements, "
                             f"got {type(folders).__name__}")
@@ -116,7 +128,7 @@ class Briefcase(MutableMapping[str, list[bytes]]):
                 or not isinstance(elements, Iterable)):
             raise TypeError(f"folder {name!r}: assign a list of elements (bytes or str), not "
                             f"a {type(elements).__name__}")
-        self._folders[name] = [_as_bytes(e, f"folder {name!r}") for e in elements]
+        self._folders[name] = [_as_bytes(e, name) for e in elements]
 
     def __delitem__(self, name: str) -> None:
         del self._folders[name]
@@ -269,7 +281,7 @@ class Briefcase(MutableMapping[str, list[bytes]]):
     def append(self, name: str, element: bytes | str) -> None:
         """Append one element to a folder, creating the folder if needed."""
         check_folder_name(name)
-        value = _as_bytes(element, f"folder {name!r}")  # checked before the folder is made
+        value = _as_bytes(element, name)  # checked before the folder is made
         self._folders.setdefault(name, []).append(value)
 
     def setdefault(self, name: str, default: Iterable[bytes | str] = ()) -> list[bytes]:
@@ -315,8 +327,10 @@ class Briefcase(MutableMapping[str, list[bytes]]):
             check_folder_name(name)
             if not isinstance(elements, list):
                 raise TypeError(f"folder {name!r} must be a list, got {type(elements).__name__}")
-            out[name] = [_as_bytes(e, f"folder {name!r} element {i}")
-                         for i, e in enumerate(elements)]
+            if all(type(e) is bytes for e in elements):  # as usual: a copy, no conversion
+                out[name] = elements[:]
+            else:
+                out[name] = [_as_bytes(e, name, i) for i, e in enumerate(elements)]
         return out
 
     @classmethod

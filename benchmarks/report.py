@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import tacoma
+from tacoma.bench._overhead import TRUSTED_NULL, install_trusted_null
 from tacoma.client._runtime import new_event_loop
 
 from _harness import (
@@ -79,6 +80,10 @@ async def timed(call: Call, count: int, warmup: int = 0, before: Call | None = N
     return samples
 
 
+#: The row of a null agent installed with --trusted (run in the place's own process).
+TRUSTED_STEP = "trusted null meet (in the place)"
+
+
 async def measure(args: argparse.Namespace, passive: ServerProcess, place: ServerProcess,
                   cold_place: ServerProcess) -> dict[str, list[float]]:
     client = await PassiveClient.connect(passive.address)
@@ -91,6 +96,13 @@ async def measure(args: argparse.Namespace, passive: ServerProcess, place: Serve
     async def null_meet() -> None:
         result = await tacoma.ameet(echo_target, PAYLOAD)
         check(result == PAYLOAD, f"ag_echo returned {result!r}")
+
+    assert place.state_dir is not None
+    trusted = install_trusted_null(place.state_dir)
+
+    async def trusted_meet() -> None:
+        result = await tacoma.ameet(f"{TRUSTED_NULL}@{place.address}", PAYLOAD)
+        check(result == PAYLOAD, f"the trusted null agent returned {result!r}")
 
     def python_meet(address: str) -> Call:
         async def call() -> None:
@@ -125,6 +137,10 @@ async def measure(args: argparse.Namespace, passive: ServerProcess, place: Serve
     step = "ag_echo null meet"
     print(f"  {step} x{args.n}", file=sys.stderr)
     results[step] = await timed(null_meet, args.n, warmup=100)
+    if trusted:
+        step = TRUSTED_STEP
+        print(f"  {step} x{args.n}", file=sys.stderr)
+        results[step] = await timed(trusted_meet, args.n, warmup=100)
     step = "ag_python meet (pooled, paced)"
     print(f"  {step} x{args.n_python}, {args.pause} s apart", file=sys.stderr)
     results[step] = await timed(python_meet(place.address), args.n_python, warmup=2,
@@ -170,6 +186,8 @@ def print_report(args: argparse.Namespace, results: dict[str, list[float]]) -> N
 
     print("\nPAN ActiveOverhead = (t_active - t_passive) / t_passive, from p50 round trips:")
     print(f"  ag_echo null meet:          {overhead('ag_echo null meet')}")
+    if TRUSTED_STEP in results:
+        print(f"  trusted null agent:         {overhead(TRUSTED_STEP)}")
     paced_python = percentile(results["ag_python meet (pooled, paced)"], 50)
     paced_echo = percentile(results["ag_echo null meet (paced, control)"], 50)
     print(f"  ag_python meet (pooled):    {overhead('ag_python meet (pooled, paced)')}  "

@@ -107,9 +107,9 @@ class Briefcase(MutableMapping[str, list[bytes]]):
         if type(folders) is Briefcase and not named:
             # A copy of a briefcase (every meet's request is one): its names were checked
             # when it got them, so only elements put into its lists since are looked at.
-            for name, elements in folders._folders.items():
-                self._folders[name] = (elements[:] if all(type(e) is bytes for e in elements)
-                                       else [_as_bytes(e, name) for e in elements])
+            for name, folder in folders._folders.items():
+                self._folders[name] = (folder[:] if all(type(e) is bytes for e in folder)
+                                       else [_as_bytes(e, name) for e in folder])
             return
         if folders is not None and not isinstance(folders, Mapping):
             raise TypeError(f"a briefcase is built from a mapping of folder name to elements, "

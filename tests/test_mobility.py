@@ -6,6 +6,7 @@ separate processes, and the hops cross real TCP connections between them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import selectors
 import signal
@@ -20,6 +21,7 @@ import time
 import pytest
 import tacoma
 from tacoma import Briefcase
+from tacoma.place._hops import HAND_OVER_WAIT
 from tacoma.place._trips import Trip, Trips
 
 from conftest import RunningPlace, forward, wait_until
@@ -179,11 +181,13 @@ class CuttingDoor(threading.Thread):
     a meet of over `past` bytes: the place's answer is dropped and both ends are reset (as
     when a path losing packets breaks a connection mid-meet). Later connections pass."""
 
-    def __init__(self, upstream: str, past: int) -> None:
+    def __init__(self, upstream: str, past: int, silent: bool = False) -> None:
         super().__init__(daemon=True)
         host, port = upstream.rsplit(":", 1)
         self.upstream = (host, int(port))
         self.past = past
+        #: Instead of resetting, pass nothing more either way (a half-open connection).
+        self.silent = silent
         self.accepted = 0
         self.cut = threading.Event()
         self.server = socket.create_server(("127.0.0.1", 0))
@@ -217,20 +221,59 @@ class CuttingDoor(threading.Thread):
                 if sock is down:
                     sent += len(data)
                 elif sent > self.past:  # the place's answer to the big meet: dropped
+                    self.cut.set()
+                    if self.silent:
+                        self._swallow(selector, down, up)
+                        return
                     for end in (down, up):
                         end.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
                                        struct.pack("ii", 1, 0))
                         end.close()
-                    self.cut.set()
                     break
                 if not data:
                     return
                 (up if sock is down else down).sendall(data)
 
+    def _swallow(self, selector: selectors.BaseSelector, *ends: socket.socket) -> None:
+        """Read and drop whatever comes, until an end closes or the door does."""
+        with contextlib.ExitStack() as stack:
+            for end in ends:
+                stack.enter_context(end)
+            while not self.stopped.is_set():
+                for key, _ in selector.select(0.2):
+                    sock = key.fileobj
+                    assert isinstance(sock, socket.socket)
+                    try:
+                        if not sock.recv(65536):
+                            return
+                    except OSError:
+                        return
+
     def close(self) -> None:
         self.stopped.set()
         self.join(5)
         self.server.close()
+
+
+def test_a_hand_over_left_unanswered_goes_again_on_a_new_connection(
+        three: list[RunningPlace]) -> None:
+    """A connection that goes silent after the next place took the agent (half open) is
+    given up after HAND_OVER_WAIT; the hand-over goes again, and is taken once."""
+    a, b, _ = three
+    door = CuttingDoor(b.address, past=200_000, silent=True)
+    door.start()
+    try:
+        result = tacoma.meet(a.target("ag_python"),
+                             {"ITINERARY": [door.address], "BIG": [b"b" * 300_000]},
+                             code='cabinet_append("visits", "V", b"x")\n' + ROAMERS["ag_python"],
+                             timeout=HAND_OVER_WAIT + 40)
+    finally:
+        door.close()
+    assert door.cut.is_set() and door.accepted >= 2
+    assert result.text("SEEN") == [a.address, b.address]
+    visits = tacoma.meet(b.target("ag_cabinet"), {"OP": ["read"], "CABINET": ["visits"],
+                                                   "FOLDER": ["V"]}, timeout=30)
+    assert visits["V"] == [b"x"]
 
 
 def test_a_hand_over_whose_connection_breaks_before_the_answer_runs_the_agent_once(
@@ -607,14 +650,18 @@ def test_a_trip_shows_its_progress(three: list[RunningPlace]) -> None:
     assert "SEEN (9 elements)" in out.stdout
 
 
-def test_a_hop_taken_here_is_known_to_its_principal_only() -> None:
+def test_a_hop_taken_here_is_known_to_its_sender_only() -> None:
     """What the once-only hand-over rests on: a place knows each hop it took, by trip and
-    hop, and tells nobody else's hand-over that it has it."""
+    hop, and answers only the sender that handed it over (principal and place) from that;
+    another's hand-over of the same hop is a meet of its own, and changes nothing."""
     trips = Trips("127.0.0.1:1")
     trip = Trip("127.0.0.1:2", "t" * 32, time.time() + 60, 1, "127.0.0.1:2")
-    assert trips.taken_as(trip, "alice") is None
-    trips.take(trip, "m1", "alice")
-    assert trips.taken_as(trip, "alice") == "m1"
-    with pytest.raises(tacoma.MeetError, match="another principal"):
-        trips.taken_as(trip, "mallory")
-    assert trips.taken_as(dataclasses.replace(trip, hop=2), "alice") is None
+    alice = ("alice", "place-a")
+    assert trips.taken_as(trip, alice) is None
+    trips.take(trip, "m1", alice)
+    assert trips.taken_as(trip, alice) == "m1"
+    for other in (("mallory", "place-a"), ("alice", "place-m")):
+        assert trips.taken_as(trip, other) is None
+        trips.take(trip, "m2", other)
+    assert trips.taken_as(trip, alice) == "m1"
+    assert trips.taken_as(dataclasses.replace(trip, hop=2), alice) is None

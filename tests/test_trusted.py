@@ -36,6 +36,13 @@ COUNTER = textwrap.dedent('''
             raise NotAllowed("not for you")
         if op == "number":
             return 42
+        if op == "exit":
+            raise SystemExit(3)
+        if op == "unsendable":
+            bc["X"].append(5)
+            return bc
+        if op == "huge":
+            return Briefcase(BIG=[b"x" * 100_000])
         bc["COUNT"] = [str(COUNT)]
         bc["PRINCIPAL"] = [principal]
         bc["PLACE"] = [place]
@@ -43,8 +50,18 @@ COUNTER = textwrap.dedent('''
 
 SLEEPER = textwrap.dedent('''
     import asyncio
+    import functools
 
+    def logged(function):
+        @functools.wraps(function)
+        def wrapper(bc, principal):  # not an async def itself: it returns the coroutine
+            return function(bc, principal)
+        return wrapper
+
+    @logged
     async def meet(bc, principal):
+        if "OWN_TIMEOUT" in bc:
+            await asyncio.wait_for(asyncio.sleep(5), 0.01)
         await asyncio.sleep(float(bc.text("SLEEP")[0]))
         return Briefcase(SLEPT=bc["SLEEP"])
 ''')
@@ -58,7 +75,7 @@ def install(state_dir: Path, program: Path, *flags: str) -> subprocess.Completed
 
 @pytest.fixture
 def place(start_place: Callable[..., RunningPlace]) -> RunningPlace:
-    return start_place()
+    return start_place("--max-briefcase", "64KiB")
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -102,8 +119,18 @@ def test_what_a_trusted_agent_does_wrong_is_its_meets_error_only(place: RunningP
         tacoma.meet(place.target("counter"), {"OP": ["refuse"]})
     with pytest.raises(tacoma.AgentFailed, match="returned a int, not a Briefcase"):
         tacoma.meet(place.target("counter"), {"OP": ["number"]})
+    with pytest.raises(tacoma.AgentFailed, match="SystemExit: 3"):
+        tacoma.meet(place.target("counter"), {"OP": ["exit"]})
+    with pytest.raises(tacoma.AgentFailed, match="cannot be sent: folder 'X' element 1"):
+        tacoma.meet(place.target("counter"), {"OP": ["unsendable"], "X": [b"1"]})
+    meet_id = tacoma.meet(place.target("counter"), {"OP": ["unsendable"], "X": [b"1"]},
+                          mode="async")  # its outcome is recorded, not lost
+    with pytest.raises(tacoma.AgentFailed, match="cannot be sent"):
+        tacoma.result(f"{meet_id}@{place.address}", timeout=30)
+    with pytest.raises(tacoma.LimitExceeded, match="returned 100,000 bytes, more than"):
+        tacoma.meet(place.target("counter"), {"OP": ["huge"]})
     assert tacoma.meet(place.target("ag_echo"), {"A": [b"1"]})["A"] == [b"1"]
-    assert tacoma.meet(place.target("counter"), {}).text("COUNT") == ["4"]
+    assert tacoma.meet(place.target("counter"), {}).text("COUNT") == ["8"]
 
 
 def test_an_async_trusted_agent_is_bounded_by_the_meets_timeout(place: RunningPlace,
@@ -113,7 +140,25 @@ def test_an_async_trusted_agent_is_bounded_by_the_meets_timeout(place: RunningPl
     assert tacoma.meet(place.target("sleeper"), {"SLEEP": ["0.01"]}).text("SLEPT") == ["0.01"]
     with pytest.raises(tacoma.MeetTimeout):
         tacoma.meet(place.target("sleeper"), {"SLEEP": ["30"]}, timeout=1)
+    # Its own timeout is its failure, not the meet's.
+    with pytest.raises(tacoma.AgentFailed, match="TimeoutError"):
+        tacoma.meet(place.target("sleeper"), {"SLEEP": ["0"], "OWN_TIMEOUT": []})
     assert tacoma.meet(place.target("sleeper"), {"SLEEP": ["0"]}).text("SLEPT") == ["0"]
+
+
+def test_a_trusted_agent_cannot_take_a_name_of_the_places_and_exiting_stops_nothing(
+        place: RunningPlace, tmp_path: Path) -> None:
+    """A file put into STATE/trusted by hand under an agent's name of the place is ignored
+    (install refuses those names); a module that exits as it loads is reported, no more."""
+    trusted = place.state_dir / "trusted"
+    (trusted / "ag_echo.py").write_text("def meet(bc, principal):\n    return Briefcase()\n")
+    (trusted / "not-a-name.py").write_text("def meet(bc, principal):\n    pass\n")
+    (trusted / "quitter.py").write_text("raise SystemExit(1)\ndef meet(bc, principal):\n    pass\n")
+    with pytest.raises(tacoma.PlaceUnavailable, match="SystemExit"):
+        tacoma.meet(place.target("quitter"), {})
+    assert tacoma.meet(place.target("ag_echo"), {"A": [b"1"]})["A"] == [b"1"]
+    with pytest.raises(tacoma.UnknownAgent):
+        tacoma.meet(place.target("not-a-name"), {})
 
 
 def test_a_changed_trusted_agent_is_loaded_again_and_a_broken_one_says_why(

@@ -57,7 +57,7 @@ def load(program: bytes, name: str, given: Mapping[str, object]) -> Callable[...
     try:
         # Trusted by whoever installed it with --trusted: running it is the point.
         exec(compile(program, name, "exec", dont_inherit=True), namespace)  # noqa: S102
-    except Exception as exc:  # any error of its top level is why not
+    except BaseException as exc:  # any error of its top level (SystemExit too) is why not
         raise ValueError(f"{name}: its top level raised {type(exc).__name__}: {exc}") from exc
     meet = namespace.get("meet")
     if not callable(meet):

@@ -28,14 +28,15 @@ class Agents:
     """The agents of one place: its interpreters, their worker pools, installed agents."""
 
     def __init__(self, agents_dir: Path, interpreters: dict[str, Interpreter], address: str,
-                 resident_names: Callable[[], list[str]], trusted_dir: Path) -> None:
+                 resident_names: Callable[[], list[str]], trusted_dir: Path,
+                 max_bytes: int) -> None:
         self.agents_dir = agents_dir
         self.interpreters = interpreters  # by agent name, as discovered
         self.pools: dict[str, WorkerPool] = {}  # by agent name, for languages that run here
         self.address = address
         self.resident_names = resident_names
         #: Agents installed with --trusted, run in the place's own process.
-        self.trusted = Trusted(trusted_dir, interpreters, address)
+        self.trusted = Trusted(trusted_dir, interpreters, address, max_bytes)
 
     def names(self) -> list[str]:
         """Every agent this place can meet now: built-in, interpreters, installed."""

@@ -25,6 +25,7 @@ from ..wire._errors import (
     ConnectError,
     ConnectionLost,
     MeetError,
+    MeetTimeout,
     PlaceUnavailable,
     error_from_wire,
 )
@@ -46,8 +47,10 @@ log = logging.getLogger("tacoma.place")
 REFUSED = "refused"
 #: Seconds for each attempt to connect to the next place of a trip (see Hops._reach).
 CONNECT_TIMEOUT = 10.0
-#: How many times a hand-over whose connection broke is sent (see Hops._send_over).
+#: How many times a hand-over whose connection broke is sent, and how long each waits
+#: for its answer (see Hops._send_over).
 CONNECT_ATTEMPTS = 3
+HAND_OVER_WAIT = 30.0
 
 
 class Moved(Exception):
@@ -352,14 +355,28 @@ class Hops:
         give_up = time.monotonic() + timeout
         for attempt in range(1, CONNECT_ATTEMPTS + 1):
             client = await self._reach(target, max(0.0, give_up - time.monotonic()))
+            left = max(0.0, give_up - time.monotonic())
+            last = attempt == CONNECT_ATTEMPTS or left < CONNECT_TIMEOUT
+            wait = asyncio.timeout(min(left, HAND_OVER_WAIT))
             try:
-                return str(await client.meet(agent, travelling, "go",
-                                             max(0.0, give_up - time.monotonic()), principal))
+                # A connection that went silent (half open, its host gone) is not waited on
+                # past HAND_OVER_WAIT: the hand-over goes again on a new one.
+                async with wait:
+                    return str(await client.meet(agent, travelling, "go", left, principal))
             except ConnectionLost as exc:
-                if attempt == CONNECT_ATTEMPTS or give_up - time.monotonic() < CONNECT_TIMEOUT:
+                if last:
                     raise
-                log.info("handing an agent to %s again (attempt %d of %d): %s", target,
-                         attempt + 1, CONNECT_ATTEMPTS, exc)
+                why = str(exc)
+            except TimeoutError:
+                if not wait.expired():
+                    raise  # the next place's own MeetTimeout: it answered
+                client.close()
+                why = f"no answer within {min(left, HAND_OVER_WAIT):g} s"
+                if last:
+                    raise MeetTimeout(f"place {target} did not answer the hand-over "
+                                      f"({why})") from None
+            log.info("handing an agent to %s again (attempt %d of %d): %s", target,
+                     attempt + 1, CONNECT_ATTEMPTS, why)
         raise AssertionError("unreachable")  # the last attempt returns or raises
 
     async def _hand_over(self, trip: Trip, target: str, briefcase: Briefcase, agent: str,

@@ -179,7 +179,8 @@ class Place:
         settings, address = self.settings, containment.place_address
         residents: Residents
         agents = Agents(settings.agents_dir, interpreters, address,
-                        lambda: list(residents.by_name), settings.trusted_dir)
+                        lambda: list(residents.by_name), settings.trusted_dir,
+                        settings.max_frame)
         residents = Residents(settings.mailbox_messages, settings.mailbox_bytes,
                               settings.mailbox_total_bytes, agents.has)
         meets = Meets(settings.max_meets, address,

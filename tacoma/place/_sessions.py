@@ -22,7 +22,6 @@ import time
 from ..client._transport import Channel
 from ..wire._briefcase import CODE, TRACE
 from ..wire._errors import (
-    AgentFailed,
     LimitExceeded,
     MeetError,
     MessageError,
@@ -154,7 +153,8 @@ class Session:
             shared = event.mode != "go" and (not principal.via or event.mode == "async")
             trip = Trip.take(event.briefcase) if event.mode == "go" else None
             trips = self.dispatch.hops.trips
-            if trip is not None and (taken := trips.taken_as(trip, principal.name)):
+            sender = (principal.name, principal.via)
+            if trip is not None and (taken := trips.taken_as(trip, sender)):
                 # Sent again (the connection broke before the answer): taken once, and
                 # answered even at a full place, or the agent would go on from both.
                 self._reply(Accepted(event.rid, taken))
@@ -176,7 +176,7 @@ class Session:
                                   traced_at=accepted if event.mode == "sync" else 0,
                                   via=principal.via, meet_id=event.meet_id)
             if trip is not None:
-                trips.take(trip, meet.id, principal.name)
+                trips.take(trip, meet.id, sender)
         except MeetError as exc:
             self._reply(failed(event.rid, exc))
             return
@@ -204,12 +204,18 @@ class Session:
         trusted = self.dispatch.agents.trusted
         try:
             returned = trusted.call(agent, event.briefcase, principal)
-            if inspect.isawaitable(returned):
-                if inspect.iscoroutine(returned):
-                    returned.close()
-                raise AgentFailed(f"trusted agent {agent.name}'s meet returned an awaitable: "
-                                  "a meet that awaits is declared async def")
+            if inspect.isawaitable(returned):  # a wrapper of an async def, found out now
+                self.dispatch.in_background(self._await_trusted(event, agent, returned))
+                return
             self._reply(Result(event.rid, trusted.result(agent, event.briefcase, returned)))
+        except TacomaError as exc:
+            self._reply(failed(event.rid, exc))
+
+    async def _await_trusted(self, event: Meet, agent: TrustedAgent, returned: object) -> None:
+        trusted = self.dispatch.agents.trusted
+        try:
+            done = await trusted.finish(agent, returned, self.dispatch.bounded(event.timeout))
+            self._reply(Result(event.rid, trusted.result(agent, event.briefcase, done)))
         except TacomaError as exc:
             self._reply(failed(event.rid, exc))
 

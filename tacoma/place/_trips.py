@@ -77,6 +77,8 @@ LOST_AFTER = 6.0
 SILENT_AFTER = 30.0
 #: Seconds of a trip between reports of where it is to its home (see the module's header).
 REPORT_EVERY = 1.0
+#: The longest a place remembers a hop it took (seconds past the trip's deadline, at most).
+TAKEN_AT_MOST = 3600.0
 #: What an agent may choose in RECOVERY (the first is the default).
 RECOVERIES = ("fail", "retry", "skip")
 
@@ -124,6 +126,8 @@ class Trip:
         if len(home) not in (2, 5, 6):
             raise MeetError("a moving agent's briefcase must carry its trip in HOME: "
                             "[home address, trip id, deadline, hop, guard, reported]")
+        if any(len(part) > 300 for part in home):
+            raise MeetError("the HOME folder of a moving agent is malformed (too long)")
         try:
             texts = [part.decode("utf-8") for part in home]
             if len(texts) == 2:
@@ -165,9 +169,10 @@ class Trips:
         self.stopped: dict[str, float] = {}
         #: Where the trips that began here are: (hops so far, place), as last heard.
         self.whereabouts: dict[str, tuple[int, str]] = {}
-        #: Hops this place took, by (trip id, hop): (meet id, principal, until (monotonic)),
-        #: so that a hand-over sent again after its answer was lost is taken once.
-        self.taken: dict[tuple[str, int], tuple[str, str, float]] = {}
+        #: Hops this place took, by (trip id, hop): (meet id, who handed it over (principal,
+        #: and the place it came through), until (monotonic)), so that a hand-over sent
+        #: again after its answer was lost is taken once.
+        self.taken: dict[tuple[str, int], tuple[str, tuple[str, str], float]] = {}
 
     def start(self, deadline: float) -> Trip:
         trip = Trip(self.address, secrets.token_hex(16), deadline, reported=time.time())
@@ -225,23 +230,24 @@ class Trips:
         return None
 
     # -- hops here, and hops handed on
-    def take(self, trip: Trip, meet_id: str, principal: str) -> None:
-        """Note that this place took hop `trip` as meet `meet_id` of `principal`."""
+    def take(self, trip: Trip, meet_id: str, sender: tuple[str, str]) -> None:
+        """Note that this place took hop `trip` as meet `meet_id`, from `sender` (the
+        principal, and the place it came through). The first to take a hop keeps it."""
         now = time.monotonic()
         if len(self.taken) % 256 == 255:
             self.taken = {key: v for key, v in self.taken.items() if v[2] >= now}
-        self.taken[trip.key] = (meet_id, principal, now + max(0.0, trip.time_left() or 0.0)
-                                + 60.0)
+        keep = min(max(0.0, trip.time_left() or 0.0), TAKEN_AT_MOST) + 60.0
+        known = self.taken.get(trip.key)
+        if known is None or known[2] < now:
+            self.taken[trip.key] = (meet_id, sender, now + keep)
 
-    def taken_as(self, trip: Trip, principal: str) -> str | None:
-        """The meet id this place took hop `trip` as, if it did (a hand-over sent again
-        because the connection broke before its answer); None if it did not."""
+    def taken_as(self, trip: Trip, sender: tuple[str, str]) -> str | None:
+        """The meet id this place took hop `trip` as, if `sender` handed it over (and sends
+        it again because the connection broke before its answer); None if it did not. A
+        hop another sender names is not answered from here: it is its own meet."""
         taken = self.taken.get(trip.key)
-        if taken is None or taken[2] < time.monotonic():
+        if taken is None or taken[2] < time.monotonic() or taken[1] != sender:
             return None
-        if taken[1] != principal:
-            raise MeetError(f"hop {trip.hop} of trip {trip.id} was taken here already, for "
-                            "another principal")
         return taken[0]
 
     def arrived(self, trip: Trip, meet: object) -> None:

@@ -13,6 +13,7 @@ and an agent's worker process (host <-> worker).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import ssl
@@ -376,11 +377,6 @@ async def _handshake(loop: asyncio.AbstractEventLoop, sock: socket.socket, addre
                 lambda: Channel(role, handler, max_frame, software), sock=sock,
                 ssl=context, server_hostname=host if tls else None,
                 ssl_handshake_timeout=HANDSHAKE_TIMEOUT if tls else None)
-        except ConnectionResetError as exc:  # reset before the handshake ended
-            reset = ConnectError(f"{where}: the connection was reset before the place "
-                                 f"answered ({exc}); it may be overloaded")
-            reset.transient = True
-            raise reset from None
         except ssl.SSLCertVerificationError as exc:
             raise ConnectError(f"{where}: its certificate is not trusted here "
                                f"({exc.verify_message}): is it a place of this "
@@ -390,8 +386,18 @@ async def _handshake(loop: asyncio.AbstractEventLoop, sock: socket.socket, addre
                 f"{address} did not answer as a tacoma place with TLS 1.3 "
                 f"({exc.reason or exc}): is it one? (A place started with --insecure is "
                 "met with --insecure.)") from None
+        except OSError as exc:
+            if isinstance(exc, TimeoutError):
+                raise  # the handshake's own timeout: said by connect
+            # Reset before the handshake ended (or so soon that uvloop, which took the
+            # socket over, had already closed it: EBADF): the TCP connection was made.
+            reset = ConnectError(f"{where}: the connection was reset before the place "
+                                 f"answered ({exc}); it may be overloaded")
+            reset.transient = True
+            raise reset from None
     except BaseException:
-        sock.close()
+        with contextlib.suppress(OSError):  # uvloop may have closed it already
+            sock.close()
         raise
     try:
         await channel.ready

@@ -13,7 +13,6 @@ and an agent's worker process (host <-> worker).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import socket
 import ssl
@@ -396,8 +395,12 @@ async def _handshake(loop: asyncio.AbstractEventLoop, sock: socket.socket, addre
             reset.transient = True
             raise reset from None
     except BaseException:
-        with contextlib.suppress(OSError):  # uvloop may have closed it already
-            sock.close()
+        # The event loop took the descriptor over: it closes it (uvloop's libuv, at once or
+        # when a TLS shutdown ends; asyncio's transport) or has closed it already. Closing
+        # it here too, or leaving it to this object's finalizer, could close a descriptor
+        # the next connection has since been given the same number (CI saw that: EBADF
+        # on the retry). So the object lets go of it without closing.
+        sock.detach()
         raise
     try:
         await channel.ready

@@ -152,13 +152,13 @@ class Session:
             # on).
             shared = event.mode != "go" and (not principal.via or event.mode == "async")
             trip = Trip.take(event.briefcase) if event.mode == "go" else None
-            trips = self.dispatch.hops.trips
-            sender = (principal.name, principal.via)
-            if trip is not None and (taken := trips.taken_as(trip, sender)):
-                # Sent again (the connection broke before the answer): taken once, and
-                # answered even at a full place, or the agent would go on from both.
-                self._reply(Accepted(event.rid, taken))
-                return
+            if trip is not None:
+                trips, sender = self.dispatch.hops.trips, (principal.name, principal.via)
+                if (taken := trips.taken_as(trip, sender)) is not None:
+                    # Sent again (the connection broke before the answer): taken once, and
+                    # answered even at a full place, or the agent would go on from both.
+                    self._reply(Accepted(event.rid, taken))
+                    return
             if event.mode == "ack":
                 raise MessageError(f"the ack mode is for messages to resident agents, and "
                                    f"{event.agent} is not one here")

@@ -107,16 +107,21 @@ def test_a_dead_place_on_the_itinerary_is_an_error_the_agent_acts_on(
     assert result.text("SKIPPED") == ["PlaceUnavailable", "PlaceUnavailable"]
 
 
-class ResettingDoor(threading.Thread):
-    """A front door to a place on a path that loses packets: it resets the first `resets`
-    connections before any byte passes (as a place does that waited too long for a Hello),
-    and forwards the later ones to the place."""
+def reset(*ends: socket.socket) -> None:
+    """Close each end with linger 0: the peer gets a reset, not a close."""
+    for end in ends:
+        end.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        end.close()
 
-    def __init__(self, upstream: str, resets: int) -> None:
+
+class Door(threading.Thread):
+    """A front door to a place, on a loopback port of its own: it counts the connections
+    it accepts and hands each, on a thread of its own, to `serve` (which forwards it)."""
+
+    def __init__(self, upstream: str) -> None:
         super().__init__(daemon=True)
         host, port = upstream.rsplit(":", 1)
         self.upstream = (host, int(port))
-        self.resets = resets
         self.accepted = 0
         self.server = socket.create_server(("127.0.0.1", 0))
         self.address = f"127.0.0.1:{self.server.getsockname()[1]}"
@@ -130,19 +135,32 @@ class ResettingDoor(threading.Thread):
             except TimeoutError:
                 continue
             self.accepted += 1
-            if self.accepted <= self.resets:
-                down.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                down.close()  # linger 0: a reset
-                continue
-            threading.Thread(target=self._forward, args=(down,), daemon=True).start()
+            threading.Thread(target=self.serve, args=(down, self.accepted),
+                             daemon=True).start()
 
-    def _forward(self, down: socket.socket) -> None:
+    def serve(self, down: socket.socket, number: int) -> None:
         forward(down, socket.create_connection(self.upstream))
 
     def close(self) -> None:
         self.stopped.set()
         self.join(5)
         self.server.close()
+
+
+class ResettingDoor(Door):
+    """A door on a path that loses packets: it resets the first `resets` connections before
+    any byte passes (as a place does that waited too long for a Hello), and forwards the
+    later ones."""
+
+    def __init__(self, upstream: str, resets: int) -> None:
+        super().__init__(upstream)
+        self.resets = resets
+
+    def serve(self, down: socket.socket, number: int) -> None:
+        if number <= self.resets:
+            reset(down)
+        else:
+            super().serve(down, number)
 
 
 def test_a_connection_reset_before_the_hellos_is_tried_again(
@@ -176,44 +194,28 @@ def test_a_connection_reset_every_time_fails_after_three_tries(
     assert door.accepted == 3
 
 
-class CuttingDoor(threading.Thread):
-    """A front door to a place that breaks the first connection after the place has taken
-    a meet of over `past` bytes: the place's answer is dropped and both ends are reset (as
-    when a path losing packets breaks a connection mid-meet). Later connections pass."""
+class CuttingDoor(Door):
+    """A door that breaks the first connection after the place has taken a meet of over
+    `past` bytes: the place's answer is dropped and both ends are reset (as when a path
+    losing packets breaks a connection mid-meet). Later connections pass."""
 
     def __init__(self, upstream: str, past: int, silent: bool = False) -> None:
-        super().__init__(daemon=True)
-        host, port = upstream.rsplit(":", 1)
-        self.upstream = (host, int(port))
+        super().__init__(upstream)
         self.past = past
         #: Instead of resetting, pass nothing more either way (a half-open connection).
         self.silent = silent
-        self.accepted = 0
         self.cut = threading.Event()
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self.server.getsockname()[1]}"
-        self.stopped = threading.Event()
 
-    def run(self) -> None:
-        self.server.settimeout(0.2)
-        while not self.stopped.is_set():
-            try:
-                down, _ = self.server.accept()
-            except TimeoutError:
-                continue
-            self.accepted += 1
-            up = socket.create_connection(self.upstream)
-            if self.accepted == 1:
-                threading.Thread(target=self._cut_after, args=(down, up), daemon=True).start()
-            else:
-                threading.Thread(target=forward, args=(down, up), daemon=True).start()
-
-    def _cut_after(self, down: socket.socket, up: socket.socket) -> None:
+    def serve(self, down: socket.socket, number: int) -> None:
+        if number > 1:
+            super().serve(down, number)
+            return
+        up = socket.create_connection(self.upstream)
         sent = 0
         selector = selectors.DefaultSelector()
         selector.register(down, selectors.EVENT_READ)
         selector.register(up, selectors.EVENT_READ)
-        while not self.cut.is_set():
+        while True:
             for key, _ in selector.select(30):
                 sock = key.fileobj
                 assert isinstance(sock, socket.socket)
@@ -224,12 +226,9 @@ class CuttingDoor(threading.Thread):
                     self.cut.set()
                     if self.silent:
                         self._swallow(selector, down, up)
-                        return
-                    for end in (down, up):
-                        end.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                       struct.pack("ii", 1, 0))
-                        end.close()
-                    break
+                    else:
+                        reset(down, up)
+                    return
                 if not data:
                     return
                 (up if sock is down else down).sendall(data)
@@ -248,11 +247,6 @@ class CuttingDoor(threading.Thread):
                             return
                     except OSError:
                         return
-
-    def close(self) -> None:
-        self.stopped.set()
-        self.join(5)
-        self.server.close()
 
 
 def test_a_hand_over_left_unanswered_goes_again_on_a_new_connection(

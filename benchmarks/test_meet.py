@@ -99,41 +99,38 @@ def test_passive_echo_round_trip(benchmark: Any, loop: asyncio.AbstractEventLoop
                        rounds=ECHO_ROUNDS, warmup_rounds=ECHO_WARMUP, iterations=1)
 
 
-def test_meet_ag_echo_sync(benchmark: Any, loop: asyncio.AbstractEventLoop,
-                           place: ServerProcess) -> None:
-    """The null meet: tacoma.ameet to ag_echo, which the place answers itself (no agent code)."""
-    target = f"ag_echo@{place.address}"
+def _null_meets(benchmark: Any, loop: asyncio.AbstractEventLoop, target: str,
+                **info: Any) -> None:
+    """Time ECHO_ROUNDS sync meets with `target` (AGENT@PLACE), which returns the briefcase
+    it got, after one untimed (it connects, or loads the agent: see the header); `info`
+    goes into extra_info with the agent's name."""
 
     async def null_meet() -> None:
         result = await tacoma.ameet(target, PAYLOAD)
         assert result == PAYLOAD, result
 
-    benchmark.extra_info.update(
-        measures="one sync tacoma.ameet to ag_echo: protocol, checks and meet bookkeeping at "
-                 "the place, no agent process; cached connection",
-        target="ag_echo", payload_bytes=_payload_bytes())
-    loop.run_until_complete(null_meet())  # untimed first call (connects): see the header
+    benchmark.extra_info.update(target=target.split("@")[0], payload_bytes=_payload_bytes(),
+                                **info)
+    loop.run_until_complete(null_meet())
     benchmark.pedantic(lambda: loop.run_until_complete(null_meet()),
                        rounds=ECHO_ROUNDS, warmup_rounds=ECHO_WARMUP, iterations=1)
+
+
+def test_meet_ag_echo_sync(benchmark: Any, loop: asyncio.AbstractEventLoop,
+                           place: ServerProcess) -> None:
+    """The null meet: tacoma.ameet to ag_echo, which the place answers itself (no agent code)."""
+    _null_meets(benchmark, loop, f"ag_echo@{place.address}",
+                measures="one sync tacoma.ameet to ag_echo: protocol, checks and meet "
+                         "bookkeeping at the place, no agent process; cached connection")
 
 
 def test_meet_ag_echo_sync_plaintext(benchmark: Any, loop: asyncio.AbstractEventLoop,
                                      plaintext_place: ServerProcess) -> None:
     """The null meet without TLS (a place started with --insecure): the baseline of what
     mutual TLS adds per meet on a warm connection (test_meet_ag_echo_sync)."""
-    target = f"ag_echo@{plaintext_place.address}"
-
-    async def null_meet() -> None:
-        result = await tacoma.ameet(target, PAYLOAD)
-        assert result == PAYLOAD, result
-
-    benchmark.extra_info.update(
-        measures="one sync tacoma.ameet to ag_echo at an --insecure place, in plaintext; "
-                 "cached connection", target="ag_echo", tls=False,
-        payload_bytes=_payload_bytes())
-    loop.run_until_complete(null_meet())
-    benchmark.pedantic(lambda: loop.run_until_complete(null_meet()),
-                       rounds=ECHO_ROUNDS, warmup_rounds=ECHO_WARMUP, iterations=1)
+    _null_meets(benchmark, loop, f"ag_echo@{plaintext_place.address}",
+                tls=False, measures="one sync tacoma.ameet to ag_echo at an --insecure "
+                                    "place, in plaintext; cached connection")
 
 
 def test_meet_trusted_null_agent(benchmark: Any, loop: asyncio.AbstractEventLoop,
@@ -143,19 +140,10 @@ def test_meet_trusted_null_agent(benchmark: Any, loop: asyncio.AbstractEventLoop
     assert place.state_dir is not None
     if not install_trusted_null(place.state_dir):
         pytest.skip("no interpreter here runs agents in the place's process")
-    target = f"{TRUSTED_NULL}@{place.address}"
-
-    async def trusted_meet() -> None:
-        result = await tacoma.ameet(target, PAYLOAD)
-        assert result == PAYLOAD, result
-
-    benchmark.extra_info.update(
-        measures="one sync tacoma.ameet to a trusted null agent (tacoma install --trusted): "
-                 "called in the place's own process, no worker; cached connection",
-        target=TRUSTED_NULL, payload_bytes=_payload_bytes())
-    loop.run_until_complete(trusted_meet())  # untimed first call (loads it): see the header
-    benchmark.pedantic(lambda: loop.run_until_complete(trusted_meet()),
-                       rounds=ECHO_ROUNDS, warmup_rounds=ECHO_WARMUP, iterations=1)
+    _null_meets(benchmark, loop, f"{TRUSTED_NULL}@{place.address}",
+                measures="one sync tacoma.ameet to a trusted null agent (tacoma install "
+                         "--trusted): called in the place's own process, no worker; "
+                         "cached connection")
 
 
 @pytest.mark.parametrize("tls", [True, False], ids=["mutual-tls", "plaintext"])

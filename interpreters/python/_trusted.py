@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from tacoma.wire import _errors
 from tacoma.wire._briefcase import Briefcase
 
-from . import AGENT_ERRORS
+from . import AGENT_ERRORS, _check_program
 
 __all__ = ["check", "load"]
 
@@ -29,13 +29,10 @@ _GIVEN: dict[str, object] = {"Briefcase": Briefcase,
 def check(program: bytes, name: str) -> str | None:
     """Why `program` cannot be a trusted agent (it does not parse, or has no meet taking a
     briefcase and a principal), or None. Parses; runs nothing."""
-    try:
-        tree = ast.parse(program, name)
-    except SyntaxError as exc:
-        return f"{name}, line {exc.lineno}: SyntaxError: {exc.msg}"
-    except ValueError as exc:  # NUL bytes, bad encoding
-        return f"{name}: {exc}"
-    for node in tree.body:
+    problem = _check_program(program, name)  # any agent's check: it compiles
+    if problem is not None:
+        return problem
+    for node in ast.parse(program, name).body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == "meet":
             args = node.args
             if len(args.posonlyargs) + len(args.args) < 2 and args.vararg is None:

@@ -37,8 +37,9 @@ def test_a_second_place_on_a_state_directory_is_refused_and_harms_nothing(
     assert tacoma.meet(first.target("ag_python"), code=code).text("X") == ["ran"]
     token = (state / "admin.token").read_text()
     for listen in ("127.0.0.1:0", first.address):  # a free port, and one that cannot bind
-        second = tacoma_cli("place", "--listen", listen, "--state-dir", str(state), "-q")
+        second = tacoma_cli("place", "--listen", listen, "--state-dir", str(state))
         assert second.returncode != 0
+        assert "sandbox layers" not in second.stderr  # refused first, before any report
         assert (f"state directory {state} is in use by the place at {first.address} "
                 f"(pid {first.proc.pid})") in second.stderr, second.stderr
     # Nothing of the first place's was touched: its token, its workers' directories.

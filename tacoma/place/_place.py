@@ -112,6 +112,13 @@ class Place:
         interpreters = discover_interpreters()
         layers = probe(settings.separate_uids, settings.agent_network)
         self.cgroups = layers.cgroups
+        separate = layers.uids
+        # Agents under their own uids must reach their working directory by its path:
+        # the state and work directories are then enterable (0711) but not listable.
+        enterable = 0o711 if separate else 0o700
+        # Held from here until the place stops: nothing in the directory is touched before,
+        # and a place refused here says nothing of the layers it will never apply.
+        self.state.claim(enterable)
         applied = [layer.name for layer in layers.report if layer.applied]
         missing = [f"{layer.name} ({layer.detail})" for layer in layers.report
                    if not layer.applied]
@@ -119,12 +126,6 @@ class Place:
         if missing:
             log.warning("sandbox layers NOT applied here: %s (tacoma doctor says more)",
                         "; ".join(missing))
-        separate = layers.uids
-        # Agents under their own uids must reach their working directory by its path:
-        # the state and work directories are then enterable (0711) but not listable.
-        enterable = 0o711 if separate else 0o700
-        # Held from here until the place stops: nothing in the directory is touched before.
-        self.state.claim(enterable)
         for sub, mode in ((settings.work_dir, enterable),
                           (settings.cache_dir, enterable), (settings.agents_dir, 0o700),
                           (settings.trusted_dir, 0o700), (settings.data_dir, 0o755)):

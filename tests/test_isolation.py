@@ -193,8 +193,10 @@ def test_fork_bomb_is_bounded_and_cleaned_up(tight: RunningPlace) -> None:
     still_serves(tight)
 
 
-@needs_root
 def test_processes_that_leave_the_group_are_killed_too(tight: RunningPlace) -> None:
+    """A process that left the agent's session and process group dies with the meet all
+    the same: as root its PID namespace and cgroups end it; without root its zygote, a
+    child subreaper, adopts it when its parent dies and kills it."""
     result = run(tight, """
         import os, time
         r, w = os.pipe()
@@ -207,9 +209,100 @@ def test_processes_that_leave_the_group_are_killed_too(tight: RunningPlace) -> N
         bc["ESCAPEE"] = [os.read(r, 32)]
         bc["UID"] = [str(os.getuid())]
     """)
-    assert int(result["ESCAPEE"][0]) > 1
-    uid = int(result["UID"][0])
-    wait_until(lambda: not processes_of_uid(uid), what="the escaped process to die")
+    escapee = int(result["ESCAPEE"][0])
+    assert escapee > 1
+    if is_root:  # in its PID namespace: found on the host by its uid
+        uid = int(result["UID"][0])
+        wait_until(lambda: not processes_of_uid(uid), what="the escaped process to die")
+    else:  # no PID namespace: its pid is the host's
+        wait_until(lambda: not pid_alive(escapee), what="the escaped process to die")
+    still_serves(tight)
+
+
+#: A daemon in a session of its own, ignoring SIGHUP and SIGTERM, whose pid comes back.
+SETSID_DAEMON = {
+    "python": """
+import os, signal, time
+r, w = os.pipe()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        for sig in (signal.SIGHUP, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        os.write(w, str(os.getpid()).encode())
+        time.sleep(600)
+    os._exit(0)
+os.close(w)
+bc["DAEMON"] = [os.read(r, 32)]
+""",
+    "tcl": """
+exec setsid -f /bin/sh -c {trap "" HUP TERM; echo $$ > daemon.pid; exec sleep 600} &
+set daemon ""
+for {set i 0} {$i < 400 && $daemon eq ""} {incr i} {
+    if {[file exists daemon.pid]} {
+        set f [open daemon.pid]; set daemon [string trim [read $f]]; close $f
+    }
+    if {$daemon eq ""} { after 25 }
+}
+bc_append_text DAEMON $daemon
+""",
+    "scheme": """
+(use-modules (ice-9 rdelim))
+(define channel (pipe))
+(define child (primitive-fork))
+(when (= child 0)
+  (setsid)
+  (when (= (primitive-fork) 0)
+    (sigaction SIGHUP SIG_IGN) (sigaction SIGTERM SIG_IGN)
+    (display (getpid) (cdr channel)) (newline (cdr channel)) (force-output (cdr channel))
+    (sleep 600))
+  (primitive-exit 0))
+(waitpid child)
+(bc-append "DAEMON" (read-line (car channel)))
+""",
+    "c": """
+#include <tacoma.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int main(void) {
+    int fds[2];
+    char daemon[32] = {0};
+    if (pipe(fds) != 0) tc_fail("pipe");
+    pid_t child = fork();
+    if (child == 0) {
+        setsid();
+        if (fork() == 0) {
+            signal(SIGHUP, SIG_IGN); signal(SIGTERM, SIG_IGN);
+            dprintf(fds[1], "%d", (int)getpid());
+            for (;;) pause();
+        }
+        _exit(0);
+    }
+    close(fds[1]);
+    waitpid(child, NULL, 0);
+    if (read(fds[0], daemon, sizeof daemon - 1) <= 0) tc_fail("no daemon");
+    if (tc_append_textf(TC_SELF, "DAEMON", "%s", daemon) != 0) tc_fail("%s", tc_error());
+    return 0;
+}
+""",
+}
+
+
+@pytest.mark.skipif(is_root, reason="as root an agent's PID namespace and cgroups end its "
+                    "processes: test_hostile tries this daemon in every language")
+@pytest.mark.parametrize("language", sorted(SETSID_DAEMON))
+def test_a_setsid_daemon_dies_with_the_meet_without_root(tight: RunningPlace,
+                                                         language: str) -> None:
+    """Without root no PID namespace or cgroup holds an agent's processes: its zygote, a
+    child subreaper, adopts the daemon when the daemon's parent exits, and kills it."""
+    result = tacoma.meet(tight.target(f"ag_{language}"), code=SETSID_DAEMON[language],
+                         timeout=60)
+    daemon = int(result["DAEMON"][0])
+    assert daemon > 1
+    wait_until(lambda: not pid_alive(daemon), what=f"the {language} agent's daemon to die")
     still_serves(tight)
 
 

@@ -59,12 +59,13 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["CLONE_NEWNET", "CLONE_NEWPID", "CLONE_NEWUSER", "cgroup_members",
-           "close_inherited", "describe_exit", "die_with_parent", "enter",
+__all__ = ["CLONE_NEWNET", "CLONE_NEWPID", "CLONE_NEWUSER", "become_subreaper",
+           "cgroup_members", "children", "close_inherited", "describe_exit", "die_with_parent", "enter",
            "enter_user_namespace", "exec_plan",
            "kill_cgroup", "pidfd_open", "plan_from_argv", "setns", "unshare"]
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 _PR_CAPBSET_DROP = 24
 _PR_SET_SECCOMP = 22
 _PR_SET_NO_NEW_PRIVS = 38
@@ -224,6 +225,24 @@ def die_with_parent(parent: int, sig: int = signal.SIGKILL, pidfd: int | None = 
             os._exit(70)  # the parent died before the death signal was armed
     elif os.getppid() != parent:
         os._exit(70)  # the parent died before the death signal was armed
+
+
+def become_subreaper() -> None:
+    """Adopt the orphans of this process's descendants (PR_SET_CHILD_SUBREAPER): what a
+    worker leaves behind becomes a child of its zygote, not of init, and can be killed."""
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def children() -> list[int]:
+    """The pids of this process's children, as the kernel lists them per thread ([] where
+    the kernel does not list them)."""
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError), \
+                    open(f"/proc/self/task/{task}/children") as listed:
+                found.extend(int(pid) for pid in listed.read().split())
+    return found
 
 
 def cgroup_members(cgroup: str) -> list[int]:

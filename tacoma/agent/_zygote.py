@@ -64,19 +64,46 @@ def _send(control: socket.socket, message: dict[str, object]) -> None:
 
 
 def _reap(control: socket.socket, live: dict[int, str | None]) -> None:
+    """Reap every child that ended, and report the workers among them.
+
+    Where no PID namespace and no cgroup holds an agent's processes (a place without root),
+    this is what ends them: a worker's process group is killed before the worker is reaped,
+    while its zombie still holds the pid, so the number names no other process's group; and
+    the zygote, a child subreaper, adopts whatever a worker left outside its group (setsid,
+    a double fork) and kills it (`_kill_orphans`).
+    """
     while True:
         try:
-            pid, status, usage = os.wait4(-1, os.WNOHANG)
+            ended = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        live.pop(pid, None)
+            break
+        if ended is None:
+            break
+        pid = ended.si_pid
+        if pid in live:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        _, status, usage = os.wait4(pid, 0)
+        if pid not in live:
+            continue  # an orphan adopted and killed below: the place never knew it
+        live.pop(pid)
         # If the place is gone the send fails; the main loop notices and cleans up.
         with contextlib.suppress(OSError):
             _send(control, {"op": "exited", "pid": pid,
                             "status": os.waitstatus_to_exitcode(status),
                             "cpu": usage.ru_utime + usage.ru_stime})
+    _kill_orphans(live)
+
+
+def _kill_orphans(live: dict[int, str | None]) -> None:
+    """Kill every child of the zygote that is not a live worker: processes of ended
+    workers, adopted as their parents died. Each is a child until it is reaped, so its pid
+    is not reused meanwhile; its own children are adopted in turn when it dies, and
+    killed when that SIGCHLD is handled."""
+    for pid in _sandbox.children():
+        if pid not in live:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def _kill_everything(live: dict[int, str | None]) -> None:
@@ -86,6 +113,7 @@ def _kill_everything(live: dict[int, str | None]) -> None:
             os.killpg(pid, signal.SIGKILL)  # not reaped yet, so the pid is still ours
         if cgroup is not None:
             _sandbox.kill_cgroup(cgroup)
+    _kill_orphans({})
 
 
 def _become_worker(run: _channel.Runner, plan: dict[str, object], fds: list[int],
@@ -140,6 +168,7 @@ def main(run: _channel.Runner, warm_up: Meet | None = None,
     parent = int(plan["parent"])
     signal.signal(signal.SIGTERM, lambda *_: None)  # wakes the loop below, which cleans up
     _sandbox.die_with_parent(parent, signal.SIGTERM)
+    _sandbox.become_subreaper()  # see _reap
     control = socket.socket(fileno=int(plan["control_fd"]))
     os.set_inheritable(control.fileno(), False)
     try:

@@ -60,9 +60,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = ["CLONE_NEWNET", "CLONE_NEWPID", "CLONE_NEWUSER", "become_subreaper",
-           "cgroup_members", "children", "close_inherited", "describe_exit", "die_with_parent", "enter",
-           "enter_user_namespace", "exec_plan",
-           "kill_cgroup", "pidfd_open", "plan_from_argv", "setns", "unshare"]
+           "cgroup_members", "children", "close_inherited", "describe_exit",
+           "die_with_parent", "enter", "enter_user_namespace", "exec_plan", "kill_cgroup",
+           "pidfd_open", "plan_from_argv", "setns", "unshare"]
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36

@@ -397,17 +397,28 @@ def warm_up(run: Runner, meet: Meet) -> None:
 
 
 def serve_one(run: Runner, plan: dict[str, Any],
-              prepare: Callable[[], None] | None = None) -> None:
+              prepare: Callable[[], None] | None = None,
+              warm: Meet | None = None) -> None:
     """Confine this process as `plan` says, serve one meet with `run`, and return.
 
     `run` returns the result briefcase or raises AgentFailure (a message and the agent's
     traceback) or any exception (a bug, reported with its traceback). `prepare`, if given,
     runs once confined and before the worker says it is ready: the place for a language to
     start its interpreter off the meet's critical path.
+
+    `warm`, if given, is the zygote's warm-up meet, taken through `run` again here when the
+    place started this worker ahead of its meet (a pool's, `plan["ahead"]`): a forked
+    worker shares its zygote's pages until it writes to them, and CPython writes to every
+    object it touches (reference counts, the type cache, frames), so a first meet would
+    take hundreds of copy-on-write page faults on its critical path. Taken here, they are
+    off it. A worker started for a meet that waits for it skips this: there it would only
+    add to the wait.
     """
     _sandbox.enter(plan)
     if prepare is not None:
         prepare()
+    if warm is not None and plan.get("ahead"):
+        warm_up(run, warm)
     fd = int(plan["fd"])
     os.set_inheritable(fd, False)  # the agent's own children do not get it
     channel = AgentChannel(fd, int(plan["max_frame"]))

@@ -117,7 +117,8 @@ def _kill_everything(live: dict[int, str | None]) -> None:
 
 
 def _become_worker(run: _channel.Runner, plan: dict[str, object], fds: list[int],
-                   zygote: int, zygote_fd: int, prepare: Callable[[], None] | None) -> None:
+                   zygote: int, zygote_fd: int, prepare: Callable[[], None] | None,
+                   warm: Meet | None) -> None:
     """In the forked child: shed the zygote's state and serve one meet."""
     channel_fd, output_fd = fds
     os.setsid()  # a session and process group of its own, for the place to kill whole
@@ -129,7 +130,7 @@ def _become_worker(run: _channel.Runner, plan: dict[str, object], fds: list[int]
     os.environ.update({str(k): str(v) for k, v in dict(plan["env"]).items()})  # type: ignore[call-overload]
     sys.argv = ["tacoma-agent"]
     _channel.serve_one(run, {**plan, "fd": channel_fd, "parent": zygote,
-                             "parent_pidfd": zygote_fd}, prepare)
+                             "parent_pidfd": zygote_fd}, prepare, warm)
 
 
 def _own_namespaces(plan: dict[str, object]) -> int | None:
@@ -160,8 +161,9 @@ def main(run: _channel.Runner, warm_up: Meet | None = None,
          prepare: Callable[[], None] | None = None) -> None:
     """Run as a zygote until the place closes the control socket. Never returns.
 
-    `warm_up` is a harmless meet run once here; `prepare` runs in each worker, confined,
-    before it says it is ready (see _channel.serve_one).
+    `warm_up` is a harmless meet run once here, and again in each worker started ahead of
+    its meet; `prepare` runs in each worker, confined, before it says it is ready (see
+    _channel.serve_one).
     """
     plan = _sandbox.plan_from_argv()
     _sandbox.close_inherited(keep=(int(plan["control_fd"]),))
@@ -233,7 +235,8 @@ def main(run: _channel.Runner, warm_up: Meet | None = None,
                 for fd in (wake_r, wake_w, *([pidns] if pidns is not None else [])):
                     os.close(fd)
                 control.close()
-                _become_worker(run, request["plan"], fds, os.getppid(), zygote_fd, prepare)
+                _become_worker(run, request["plan"], fds, os.getppid(), zygote_fd, prepare,
+                               warm_up)
             except BaseException:  # noqa: BLE001 - whatever happens, never return to the loop
                 traceback.print_exc()
                 status = 71

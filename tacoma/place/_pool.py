@@ -368,7 +368,7 @@ class WorkerPool:
 
     async def _start_into_pool(self) -> None:
         try:
-            worker = await self.start_worker()
+            worker = await self.start_worker(ahead=True)
         except PlaceUnavailable as exc:
             self._failures += 1
             log.error("%s%s", exc, f":\n{exc.detail}" if exc.detail else "")
@@ -474,15 +474,18 @@ class WorkerPool:
                 self.zygote = zygote
             return self.zygote
 
-    async def start_worker(self) -> Worker:
-        """Fork a worker from the zygote, confined and connected, ready for one meet."""
+    async def start_worker(self, ahead: bool = False) -> Worker:
+        """Fork a worker from the zygote, confined and connected, ready for one meet.
+
+        `ahead`: for the pool, before any meet waits for it (it may then warm itself up:
+        `_channel.serve_one`)."""
         try:
-            return await self._start_worker()
+            return await self._start_worker(ahead)
         except OSError as exc:
             raise PlaceUnavailable(f"cannot start a {self.interpreter.language} worker: "
                                    f"{exc.strerror or exc}") from exc
 
-    async def _start_worker(self) -> Worker:
+    async def _start_worker(self, ahead: bool) -> Worker:
         settings = self.settings
         containment = self.containment
         zygote = await self._live_zygote()
@@ -501,6 +504,7 @@ class WorkerPool:
             plan = containment.plan(workdir, uid, worker.group,
                                     execute=tuple(extras.pop("execute", ())))
             plan.update(extras)
+            plan["ahead"] = ahead
             with private_output(output, readable=True) as out:  # its own output, to read
                 worker.pid, worker.exited = await zygote.spawn(plan, [theirs.fileno(),
                                                                        out.fileno()])

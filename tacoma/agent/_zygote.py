@@ -125,7 +125,8 @@ def _become_worker(run: _channel.Runner, plan: dict[str, object], fds: list[int]
     os.dup2(output_fd, 1)
     os.dup2(output_fd, 2)
     os.close(output_fd)
-    os.chdir(str(plan["workdir"]))
+    if not plan.get("mounts"):  # else made in its own tmpfs, and entered, by _sandbox
+        os.chdir(str(plan["workdir"]))
     os.environ.clear()
     os.environ.update({str(k): str(v) for k, v in dict(plan["env"]).items()})  # type: ignore[call-overload]
     sys.argv = ["tacoma-agent"]

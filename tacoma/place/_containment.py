@@ -236,6 +236,12 @@ class Containment:
             plan["landlock"] = self._landlock(workdir, execute)
         return plan
 
+    @property
+    def private_workdirs(self) -> bool:
+        """Whether each worker mounts a tmpfs of its own on the work directory and makes
+        its working directory there (the mount layer), so the place need not."""
+        return bool(self.layers.mounts)
+
     def new_uid(self) -> int | None:
         return self.uids.next() if self.uids is not None else None
 

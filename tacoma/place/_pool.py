@@ -22,6 +22,7 @@ import collections
 import contextlib
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -86,9 +87,11 @@ class HandedMeet(Protocol):
 class Worker:
     """One forked, confined agent process waiting for its meet, and the place's end of it."""
 
-    def __init__(self, pool: WorkerPool, workdir: Path, output: Path) -> None:
+    def __init__(self, pool: WorkerPool, workdir: Path, output: Path,
+                 on_disk: bool = True) -> None:
         self.pool = pool
         self.workdir = workdir
+        self.on_disk = on_disk  # else only a name: the worker's own tmpfs holds it
         self.output = output
         self.group: Group | None = None
         self.uid: int | None = None
@@ -295,10 +298,11 @@ class Worker:
         zygote = self.pool.zygote
         if zygote is not None:  # its exit's CPU time, if run() did not take it
             zygote.cpu_used.pop(self.pid, None)
-        try:
-            await asyncio.to_thread(shutil.rmtree, self.workdir, True)
-        except RuntimeError:  # at interpreter exit no new threads can start: do it here
-            shutil.rmtree(self.workdir, True)
+        if self.on_disk:
+            try:
+                await asyncio.to_thread(shutil.rmtree, self.workdir, True)
+            except RuntimeError:  # at interpreter exit no new threads can start: do it here
+                shutil.rmtree(self.workdir, True)
         with contextlib.suppress(OSError):
             self.output.unlink()
         self.pool.containment.release_uid(self.uid)  # its processes are gone: it is free
@@ -489,14 +493,20 @@ class WorkerPool:
         settings = self.settings
         containment = self.containment
         zygote = await self._live_zygote()
-        workdir = Path(tempfile.mkdtemp(prefix=f"{self.interpreter.language}-",
-                                        dir=settings.work_dir))
+        prefix = f"{self.interpreter.language}-"
+        on_disk = not containment.private_workdirs
+        # Where the worker mounts a tmpfs of its own on the work directory, its directory
+        # is made there (`_mounts.enter_scratch`) and goes with it: the place makes
+        # nothing on disk for it, nor removes anything after. The name is only reserved,
+        # by the output file beside it (made O_EXCL below).
+        workdir = (Path(tempfile.mkdtemp(prefix=prefix, dir=settings.work_dir)) if on_disk
+                   else settings.work_dir / f"{prefix}{secrets.token_hex(8)}")
         output = workdir.with_name(workdir.name + ".out")
-        worker = Worker(self, workdir, output)
+        worker = Worker(self, workdir, output, on_disk)
         ours = theirs = None
         try:
             worker.uid = uid = containment.new_uid()
-            if uid is not None:
+            if uid is not None and on_disk:
                 os.chown(workdir, uid, uid)
             worker.group = containment.new_group()
             ours, theirs = socket.socketpair()

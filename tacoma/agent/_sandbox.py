@@ -191,6 +191,12 @@ def enter(plan: dict[str, Any]) -> None:
         _mounts.enter_namespace(mounts)
     elif mounts:
         _mounts.enter_scratch({**mounts, "unshare": True})
+    if plan.get("userns"):
+        # A user namespace of the worker's own, nested in its zygote's: the kernel counts
+        # RLIMIT_NPROC per user *and namespace*, so this is what makes the limit the
+        # agent's own allowance. In the zygote's namespace every worker's processes
+        # counted together, starting from none of the user's others on the host.
+        enter_user_namespace()
     _prctl(_PR_SET_NO_NEW_PRIVS, 1)
     if plan.get("landlock"):
         landlock = plan["landlock"]

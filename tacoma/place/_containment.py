@@ -6,8 +6,10 @@ set up for it from outside, and taken down after it, lives here and in the modul
 - a uid and gid of its own, as root, from a block claimed host-wide (`_uids`);
 - cgroups of its own, as root (`_cgroups`): processes, memory and CPU of all of its
   processes together, and the list of them all, so that all can be killed;
-- not as root and without cgroups, RLIMIT_NPROC counts the user's processes and threads, so
-  the limit is set to what the user runs now plus the configured allowance;
+- not as root and without cgroups, RLIMIT_NPROC bounds the processes: it counts a user's
+  processes and threads per user namespace, so a worker in a user namespace of its own
+  gets the configured allowance, and one without (no user namespaces here) what the user
+  runs now plus the allowance;
 - the file system it sees (covers of the state and trust directories, its tmpfs) and the
   Landlock rules it restricts itself to, both made here, in `Containment.plan`;
 - `Containment.confined`, which runs a program other than a worker (a compiler on an
@@ -212,7 +214,9 @@ class Containment:
             "cgroups": group.procs_dirs if group is not None else [],
             "uid": uid,
             "userns": layers.userns,
-            "nproc": (limits.processes if uid is not None
+            # Counted per uid and user namespace: an agent's own uid, or its own user
+            # namespace (`_sandbox.enter`), has no other processes; else the user's count.
+            "nproc": (limits.processes if uid is not None or layers.userns
                       else None if os.geteuid() == 0 or group is not None
                       else _user_process_count() + limits.processes),
             "limits": {"cpu_seconds": limits.cpu_seconds,

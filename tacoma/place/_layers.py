@@ -98,8 +98,9 @@ def probe(separate_uids: bool = True, network: str = "none", create: bool = True
         pidns = False
     mounts = not mount_why
     if userns:
-        report.append(Layer("user namespace", True, "workers hold capabilities only inside "
-                            "a user namespace of their zygote's, and drop them"))
+        report.append(Layer("user namespace", True, "each worker in one of its own (its "
+                            "process count its own), holding capabilities only there, "
+                            "and dropping them"))
     report.append(Layer("mount namespace", mounts,
                         "state and trust directories hidden; private /tmp, /var/tmp, "
                         "/dev/shm and working directory on one tmpfs of the disk quota"

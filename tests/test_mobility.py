@@ -249,18 +249,18 @@ class CuttingDoor(Door):
                         return
 
 
-def test_a_hand_over_left_unanswered_goes_again_on_a_new_connection(
-        three: list[RunningPlace]) -> None:
-    """A connection that goes silent after the next place took the agent (half open) is
-    given up after HAND_OVER_WAIT; the hand-over goes again, and is taken once."""
+def _hand_over_through_a_cutting_door(three: list[RunningPlace], silent: bool,
+                                      timeout: float) -> None:
+    """Send a roamer from the first place to the second through a CuttingDoor: the trip
+    must complete, through a second connection, and the agent run at the second once."""
     a, b, _ = three
-    door = CuttingDoor(b.address, past=200_000, silent=True)
+    door = CuttingDoor(b.address, past=200_000, silent=silent)
     door.start()
     try:
         result = tacoma.meet(a.target("ag_python"),
                              {"ITINERARY": [door.address], "BIG": [b"b" * 300_000]},
                              code='cabinet_append("visits", "V", b"x")\n' + ROAMERS["ag_python"],
-                             timeout=HAND_OVER_WAIT + 40)
+                             timeout=timeout)
     finally:
         door.close()
     assert door.cut.is_set() and door.accepted >= 2
@@ -268,6 +268,13 @@ def test_a_hand_over_left_unanswered_goes_again_on_a_new_connection(
     visits = tacoma.meet(b.target("ag_cabinet"), {"OP": ["read"], "CABINET": ["visits"],
                                                    "FOLDER": ["V"]}, timeout=30)
     assert visits["V"] == [b"x"]
+
+
+def test_a_hand_over_left_unanswered_goes_again_on_a_new_connection(
+        three: list[RunningPlace]) -> None:
+    """A connection that goes silent after the next place took the agent (half open) is
+    given up after HAND_OVER_WAIT; the hand-over goes again, and is taken once."""
+    _hand_over_through_a_cutting_door(three, silent=True, timeout=HAND_OVER_WAIT + 40)
 
 
 def test_a_hand_over_whose_connection_breaks_before_the_answer_runs_the_agent_once(
@@ -275,21 +282,7 @@ def test_a_hand_over_whose_connection_breaks_before_the_answer_runs_the_agent_on
     """The place handing the agent over cannot know whether the next took it: it sends the
     hand-over again on a new connection, and the next place, which took the hop (and here
     has ended it already), answers with the same meet instead of running the agent twice."""
-    a, b, _ = three
-    door = CuttingDoor(b.address, past=200_000)
-    door.start()
-    try:
-        result = tacoma.meet(a.target("ag_python"),
-                             {"ITINERARY": [door.address], "BIG": [b"b" * 300_000]},
-                             code='cabinet_append("visits", "V", b"x")\n' + ROAMERS["ag_python"],
-                             timeout=60)
-    finally:
-        door.close()
-    assert door.cut.is_set() and door.accepted >= 2
-    assert result.text("SEEN") == [a.address, b.address]
-    visits = tacoma.meet(b.target("ag_cabinet"), {"OP": ["read"], "CABINET": ["visits"],
-                                                   "FOLDER": ["V"]}, timeout=30)
-    assert visits["V"] == [b"x"]
+    _hand_over_through_a_cutting_door(three, silent=False, timeout=60)
 
 
 def test_a_callers_meet_with_time_to_spare_connects_again_and_without_a_deadline_once(

@@ -46,6 +46,21 @@ def still_serves(place: RunningPlace) -> None:
 
 
 # --------------------------------------------------------------------------- confinement
+@pytest.mark.skipif(not is_root, reason="a mount namespace per worker (the tmpfs that holds "
+                    "its directory) is certain only as root")
+def test_workers_working_directories_are_in_their_own_tmpfs_not_on_disk(
+        tight: RunningPlace) -> None:
+    """The directory an agent works in is made in its worker's own tmpfs, mounted on the
+    work directory: the place makes none on disk, for a running agent or a ready worker."""
+    result = run(tight, 'import os\nbc["CWD"] = [os.getcwd()]')
+    assert Path(result.text("CWD")[0]).parent == tight.state_dir / "work"
+    # Seen from the host, the work directory holds the workers' output files only (the
+    # ready workers of every language among them).
+    on_disk = list((tight.state_dir / "work").iterdir())
+    assert on_disk and all(path.suffix == ".out" and path.is_file() for path in on_disk), \
+        on_disk
+
+
 def test_each_meet_gets_a_fresh_process_never_the_places(tight: RunningPlace) -> None:
     # A mark left in the interpreter by one meet is not there for the next: a new address
     # space each time, never the place's (whose pid, as root, an agent cannot even see).

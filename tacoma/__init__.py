@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from .client import asend as asend
     from .client import astatus as astatus
     from .client import atrace as atrace
+    from .client import lazy as lazy
     from .client import local_places as local_places
     from .client import meet as meet
     from .client import place_status as place_status
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
     from .wire import CabinetError as CabinetError
     from .wire import ConnectError as ConnectError
     from .wire import ConnectionLost as ConnectionLost
+    from .wire import LazyFolderError as LazyFolderError
     from .wire import LimitExceeded as LimitExceeded
     from .wire import LocalProtocolError as LocalProtocolError
     from .wire import MailboxFull as MailboxFull
@@ -116,11 +118,13 @@ _EXPORTS: dict[str, str] = {
     "atrace": "client",
     "trace": "client",
     "use_identity": "client",
+    "lazy": "client",
     "AgentFailed": "wire",
     "AgentKilled": "wire",
     "CabinetError": "wire",
     "ConnectError": "wire",
     "ConnectionLost": "wire",
+    "LazyFolderError": "wire",
     "LimitExceeded": "wire",
     "LocalProtocolError": "wire",
     "MailboxFull": "wire",

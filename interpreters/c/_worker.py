@@ -178,6 +178,18 @@ class _Agent:
         self._briefcase(args[0]).remove(args[1].decode())
         return []
 
+    def call_read(self, args: list[bytes]) -> list[bytes]:
+        length = int(args[3])
+        return [self._briefcase(args[0]).read(args[1].decode(), int(args[2]),
+                                              None if length < 0 else length)]
+
+    def call_folder_size(self, args: list[bytes]) -> list[bytes]:
+        return [str(self._briefcase(args[0]).folder_size(args[1].decode())).encode()]
+
+    def call_lazy(self, args: list[bytes]) -> list[bytes]:
+        self._briefcase(args[0]).lazy(args[1].decode())
+        return []
+
     def call_new(self, args: list[bytes]) -> list[bytes]:
         return [self._new(Briefcase())]
 

@@ -14,7 +14,7 @@ from tacoma.agent._interpreter import InProcess, Interpreter
 #: The errors the agent API raises, as the agent's program finds them, to catch.
 AGENT_ERRORS = ("MeetError", "UnknownAgent", "AgentFailed", "AgentKilled", "MeetTimeout",
                 "PlaceUnavailable", "CabinetError", "MailboxFull", "MessageError",
-                "LimitExceeded")
+                "LimitExceeded", "LazyFolderError", "NotAllowed")
 
 def _check_program(program: bytes, name: str) -> str | None:
     try:

@@ -14,6 +14,10 @@ checked against that table when the zygote starts:
     (bc-append NAME ELEMENT)            append a bytevector (a string is stored as UTF-8)
     (bc-replace NAME ELEMENTS)          replace the folder's elements
     (bc-remove NAME)                    remove the folder
+    (bc-read NAME OFFSET [LENGTH])      bytes of the folder's elements joined, a bytevector
+                                        (a lazy folder's chunks fetched as needed)
+    (bc-folder-size NAME)               the bytes the folder holds (a lazy one's, unfetched)
+    (bc-lazy NAME)                      make the folder travel by reference (wire/_lazy.py)
     (meet TARGET [BRIEFCASE] #:async #:timeout)
                                         meet another agent; BRIEFCASE is an alist of folder
                                         name to list of bytevectors; returns such an alist
@@ -80,6 +84,11 @@ PRELUDE = r"""
 (define (bc-replace name elements)
   (%check (%tacoma-clear 0 name)) (for-each (lambda (e) (bc-append name e)) elements))
 (define (bc-remove name) (%check (%tacoma-remove 0 name)) *unspecified*)
+(define* (bc-read name offset #:optional length)
+  (%check (%tacoma-read 0 name (number->string offset)
+                        (if length (number->string length) "-1"))))
+(define (bc-folder-size name) (string->number (%check (%tacoma-folder-size 0 name))))
+(define (bc-lazy name) (%check (%tacoma-lazy 0 name)) *unspecified*)
 (define (%handle briefcase)
   (let ((h (%tacoma-new)))
     (for-each (lambda (folder)
@@ -287,6 +296,25 @@ def _remove(m: _Meet, h: int, name: int) -> int:
     return m.guile.from_int(0)
 
 
+def _read(m: _Meet, h: int, name: int, offset: int, length: int) -> int:
+    size = int(m.text(length, "the length"))
+    return m.guile.bytevector(m.briefcase(h).read(m.text(name, "a folder name"),
+                                                  int(m.text(offset, "the offset")),
+                                                  None if size < 0 else size))
+
+
+def _folder_size(m: _Meet, h: int, name: int) -> int:
+    return m.guile.string(str(m.briefcase(h).folder_size(m.text(name, "a folder name"))))
+
+
+def _lazy(m: _Meet, h: int, name: int) -> int:
+    try:
+        m.briefcase(h).lazy(m.text(name, "a folder name"))
+    except KeyError as exc:
+        raise ValueError(exc.args[0]) from None
+    return m.guile.from_int(0)
+
+
 def _new(m: _Meet) -> int:
     m.briefcases.append(Briefcase())
     return m.guile.from_int(len(m.briefcases) - 1)
@@ -359,6 +387,9 @@ PRIMITIVES: dict[str, tuple[int, Callable[..., int]]] = {
     "%tacoma-append": (3, _append),
     "%tacoma-clear": (2, _clear),
     "%tacoma-remove": (2, _remove),
+    "%tacoma-read": (4, _read),
+    "%tacoma-folder-size": (2, _folder_size),
+    "%tacoma-lazy": (2, _lazy),
     "%tacoma-new": (0, _new),
     "%tacoma-meet": (4, _meet),
     "%tacoma-last": (0, _last),

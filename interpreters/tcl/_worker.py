@@ -14,6 +14,10 @@ that table when the zygote starts:
     bc_append_text NAME TEXT        append TEXT encoded as UTF-8
     bc_replace NAME LIST            replace the folder's elements
     bc_remove NAME                  remove the folder
+    bc_read NAME OFFSET ?LENGTH?    bytes of the folder's elements joined (a lazy folder's
+                                    chunks fetched as needed)
+    bc_folder_size NAME             the bytes the folder holds (a lazy one's, unfetched)
+    bc_lazy NAME                    make the folder travel by reference (wire/_lazy.py)
     meet TARGET ?BRIEFCASE? ?-async? ?-timeout SECONDS?
                                     meet another agent; BRIEFCASE is a dict of folder name
                                     to list of byte arrays; returns such a dict (sync) or
@@ -84,6 +88,9 @@ proc bc_append {name bytes} { _tacoma_call append $name $bytes }
 proc bc_append_text {name text} { _tacoma_call append $name [encoding convertto utf-8 $text] }
 proc bc_replace {name elements} { _tacoma_call replace $name {*}$elements }
 proc bc_remove {name} { _tacoma_call remove $name }
+proc bc_read {name offset {length -1}} { _tacoma_call read $name $offset $length }
+proc bc_folder_size {name} { _tacoma_call folder_size $name }
+proc bc_lazy {name} { _tacoma_call lazy $name }
 proc meet {target args} {
     # The briefcase crosses as separate arguments (name, count, elements...): one Tcl
     # string holding binary elements with NUL bytes could not cross to Python whole.
@@ -222,6 +229,20 @@ class _Calls:
         self.bc.remove(name)
         return ""
 
+    def read(self, name: str, offset: str, length: str) -> object:
+        size = int(length)
+        return self.bc.read(name, int(offset), None if size < 0 else size)
+
+    def folder_size(self, name: str) -> object:
+        return self.bc.folder_size(name)
+
+    def lazy(self, name: str) -> object:
+        try:
+            self.bc.lazy(name)
+        except KeyError as exc:
+            raise ValueError(exc.args[0]) from None
+        return ""
+
     def meet(self, target: str, *args: str) -> object:
         """meet, meet_async, send_ack: the options and the flattened briefcase the meet
         proc sends (name, count, elements..., after --)."""
@@ -276,8 +297,9 @@ class _Calls:
 #: The operations of `_tacoma`, by the call of the agent API each serves.
 OPS: dict[str, Callable[..., object]] = {
     name: getattr(_Calls, name) for name in ("folders", "folder", "append", "replace", "remove",
-                                             "meet", "log", "fail", "place", "principal", "go",
-                                             "go_next", "wait_ack")
+                                             "read", "folder_size", "lazy", "meet", "log",
+                                             "fail", "place", "principal", "go", "go_next",
+                                             "wait_ack")
 }
 assert set(OPS) <= set(CALLS), f"not calls of the agent API: {set(OPS) - set(CALLS)}"
 

@@ -45,6 +45,7 @@ VALUES: dict[str, str] = {
     "target": "an agent to meet: `NAME` at this place, `NAME@HOST:PORT` at another",
     "place": "a place's address, HOST:PORT",
     "seconds": "a number of seconds",
+    "count": "a whole number of bytes",
     "flag": "true or false",
     "id": "an identifier the place made (of a meet, of a message)",
     "handle": "a handle naming an acknowledged send, for wait_ack",
@@ -116,6 +117,8 @@ _ANY = tuple(KINDS)
 _MOVE = ("unknown-agent", "unavailable", "limit-exceeded", "timeout", "meet-failed")
 _SEND = ("unknown-agent", "mailbox-full", "message", "unavailable", "limit-exceeded")
 _CABINET = ("cabinet",)
+#: Reading a lazy folder: its origin gone, its data expired, or not this principal's.
+_LAZY = ("lazy-folder", "not-allowed")
 _NAME = Param("name", "text")
 _TARGET = Param("target", "target")
 _BRIEFCASE = Param("briefcase", "briefcase", optional=True)
@@ -127,9 +130,9 @@ _PRIVATE = Param("private", "flag", optional=True)
 #: The agent API, in the order of the README's table.
 API: tuple[Call, ...] = (
     Call("folders", "briefcase", (), "texts", (), "the names of the briefcase's folders"),
-    Call("folder", "briefcase", (_NAME,), "elements", (),
-         "a folder's elements (none if there is no such folder)"),
-    Call("text", "briefcase", (_NAME,), "texts", (),
+    Call("folder", "briefcase", (_NAME,), "elements", _LAZY,
+         "a folder's elements (none if there is no such folder); a lazy one's are fetched"),
+    Call("text", "briefcase", (_NAME,), "texts", _LAZY,
          "a folder's elements decoded from UTF-8"),
     Call("append", "briefcase", (_NAME, Param("element", "element")), "nothing", (),
          "append an element to a folder, making the folder if needed"),
@@ -138,6 +141,15 @@ API: tuple[Call, ...] = (
     Call("replace", "briefcase", (_NAME, Param("elements", "elements")), "nothing", (),
          "replace a folder's elements"),
     Call("remove", "briefcase", (_NAME,), "nothing", (), "remove a folder"),
+    Call("read", "briefcase", (_NAME, Param("offset", "count"),
+                               Param("length", "count", optional=True)), "element", _LAZY,
+         "bytes of a folder's elements joined, from offset (all the rest unless length is "
+         "given); of a lazy folder only the chunks they are in are fetched"),
+    Call("folder_size", "briefcase", (_NAME,), "count", (),
+         "the bytes a folder's elements hold (a lazy folder's, without fetching it)"),
+    Call("lazy", "briefcase", (_NAME,), "nothing", ("limit-exceeded", "lazy-folder"),
+         "make a folder travel by reference: the place keeps its data, and the meets that "
+         "carry it fetch only what their agents read"),
     Call("meet", "meeting", (_TARGET, _BRIEFCASE, _TIMEOUT), "briefcase", _ANY,
          "meet another agent and wait for it: the briefcase it ended with"),
     Call("meet_async", "meeting", (_TARGET, _BRIEFCASE, _TIMEOUT), "id", _ANY,

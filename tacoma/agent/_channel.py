@@ -28,6 +28,7 @@ from ..wire._briefcase import (
     ITINERARY,
     TRACE,
     Briefcase,
+    attach_lazy,
 )
 from ..wire._errors import (
     LimitExceeded,
@@ -38,7 +39,8 @@ from ..wire._errors import (
     error_from_wire,
 )
 from ..wire._events import encode
-from ..wire._names import CABINET_AGENT, MAILBOX_AGENT
+from ..wire._lazy import Ref
+from ..wire._names import CABINET_AGENT, LAZY_AGENT, MAILBOX_AGENT
 from ..wire._program import program_bytes
 from ..wire._protocol import (
     NEED_DATA,
@@ -161,6 +163,29 @@ class AgentChannel:
         if mode not in ("sync", "async"):
             raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
         return self._answer(self._request(target, briefcase, mode, timeout))
+
+    # -- lazy folders (wire._lazy): the briefcase reads and keeps them through these
+    def lazy_fetch(self, ref: Ref, first: int, count: int,
+                   manifest: bool) -> tuple[bytes | None, list[bytes]]:
+        """Chunks of a lazy folder, from its origin through the place (see place._lazy)."""
+        request = Briefcase(OP=[b"fetch"], REF=[ref.pack()], FIRST=[str(first)],
+                            COUNT=[str(count)])
+        if manifest:
+            request["MANIFEST"] = [b"1"]
+        answer = self.meet(LAZY_AGENT, request)
+        assert isinstance(answer, Briefcase)
+        manifests = answer.folder("MANIFEST")
+        return (manifests[0] if manifests else None), answer.folder("DATA")
+
+    def lazy_keep(self, name: str, elements: list[bytes]) -> Ref:
+        """Have the place keep a folder's data, so that it can travel by reference."""
+        answer = self.meet(LAZY_AGENT, Briefcase(OP=[b"keep"], NAME=[name], DATA=elements))
+        assert isinstance(answer, Briefcase)
+        try:
+            return Ref.unpack(answer.folder("REF")[0])
+        except (IndexError, ValueError) as exc:
+            raise MeetError(f"the place kept folder {name} but answered no reference: "
+                            f"{exc}") from None
 
     def _request(self, target: str, briefcase: Briefcase | None, mode: str,
                  timeout: float | None) -> int:
@@ -424,6 +449,7 @@ def serve_one(run: Runner, plan: dict[str, Any],
     channel = AgentChannel(fd, int(plan["max_frame"]))
     channel.place = str(plan.get("place", ""))
     channel.plan = plan
+    attach_lazy(channel.lazy_fetch, channel.lazy_keep, int(plan.get("prefetch", 1)))
     channel.hello()
     try:
         meet = channel.wait_meet()

@@ -82,6 +82,7 @@ EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (tacoma.NotAuthorized, 16),
     (tacoma.TrustError, 17),
     (tacoma.UnknownMeet, 18),
+    (tacoma.LazyFolderError, 19),
     (tacoma.MeetError, 1),
     (tacoma.TacomaError, 1),
 ]
@@ -315,8 +316,10 @@ class Duration(_DurationType):
 
 # ---------------------------------------------------------------------------- briefcase in
 #: The -f option of meet and send (cabinet put has its own: there it is required).
-FOLDER_HELP = "Append TEXT (UTF-8), or the bytes of PATH, to folder NAME. Repeatable."
-FOLDER_METAVAR = "NAME=TEXT|NAME=@PATH"
+FOLDER_HELP = ("Append TEXT (UTF-8), or the bytes of PATH, to folder NAME; NAME=@@PATH sends "
+               "the file by reference (a lazy folder: the agent fetches what it reads). "
+               "Repeatable.")
+FOLDER_METAVAR = "NAME=TEXT|NAME=@PATH|NAME=@@PATH"
 
 
 def parse_folder_arg(value: str) -> tuple[str, bytes]:
@@ -351,9 +354,30 @@ def briefcase_from(folders: tuple[str, ...], code_path: Path | None = None) -> t
                                      param_hint="--code") from None
         bc[CODE_NAME] = [code_path.name.encode()]  # the agent's errors name its file
     for value in folders:
+        name, _, content = value.partition("=")
+        if content.startswith("@@"):  # a lazy folder: the file's one element, by reference
+            check_folder_name_arg(name)
+            if name in bc:
+                raise click.BadParameter(f"{value}: a lazy folder holds one element, the "
+                                         "file; give the folder no other -f", param_hint="'-f'")
+            try:
+                bc[name] = tacoma.lazy(content[2:])
+            except OSError as exc:
+                raise click.BadParameter(f"{value}: {exc}", param_hint="'-f'") from None
+            continue
         name, element = parse_folder_arg(value)
+        if bc.is_lazy(name):
+            raise click.BadParameter(f"{value}: folder {name} is lazy (@@), and holds only "
+                                     "its file", param_hint="'-f'")
         bc.append(name, element)
     return bc
+
+
+def check_folder_name_arg(name: str) -> None:
+    try:
+        check_folder_name(name)
+    except (TypeError, ValueError) as exc:
+        raise click.BadParameter(str(exc), param_hint="'-f'") from None
 
 
 # ---------------------------------------------------------------------------- briefcase out

@@ -125,6 +125,18 @@ _SETTINGS = tacoma.PlaceSettings()
 @click.option("--keep-results", type=Duration(1),
               default=format_duration(_SETTINGS.keep_results), show_default=True,
               help="How long the journal keeps a meet's outcome for tacoma status (1h, 7d).")
+@click.option("--lazy-bytes", type=ByteSize(0),
+              default=format_size(_SETTINGS.lazy_bytes), show_default=True,
+              help="Bytes of lazy folders' data the place keeps for its agents at once "
+                   "(bc.lazy); past it, making a folder lazy is refused (LimitExceeded).")
+@click.option("--lazy-seconds", type=Duration(1),
+              default=format_duration(_SETTINGS.lazy_seconds), show_default=True,
+              help="How long the place keeps (or relays for its client) a lazy folder's "
+                   "data for the meets that carry it; later reads fail (LazyFolderError).")
+@click.option("--prefetch", type=click.IntRange(0, 64), default=_SETTINGS.prefetch,
+              show_default=True,
+              help="Chunks an agent here fetches after each run of lazy-folder chunks it "
+                   "lacks (Accent's prefetch).")
 @click.option("--agent-network", type=click.Choice(["none", "host"]), default="none",
               show_default=True,
               help="What network agents get: none (they reach other agents only through "
@@ -155,7 +167,7 @@ def place(listen: str, state_dir: Path | None, pool_size: int, pool_max: int | N
           max_meets: int, max_connections: int, grace_seconds: float, mailbox_messages: int,
           mailbox_bytes: int, mailbox_total_bytes: int, same_uid: bool,
           max_receiving: int, idle_seconds: float, max_queued: int, keep_results: float,
-          agent_network: str,
+          lazy_bytes: int, lazy_seconds: float, prefetch: int, agent_network: str,
           identity: str | None, insecure: bool,
           allow: tuple[str, ...], share: float, deny_list: Path | None, quiet: bool,
           verbose: bool, **limits: Any) -> None:
@@ -182,7 +194,8 @@ def place(listen: str, state_dir: Path | None, pool_size: int, pool_max: int | N
             limits=tacoma.Limits(**limits), separate_uids=not same_uid, identity=identity,
             insecure=insecure, allow=allow, share=share, deny_list=deny_list,
             agent_network=agent_network, idle_seconds=idle_seconds,
-            max_receiving=max_receiving, max_queued=max_queued, keep_results=keep_results)
+            max_receiving=max_receiving, max_queued=max_queued, keep_results=keep_results,
+            lazy_bytes=lazy_bytes, lazy_seconds=lazy_seconds, prefetch=prefetch)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO

@@ -16,6 +16,7 @@ from ._client import PlaceClient as PlaceClient
 from ._client import set_default_place as set_default_place
 from ._identity import current_principal as current_principal
 from ._identity import use_identity as use_identity
+from ._lazy import lazy as lazy
 from ._local import LocalPlaces as LocalPlaces
 from ._local import local_places as local_places
 from ._place_status import PlaceStatus as PlaceStatus
@@ -47,6 +48,7 @@ __all__ = [
            "astatus",
            "atrace",
            "current_principal",
+           "lazy",
            "local_places",
            "meet",
            "place_status",

@@ -28,10 +28,14 @@ from ..wire._errors import (
     CodeUnknown,
     ConnectError,
     ConnectionLost,
+    LazyFolderError,
+    MeetError,
     MeetTimeout,
+    NotAllowed,
     TacomaError,
     error_from_wire,
 )
+from ..wire._names import LAZY_AGENT
 from ..wire._program import CODE_BY_HASH_MIN, code_digest
 from ..wire._protocol import (
     DEFAULT_MAX_FRAME,
@@ -46,6 +50,7 @@ from ..wire._protocol import (
 )
 from ..wire._trace import read as read_trace
 from ..wire._trace import record
+from . import _lazy as lazy_folders
 from ._identity import Credentials
 from ._identity import credentials as process_credentials
 from ._transport import Channel, connect
@@ -141,6 +146,7 @@ class PlaceClient:
                     timeout: float | None, principal: str, meet_id: str) -> Briefcase | str:
         channel = self._open()
         rid = channel.conn.new_rid()
+        lazy_folders.sending(briefcase, self.address)
         if TRACE not in briefcase:
             channel.send(Meet(rid, agent, briefcase, mode, timeout, principal, meet_id))
             answer: Briefcase | str = await self._reply(channel, rid)
@@ -190,8 +196,11 @@ class PlaceClient:
 
     # -- EventHandler
     def event_received(self, channel: Channel, event: Event) -> None:
-        assert isinstance(event, Accepted | Result | Failed)  # the protocol allows no other
         self._active = time.monotonic()
+        if isinstance(event, Meet):  # the place reads a lazy folder this client sent
+            self._serve_lazy(channel, event)
+            return
+        assert isinstance(event, Accepted | Result | Failed)  # the protocol allows no other
         future = self._pending.get(event.rid)
         if future is None or future.done():
             return  # its caller gave up (timeout, cancellation)
@@ -201,6 +210,23 @@ class PlaceClient:
             future.set_result(event.meet_id)
         else:
             future.set_exception(error_from_wire(event.kind, event.message, event.detail))
+
+    def _serve_lazy(self, channel: Channel, event: Meet) -> None:
+        """Answer the place's meet: chunks of a lazy folder sent to it (client._lazy); a place
+        may meet its client for nothing else."""
+        reply: Event
+        try:
+            if event.agent != LAZY_AGENT or event.mode != "sync":
+                raise NotAllowed(f"a client answers {LAZY_AGENT} meets only, got "
+                                 f"{event.agent} ({event.mode})")
+            reply = Result(event.rid, lazy_folders.serve(event.briefcase, self.address))
+        except MeetError as exc:
+            reply = Failed(event.rid, exc.kind, exc.message, exc.detail)
+        except OSError as exc:  # the file went away, or cannot be read
+            reply = Failed(event.rid, LazyFolderError.kind, f"the client cannot read the "
+                           f"lazy folder's data: {exc}", "")
+        if not channel.is_closing:
+            channel.send(reply)
 
     def channel_closed(self, channel: Channel, exc: BaseException | None) -> None:
         reason = channel.close_reason or (str(exc) if exc else "closed")

@@ -33,7 +33,7 @@ from ..client._transport import Channel
 from ..trust._store import LOCAL_PLACE, Bundle, TrustStore, check_name
 from ..trust._tls import DenyList, Peer, RateLimitedLog, ServerTLS
 from ..wire._errors import NotAuthorized, TrustError
-from ..wire._names import HOME_AGENT, TRIP_AGENT
+from ..wire._names import HOME_AGENT, LAZY_AGENT, TRIP_AGENT
 from ._settings import PlaceSettings
 
 __all__ = ["Access", "Principal"]
@@ -214,6 +214,8 @@ class Access:
             return
         if agent in (HOME_AGENT, TRIP_AGENT) and peer is not None and peer.is_place:
             return  # a trip's end reaches its home whatever the rules
+        if agent == LAZY_AGENT:
+            return  # lazy folders' data: each is its own principal's alone (see _lazy)
         name = principal.name
         for who, what in self.rules:
             if fnmatch.fnmatchcase(name, who) and fnmatch.fnmatchcase(agent, what):

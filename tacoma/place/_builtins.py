@@ -31,6 +31,7 @@ from ..wire._names import (
     BUILT_IN,
     CABINET_AGENT,
     HOME_AGENT,
+    LAZY_AGENT,
     STATUS_AGENT,
     TRIP_AGENT,
 )
@@ -39,6 +40,7 @@ from ._cabinets import Cabinets
 from ._codes import CodeStore
 from ._journal import Journal, pack
 from ._layers import Layer
+from ._lazy import LazyStore
 from ._meet import ALWAYS_SERVED, Meets
 from ._residents import Residents
 from ._settings import PlaceSettings
@@ -55,9 +57,10 @@ class BuiltIns:
     def __init__(self, cabinets: Cabinets, trips: Trips, meets: Meets, residents: Residents,
                  admin_token: str, journal: Journal, max_wait: float, *,
                  agents: Agents, layers: list[Layer], settings: PlaceSettings,
-                 codes: CodeStore) -> None:
+                 codes: CodeStore, lazy: LazyStore) -> None:
         self.started = time.time()  # made as the place starts: its uptime counts from here
         self.codes = codes  # the programs meets name by hash (see _codes)
+        self.lazy = lazy  # lazy folders' data kept here (see _lazy)
         self.agents = agents  # its pools and installed agents, for the status
         self.layers = layers  # the sandbox layers it applies (or not, and why)
         self.settings = settings
@@ -75,6 +78,8 @@ class BuiltIns:
         `principal`; `admin`: by an identity with the admin role."""
         if agent == CABINET_AGENT:
             return await self.cabinets.serve(briefcase, who)
+        if agent == LAZY_AGENT:
+            return await self.lazy.serve(briefcase, principal, who is not None, self.max_wait)
         if agent == HOME_AGENT:
             late = self.trips.end(briefcase)
             if late is not None:  # its caller stopped waiting: the journal keeps the end

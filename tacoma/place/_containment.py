@@ -211,6 +211,7 @@ class Containment:
                     "TACOMA_DATA": str(settings.data_dir)},
             "place": self.place_address,
             "max_frame": settings.max_frame,
+            "prefetch": settings.prefetch,
             "cgroups": group.procs_dirs if group is not None else [],
             "uid": uid,
             "userns": layers.userns,

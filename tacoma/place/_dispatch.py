@@ -78,6 +78,7 @@ class Dispatch:
         self.access = access
         # Connections to other places, for agents' meets, made as this place's identity.
         self.clients = ClientCache(access.credentials, access.vet_place)
+        builtins.lazy.clients = self.clients  # it reads other places' lazy folders
         #: The programs meets named by hash (see _codes).
         self.codes = builtins.codes
         self.background: set[asyncio.Task[None]] = set()

@@ -54,6 +54,7 @@ from ._containment import Containment
 from ._dispatch import Dispatch
 from ._journal import Journal
 from ._layers import probe
+from ._lazy import LazyStore
 from ._meet import Meets
 from ._pool import WorkerPool
 from ._residents import Residents
@@ -190,7 +191,7 @@ class Place:
         builtins = BuiltIns(self.cabinets, trips, meets, residents, admin_token, self.journal,
                             settings.limits.meet_seconds, agents=agents,
                             layers=containment.layers.report, settings=settings,
-                            codes=CodeStore())
+                            codes=CodeStore(), lazy=LazyStore(address, settings))
         builds = Builds(containment, cache_mode)
         for agent, interpreter in interpreters.items():
             problem = interpreter.check()

@@ -20,16 +20,18 @@ import logging
 import time
 
 from ..client._transport import Channel
-from ..wire._briefcase import CODE, TRACE
+from ..wire._briefcase import CODE, TRACE, Briefcase
 from ..wire._errors import (
+    LazyFolderError,
     LimitExceeded,
     MeetError,
     MessageError,
     ProtocolError,
     TacomaError,
+    error_from_wire,
     kind_of,
 )
-from ..wire._names import ECHO_AGENT, TRIP_AGENT
+from ..wire._names import ECHO_AGENT, LAZY_AGENT, TRIP_AGENT
 from ..wire._protocol import Accepted, Cancel, Event, Failed, Meet, Result
 from ._access import Access, Principal
 from ._codes import named_in_reply
@@ -63,6 +65,27 @@ class Session:
         self._idle: asyncio.TimerHandle | None = None
         #: The program, and its digest, of sync meets whose result may name it by hash.
         self._programs: dict[int, tuple[list[bytes], bytes]] = {}
+        #: The place's own meets of its client (a lazy folder's chunks), by request id.
+        self._asking: dict[int, asyncio.Future[Briefcase]] = {}
+
+    async def ask(self, request: Briefcase, timeout: float) -> Briefcase:
+        """Meet the client's ag_lazy (the chunks of a lazy folder it sent): its answer, or
+        LazyFolderError if it is gone or does not answer within `timeout`."""
+        channel = self.channel
+        if channel.is_closing:
+            raise LazyFolderError(f"the client that holds the data ({channel.peer}) is gone")
+        rid = channel.conn.new_rid()
+        asked: asyncio.Future[Briefcase] = asyncio.get_running_loop().create_future()
+        self._asking[rid] = asked
+        try:
+            channel.send(Meet(rid, LAZY_AGENT, request, "sync", timeout))
+            async with asyncio.timeout(timeout):
+                return await asked
+        except TimeoutError:
+            raise LazyFolderError(f"the client that holds the data ({channel.peer}) did not "
+                                  f"answer within {timeout:g} s") from None
+        finally:
+            self._asking.pop(rid, None)
 
     def admit(self, channel: Channel) -> str:
         """Channel admission (see _transport.Admission): the place's access rules."""
@@ -91,6 +114,15 @@ class Session:
     # -- EventHandler
     def event_received(self, channel: Channel, event: Event) -> None:
         self._active = time.monotonic()
+        if isinstance(event, Result | Failed):  # the client answers the place (see ask)
+            asked = self._asking.get(event.rid)
+            if asked is not None and not asked.done():
+                if isinstance(event, Result):
+                    asked.set_result(event.briefcase)
+                else:
+                    asked.set_exception(error_from_wire(event.kind, event.message,
+                                                        event.detail))
+            return
         if isinstance(event, Cancel):
             task = self.tasks.get(event.rid)
             if task is not None:
@@ -102,6 +134,10 @@ class Session:
     def channel_closed(self, channel: Channel, exc: BaseException | None) -> None:
         if self._idle is not None:
             self._idle.cancel()
+        for asked in self._asking.values():
+            if not asked.done():
+                asked.set_exception(LazyFolderError(
+                    f"the client that holds the data ({channel.peer}) is gone"))
         if self in self.sessions:  # admitted, and not yet closed
             self.sessions.discard(self)
             self.access.closed(channel)
@@ -127,6 +163,11 @@ class Session:
             if event.mode == "go" or event.agent == TRIP_AGENT:
                 self.access.may_move(peer)
             digest = self.dispatch.codes.take(principal.name, event.briefcase)
+            if any(not ref.origin for ref in event.briefcase.lazy_refs()):
+                # The client's lazy folders: this place is their origin, and relays.
+                relay = functools.partial(self.dispatch.builtins.lazy.relay, self,
+                                          principal.name)
+                event.briefcase.with_origin(self.dispatch.address, relay)
         except (MeetError, ProtocolError) as exc:
             self._reply(failed(event.rid, exc))
             return

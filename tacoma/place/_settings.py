@@ -126,6 +126,14 @@ class PlaceSettings:
         max_meets (each principal its share of them); more are refused (PlaceUnavailable).
     keep_results: seconds the journal keeps a meet's outcome after it ended (for `tacoma
         status`).
+    lazy_bytes: the most bytes of lazy folders' data the place keeps for its agents (and
+        relays for its clients' connections) at once; a folder that would pass it is sent
+        as data instead of made lazy (LimitExceeded to the agent).
+    lazy_seconds: how long the place keeps a lazy folder's data after its agent made it
+        lazy (or a client sent it), so that meets that carry it, here or at other places,
+        can read it; after that a read fails (LazyFolderError).
+    prefetch: chunks an agent here fetches after each run of chunks of a lazy folder it
+        lacks (Accent's prefetch: one always paid there).
     """
 
     listen: str = DEFAULT_LISTEN
@@ -133,6 +141,9 @@ class PlaceSettings:
     pool_size: int = 2
     pool_max: int | None = None
     max_frame: int = DEFAULT_MAX_FRAME
+    lazy_bytes: int = 512 * 1024 * 1024
+    lazy_seconds: float = 600.0
+    prefetch: int = 1
     max_meets: int = 256
     max_connections: int = 1024
     grace_seconds: float = 10.0

@@ -15,6 +15,7 @@ from ._errors import AgentKilled as AgentKilled
 from ._errors import CabinetError as CabinetError
 from ._errors import ConnectError as ConnectError
 from ._errors import ConnectionLost as ConnectionLost
+from ._errors import LazyFolderError as LazyFolderError
 from ._errors import LimitExceeded as LimitExceeded
 from ._errors import LocalProtocolError as LocalProtocolError
 from ._errors import MailboxFull as MailboxFull
@@ -35,7 +36,8 @@ from ._errors import UnknownMeet as UnknownMeet
 __all__ = [
     "CODE", "CODE_NAME", "RESERVED_FOLDERS", "AgentFailed", "AgentKilled", "Briefcase",
     "CabinetError",
-    "ConnectError", "ConnectionLost", "LimitExceeded", "LocalProtocolError", "MailboxFull",
+    "ConnectError", "ConnectionLost", "LazyFolderError", "LimitExceeded", "LocalProtocolError",
+    "MailboxFull",
     "MeetError", "MeetTimeout", "MessageError", "NotAllowed", "NotAuthorized",
     "PlaceUnavailable", "ProtocolError", "RemoteProtocolError", "TacomaError", "TransportError",
     "TrustError", "UnknownAgent", "UnknownMeet",

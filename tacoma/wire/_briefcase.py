@@ -5,15 +5,25 @@ strings. It is a plain mutable mapping so that an agent can use it as TACOMA's a
 `bc["NAME"].append(b"...")`; it is checked whole when it is encoded for the wire, where a bad
 value would otherwise travel. Equality is by value.
 
-This module is imported inside agent processes: standard library only.
+A folder may be *lazy* (see _lazy): the briefcase holds a reference to its data, at the
+place that keeps it, and reading the folder fetches what is read. `lazy(name)` makes a
+folder travel so; `read(name, offset, length)` reads a range without fetching the rest.
+Reading and keeping need the agent's channel to its place, which an agent's process
+attaches (`attach_lazy`); anywhere else a lazy folder travels on untouched.
+
+This module is imported inside agent processes: standard library and msgpack only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 
-__all__ = ["CODE", "CODE_HASH", "CODE_NAME", "ENVELOPE", "HOME", "ITINERARY", "RECOVERY", "RERUN",
-           "RESERVED_FOLDERS", "TRACE", "Briefcase", "check_folder_name"]
+from ._errors import LazyFolderError
+from ._lazy import LAZY, Lazy, Ref
+
+__all__ = ["CODE", "CODE_HASH", "CODE_NAME", "ENVELOPE", "HOME", "ITINERARY", "LAZY", "RECOVERY",
+           "RERUN", "RESERVED_FOLDERS", "TRACE", "Briefcase", "attach_lazy",
+           "check_folder_name"]
 
 #: The folder that carries an agent's program (source text for the interpreter agents).
 CODE = "CODE"
@@ -44,8 +54,10 @@ RERUN = "RERUN"
 #: "fail" (the default: its home hears the failure), "retry" (hand it to that place again)
 #: or "skip" (on to the next place of its ITINERARY). See place._trips.
 RECOVERY = "RECOVERY"
+#: LAZY (see _lazy) carries the references of the briefcase's lazy folders; an agent never
+#: sees it, only the folders it names.
 RESERVED_FOLDERS = frozenset({CODE, CODE_NAME, CODE_HASH, ITINERARY, HOME, ENVELOPE, TRACE,
-                              RERUN, RECOVERY})
+                              RERUN, RECOVERY, LAZY})
 
 #: The folders of a request to a place's ag_cabinet that say what to do, not what to store
 #: (see place._cabinets); a cabinet cannot hold folders by these names.
@@ -84,6 +96,46 @@ def _as_bytes(value: object, name: str, index: int | None = None) -> bytes:
                     f"got {type(value).__name__}")
 
 
+#: How this process fetches a lazy folder's chunks, and keeps a folder's data at its place so
+#: that it can travel by reference (see attach_lazy); None where it cannot.
+_fetch: Callable[[Ref, int, int, bool], tuple[bytes | None, list[bytes]]] | None = None
+_keep: Callable[[str, list[bytes]], Ref] | None = None
+#: Chunks fetched after each run of missing ones (Accent: one always pays).
+_prefetch = 1
+
+
+def attach_lazy(fetch: Callable[[Ref, int, int, bool], tuple[bytes | None, list[bytes]]] | None,
+                keep: Callable[[str, list[bytes]], Ref] | None, prefetch: int = 1) -> None:
+    """Say how this process reads lazy folders and keeps folders' data (an agent's process:
+    through its channel to its place; a client's: its own store)."""
+    global _fetch, _keep, _prefetch
+    _fetch, _keep, _prefetch = fetch, keep, max(0, prefetch)
+
+
+class _Held:
+    """A lazy folder in one briefcase: its reference, and the elements it was read as (the
+    list the briefcase holds, and their identities then): while the folder holds exactly
+    those, it still travels by reference."""
+
+    __slots__ = ("items", "lazy", "snapshot")
+
+    def __init__(self, lazy: Lazy, items: list[bytes] | None = None) -> None:
+        self.lazy = lazy
+        self.items = items
+        self.snapshot = tuple(items) if items is not None else None
+
+    def unchanged(self, folder: list[bytes] | None) -> bool:
+        if self.items is None:
+            return True  # never read: nothing could change it (reads go through _read)
+        snapshot = self.snapshot
+        assert snapshot is not None
+        return (folder is self.items and len(folder) == len(snapshot)
+                and all(a is b for a, b in zip(folder, snapshot, strict=True)))
+
+    def copied(self, folder: list[bytes]) -> _Held:
+        return _Held(self.lazy, folder if self.items is not None else None)
+
+
 class Briefcase(MutableMapping[str, list[bytes]]):
     """An ordered mapping of folder name to a list of byte strings.
 
@@ -95,7 +147,7 @@ class Briefcase(MutableMapping[str, list[bytes]]):
     Text given where bytes are expected is stored as UTF-8.
     """
 
-    __slots__ = ("_folders",)
+    __slots__ = ("_folders", "_lazy")
 
     def __init__(
         self,
@@ -104,12 +156,15 @@ class Briefcase(MutableMapping[str, list[bytes]]):
         **named: Iterable[bytes | str],
     ) -> None:
         self._folders: dict[str, list[bytes]] = {}
+        self._lazy: dict[str, _Held] | None = None
         if type(folders) is Briefcase and not named:
             # A copy of a briefcase (every meet's request is one): its names were checked
             # when it got them, so only elements put into its lists since are looked at.
             for name, folder in folders._folders.items():
                 self._folders[name] = (folder[:] if all(type(e) is bytes for e in folder)
                                        else [_as_bytes(e, name) for e in folder])
+            if folders._lazy:
+                self._copy_lazy(folders)
             return
         if folders is not None and not isinstance(folders, Mapping):
             raise TypeError(f"a briefcase is built from a mapping of folder name to elements, "
@@ -120,18 +175,30 @@ class Briefcase(MutableMapping[str, list[bytes]]):
 
     # -- mapping protocol: bc["NAME"] is the folder's own list, so mutating it changes bc.
     def __getitem__(self, name: str) -> list[bytes]:
+        if self._lazy and name in self._lazy:
+            self._fetch_whole(name)
         return self._folders[name]
 
-    def __setitem__(self, name: str, elements: Iterable[bytes | str]) -> None:
+    def __setitem__(self, name: str, elements: Iterable[bytes | str] | Lazy) -> None:
         check_folder_name(name)
+        if isinstance(elements, Lazy):  # tacoma.lazy(...): a folder that travels by reference
+            self._folders[name] = []
+            if self._lazy is None:
+                self._lazy = {}
+            self._lazy[name] = _Held(elements.renamed(name))
+            return
         if (isinstance(elements, bytes | bytearray | str | memoryview | Mapping)
                 or not isinstance(elements, Iterable)):
             raise TypeError(f"folder {name!r}: assign a list of elements (bytes or str), not "
                             f"a {type(elements).__name__}")
         self._folders[name] = [_as_bytes(e, name) for e in elements]
+        if self._lazy:
+            self._lazy.pop(name, None)
 
     def __delitem__(self, name: str) -> None:
         del self._folders[name]
+        if self._lazy:
+            self._lazy.pop(name, None)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._folders)
@@ -141,7 +208,7 @@ class Briefcase(MutableMapping[str, list[bytes]]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Briefcase):
-            return self._folders == other._folders
+            return self._folders == other._folders and self._refs() == other._refs()
         if isinstance(other, Mapping):
             return self._folders == dict(other)
         return NotImplemented
@@ -190,6 +257,8 @@ class Briefcase(MutableMapping[str, list[bytes]]):
     def __repr__(self) -> str:
         """Briefcase(NAME=[b'world'], PHOTO=[<48.2 kB binary>], CODE=[<program, 308 B>]):
         the constructor's form while elements are short, a summary of what is not."""
+        lazy = self._refs()
+
         def element(name: str, value: bytes) -> str:
             if name == CODE:
                 return f"<program, {self._size(len(value))}>"
@@ -202,6 +271,11 @@ class Briefcase(MutableMapping[str, list[bytes]]):
 
         parts = []
         for name, elements in list(self._folders.items())[:self._REPR_FOLDERS]:
+            if name in lazy:
+                ref = lazy[name]
+                parts.append(f"{name}=<lazy: {self._size(ref.size)} at "
+                             f"{ref.origin or 'the client'}>")
+                continue
             shown = [element(name, e) for e in elements[:self._REPR_ELEMENTS]]
             if len(elements) > self._REPR_ELEMENTS:
                 shown.append(f"... {len(elements) - self._REPR_ELEMENTS:,} more")
@@ -242,8 +316,13 @@ class Briefcase(MutableMapping[str, list[bytes]]):
                     "</details>")
 
         rows = []
+        lazy = self._refs()
         for name, elements in list(self._folders.items())[:self._HTML_FOLDERS]:
-            if name == CODE:
+            if name in lazy:
+                ref = lazy[name]
+                cell = (f"<span style='color:#666'>lazy: {self._size(ref.size)} at "
+                        f"{html.escape(ref.origin or 'the client')}, fetched as read</span>")
+            elif name == CODE:
                 cell = program(elements)
             else:
                 cell = "".join(f"<div>{element(e)}</div>"
@@ -272,6 +351,8 @@ class Briefcase(MutableMapping[str, list[bytes]]):
     # -- the operations agents need, named as in the agent API table of the README.
     def folder(self, name: str) -> list[bytes]:
         """The folder's elements (its own list); an empty list if there is no such folder."""
+        if self._lazy and name in self._lazy:
+            self._fetch_whole(name)
         return self._folders.get(name, [])
 
     def text(self, name: str) -> list[str]:
@@ -282,20 +363,25 @@ class Briefcase(MutableMapping[str, list[bytes]]):
         """Append one element to a folder, creating the folder if needed."""
         check_folder_name(name)
         value = _as_bytes(element, name)  # checked before the folder is made
+        if self._lazy and name in self._lazy:
+            self._fetch_whole(name)  # appending to a lazy folder: read it, then it has data
         self._folders.setdefault(name, []).append(value)
 
     def setdefault(self, name: str, default: Iterable[bytes | str] = ()) -> list[bytes]:
         """The folder's own list, created from `default` if absent (so appends stick)."""
         if name not in self._folders:
             self[name] = default
-        return self._folders[name]
+        return self[name]
 
     def replace(self, name: str, elements: Iterable[bytes | str]) -> None:
         """Replace a folder's elements."""
         self[name] = elements
 
     def remove(self, name: str) -> list[bytes]:
-        """Remove a folder and return its elements (empty if there was none)."""
+        """Remove a folder and return its elements (empty if there was none; a lazy
+        folder's are not fetched for this)."""
+        if self._lazy:
+            self._lazy.pop(name, None)
         return self._folders.pop(name, [])
 
     def folders(self) -> list[str]:
@@ -304,7 +390,19 @@ class Briefcase(MutableMapping[str, list[bytes]]):
 
     def copy(self) -> Briefcase:
         """A copy whose folders can be changed without touching this one."""
-        return Briefcase({name: list(elements) for name, elements in self._folders.items()})
+        out = Briefcase()
+        out._folders = {name: list(elements) for name, elements in self._folders.items()}
+        if self._lazy:
+            out._copy_lazy(self)
+        return out
+
+    def _copy_lazy(self, source: Briefcase) -> None:
+        """Take `source`'s lazy folders that still travel by reference (this briefcase
+        holds copies of its folders' lists)."""
+        assert source._lazy is not None
+        self._lazy = {name: held.copied(self._folders[name])
+                      for name, held in source._lazy.items()
+                      if name in source._folders and held.unchanged(source._folders[name])}
 
     def swapped(self, old: str, new: str, elements: list[bytes]) -> Briefcase:
         """A briefcase with folder `old` replaced, in its place, by `new` holding `elements`;
@@ -313,24 +411,94 @@ class Briefcase(MutableMapping[str, list[bytes]]):
         out = Briefcase()
         out._folders = {(new if name == old else name): (elements if name == old else folder)
                         for name, folder in self._folders.items()}
+        out._lazy = self._lazy
         return out
 
     def size(self) -> int:
-        """Total bytes held in elements (not counting names or framing)."""
-        return sum(len(e) for elements in self._folders.values() for e in elements)
+        """Total bytes held in elements (not counting names or framing; a lazy folder not
+        yet read counts its whole size, as if it were here)."""
+        lazy = sum(ref.size for name, ref in self._refs().items()
+                   if self._lazy is not None and self._lazy[name].items is None)
+        return lazy + sum(len(e) for elements in self._folders.values() for e in elements)
+
+    # -- lazy folders (see _lazy)
+    def _refs(self) -> dict[str, Ref]:
+        """The references of the folders that travel lazily now."""
+        if not self._lazy:
+            return {}
+        return {name: held.lazy.ref for name, held in self._lazy.items()
+                if name in self._folders and held.unchanged(self._folders[name])}
+
+    def _fetch_whole(self, name: str) -> None:
+        assert self._lazy is not None
+        held = self._lazy[name]
+        if held.items is not None:
+            return
+        items = held.lazy.elements(_fetch, _prefetch)
+        self._folders[name] = items
+        held.items, held.snapshot = items, tuple(items)
+
+    def is_lazy(self, name: str) -> bool:
+        """Whether folder `name` travels by reference (see `lazy`)."""
+        return name in self._refs()
+
+    def lazy(self, name: str) -> None:
+        """Make folder `name` travel by reference from here on: its data is kept at this
+        place (an agent's) or by this client, and a meet that carries this briefcase
+        fetches only what its agent reads. Already lazy: nothing to do."""
+        if name not in self._folders:
+            raise KeyError(f"no folder {name!r} to make lazy")
+        if name in self._refs():
+            return
+        if _keep is None:
+            raise LazyFolderError("nothing here can keep a lazy folder's data: an agent's "
+                                  "place keeps it, or a client's (tacoma.lazy)")
+        items = self._folders[name]
+        ref = _keep(name, list(items))
+        if self._lazy is None:
+            self._lazy = {}
+        self._lazy[name] = _Held(Lazy(ref), items)
+
+    def read(self, name: str, offset: int = 0, length: int | None = None) -> bytes:
+        """Bytes of folder `name`'s elements joined end to end, `length` of them (all if
+        None) from `offset`; of a lazy folder, only the chunks this range needs are fetched.
+        An empty string past the end, or for a missing folder."""
+        if offset < 0 or (length is not None and length < 0):
+            raise ValueError(f"read: offset and length are at least 0, got {offset}, {length}")
+        if self._lazy and name in self._lazy and self._lazy[name].items is None:
+            lazy = self._lazy[name].lazy
+            size = lazy.ref.size
+            return lazy.read(_fetch, offset, size if length is None else length, _prefetch)
+        data = b"".join(self._folders.get(name, ()))
+        return data[offset:] if length is None else data[offset:offset + length]
+
+    def folder_size(self, name: str) -> int:
+        """Bytes in folder `name`'s elements (a lazy folder's, without fetching it)."""
+        if self._lazy and name in self._lazy and self._lazy[name].items is None:
+            return self._lazy[name].lazy.ref.size
+        return sum(len(e) for e in self._folders.get(name, ()))
 
     # -- wire form
     def to_wire(self) -> dict[str, list[bytes]]:
         """The plain dict sent on the wire, every element checked to be bytes."""
         out: dict[str, list[bytes]] = {}
+        refs = self._refs() if self._lazy else {}
+        if LAZY in self._folders:
+            raise ValueError(f"folder name {LAZY} is reserved for the references of lazy "
+                             "folders")
         for name, elements in self._folders.items():
             check_folder_name(name)
+            if name in refs:
+                out[name] = []
+                continue
             if not isinstance(elements, list):
                 raise TypeError(f"folder {name!r} must be a list, got {type(elements).__name__}")
             if all(type(e) is bytes for e in elements):  # as usual: a copy, no conversion
                 out[name] = elements[:]
             else:
                 out[name] = [_as_bytes(e, name, i) for i, e in enumerate(elements)]
+        if refs:
+            out[LAZY] = [ref.pack() for ref in refs.values()]
         return out
 
     @classmethod
@@ -344,4 +512,24 @@ class Briefcase(MutableMapping[str, list[bytes]]):
             if not isinstance(elements, list) or not all(isinstance(e, bytes) for e in elements):
                 raise TypeError(f"folder {name!r} must be a list of bytes")
             bc._folders[name] = elements
+        if LAZY in bc._folders:
+            bc._lazy = {}
+            for packed in bc._folders.pop(LAZY):
+                ref = Ref.unpack(packed)
+                if bc._folders.get(ref.name) != [] or ref.name in bc._lazy:
+                    raise ValueError(f"lazy folder {ref.name!r}: the briefcase must hold it "
+                                     "once, empty, beside its reference")
+                bc._lazy[ref.name] = _Held(Lazy(ref))
         return bc
+
+    def with_origin(self, origin: str, rename: Callable[[Ref], str]) -> None:
+        """Give the lazy folders that name no origin (a client's, on their way) `origin`, and
+        the id `rename` gives each (a place relays for its client: see place._lazy)."""
+        for held in (self._lazy or {}).values():
+            ref = held.lazy.ref
+            if not ref.origin:
+                held.lazy = Lazy(ref.moved_to(origin, rename(ref)))
+
+    def lazy_refs(self) -> list[Ref]:
+        """The references of the folders that travel lazily (for a place's checks)."""
+        return list(self._refs().values())

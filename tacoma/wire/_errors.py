@@ -22,7 +22,8 @@ Every error tacoma raises is a TacomaError. The tree follows where a fault lies:
         ├── MailboxFull               a resident agent's mailbox has no room for the message
         ├── MessageError              a message refused: bad name, reply to no request, ...
         ├── NotAllowed                ps or kill without the admin role or the admin token
-        └── NotAuthorized             the place refused this identity (--allow, revoked)
+        ├── NotAuthorized             the place refused this identity (--allow, revoked)
+        └── LazyFolderError           a lazy folder unreadable: origin gone, expired, bad hash
 
 A failed meet travels over the wire as a `kind` string plus message and detail; `KINDS` maps
 kinds to classes in both directions, so both ends agree on the whole set in one place.
@@ -41,6 +42,7 @@ __all__ = [
     "CabinetError",
     "ConnectError",
     "ConnectionLost",
+    "LazyFolderError",
     "LimitExceeded",
     "LocalProtocolError",
     "MailboxFull",
@@ -229,6 +231,13 @@ class NotAllowed(MeetError):
     kind = "not-allowed"
 
 
+class LazyFolderError(MeetError):
+    """A lazy folder could not be read: its origin is gone or no longer holds it (the meet
+    that made it ended, or its lifetime passed), or what came does not match its hash."""
+
+    kind = "lazy-folder"
+
+
 class NotAuthorized(MeetError):
     """The place refused the identity that met it: it may not meet that agent there
     (`tacoma place --allow`), its certificate is revoked, or it claims what its certificate
@@ -268,6 +277,7 @@ KINDS: dict[str, type[MeetError]] = {
         MessageError,
         NotAllowed,
         NotAuthorized,
+        LazyFolderError,
         _RemoteLimitExceeded,
         _RemoteProtocolFailure,
     )

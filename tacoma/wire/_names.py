@@ -8,7 +8,7 @@ in `_briefcase` (CODE, ITINERARY, HOME, ENVELOPE, TRACE).
 
 from __future__ import annotations
 
-__all__ = ["ADMIN_AGENT", "BUILT_IN", "CABINET_AGENT", "ECHO_AGENT", "HOME_AGENT",
+__all__ = ["ADMIN_AGENT", "BUILT_IN", "CABINET_AGENT", "ECHO_AGENT", "HOME_AGENT", "LAZY_AGENT",
            "MAILBOX_AGENT", "RESERVED_AGENTS", "STATUS_AGENT", "TRIP_AGENT"]
 
 #: The null agent: returns the briefcase it got. For benchmarks and health checks.
@@ -29,7 +29,12 @@ TRIP_AGENT = "ag_trip"
 #: reaches it, over its own worker channel.
 MAILBOX_AGENT = "ag_mailbox"
 
+#: Lazy folders' data at the place that keeps it: kept for an agent here, read by agents
+#: anywhere (see place/_lazy).
+LAZY_AGENT = "ag_lazy"
+
 #: Agents the place answers itself, with no worker, for clients and agents alike.
-BUILT_IN = (ECHO_AGENT, CABINET_AGENT, HOME_AGENT, ADMIN_AGENT, STATUS_AGENT, TRIP_AGENT)
+BUILT_IN = (ECHO_AGENT, CABINET_AGENT, HOME_AGENT, ADMIN_AGENT, STATUS_AGENT, TRIP_AGENT,
+            LAZY_AGENT)
 #: Every name a place keeps for itself.
 RESERVED_AGENTS = frozenset({*BUILT_IN, MAILBOX_AGENT})

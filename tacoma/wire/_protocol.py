@@ -19,8 +19,9 @@ error rather than a confused caller.
 Roles: a *client* meets a *place*; on the channel between a place and an agent's worker
 process the place is the *host* and the agent is the *worker*. A worker can also send Meets
 to its host: that is how an agent meets other agents (the primitive for moving and
-messaging). What each role may send is data, in `MAY_SEND`; the per-direction states and
-their transitions are data, in `TRANSITIONS`.
+messaging). A place meets its client for one thing only: the chunks of a lazy folder the
+client sent (see _lazy). What each role may send is data, in `MAY_SEND`; the per-direction
+states and their transitions are data, in `TRANSITIONS`.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ __all__ = [
 ]
 
 #: Bumped on any incompatible change to framing or events; peers must agree exactly.
-PROTOCOL_VERSION: Final = 4
+PROTOCOL_VERSION: Final = 5
 
 #: Largest frame accepted unless configured otherwise. A briefcase is held whole in memory on
 #: both sides (and once more in the worker), so this bounds what one meet can cost a place;
@@ -118,9 +119,11 @@ TRANSITIONS: Final[dict[tuple[str, type[Event]], str]] = {
     (OPEN, Bye): CLOSED,
 }
 
+#: A place meets its client too, for one thing only: the chunks of a lazy folder the client
+#: sent, which an agent reads (ag_lazy, see place._lazy and client._lazy).
 MAY_SEND: Final[dict[Role, frozenset[type[Event]]]] = {
-    Role.CLIENT: frozenset({Hello, Meet, Cancel, Bye}),
-    Role.PLACE: frozenset({Hello, Accepted, Result, Failed, Bye}),
+    Role.CLIENT: frozenset({Hello, Meet, Result, Failed, Cancel, Bye}),
+    Role.PLACE: frozenset({Hello, Meet, Accepted, Result, Failed, Bye}),
     Role.HOST: frozenset({Hello, Meet, Accepted, Result, Failed, Bye}),
     Role.WORKER: frozenset({Hello, Meet, Result, Failed, Log, Bye}),
 }

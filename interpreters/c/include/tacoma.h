@@ -84,6 +84,16 @@ TC__API int tc_replace(tc_bc bc, const char *name, const tc_elem *elements, size
 TC__API int tc_remove(tc_bc bc, const char *name);
 TC__API void tc_list_free(tc_list *list);
 
+/* Lazy folders (a folder that travels by reference; its data stays at the place that keeps
+ * it). tc_read gives, as the one item of `out`, `length` bytes (-1: all the rest) of the
+ * folder's elements joined, from `offset`: of a lazy folder only the chunks they are in
+ * are fetched. tc_folder_size is the bytes the folder holds (a lazy one's, unfetched), -1
+ * on error. tc_lazy makes the folder travel by reference from now on. */
+TC__API int tc_read(tc_bc bc, const char *name, long long offset, long long length,
+                    tc_list *out);
+TC__API long long tc_folder_size(tc_bc bc, const char *name);
+TC__API int tc_lazy(tc_bc bc, const char *name);
+
 /* Briefcases to meet with. */
 TC__API tc_bc tc_new(void);
 TC__API int tc_free(tc_bc bc);
@@ -364,6 +374,33 @@ TC__API int tc_replace(tc_bc bc, const char *name, const tc_elem *elements, size
 TC__API int tc_remove(tc_bc bc, const char *name) {
     char h[16];
     tc_elem parts[3] = {tc__str("remove"), tc__handle(bc, h), tc__str(name)};
+    return tc__call(3, parts, NULL);
+}
+
+TC__API int tc_read(tc_bc bc, const char *name, long long offset, long long length,
+                    tc_list *out) {
+    char h[16], at[32], count[32];
+    snprintf(at, sizeof at, "%lld", offset);
+    snprintf(count, sizeof count, "%lld", length);
+    tc_elem parts[5] = {tc__str("read"), tc__handle(bc, h), tc__str(name), tc__str(at),
+                        tc__str(count)};
+    return tc__call(5, parts, out);
+}
+
+TC__API long long tc_folder_size(tc_bc bc, const char *name) {
+    char h[16];
+    tc_list reply;
+    tc_elem parts[3] = {tc__str("folder_size"), tc__handle(bc, h), tc__str(name)};
+    if (tc__call(3, parts, &reply) != 0) return -1;
+    long long size = reply.count == 1 ? strtoll((const char *)reply.items[0].data, NULL, 10)
+                                      : -1;
+    tc_list_free(&reply);
+    return size;
+}
+
+TC__API int tc_lazy(tc_bc bc, const char *name) {
+    char h[16];
+    tc_elem parts[3] = {tc__str("lazy"), tc__handle(bc, h), tc__str(name)};
     return tc__call(3, parts, NULL);
 }
 

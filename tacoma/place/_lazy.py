@@ -1,0 +1,212 @@
+"""ag_lazy: the data of lazy folders (wire._lazy), kept at their origin and read from anywhere.
+
+Accent's copy-on-reference (seeds/003) at a place. Two requests, both meets of ag_lazy:
+
+- keep (an agent here, `lazy(name)`): the place keeps the folder's data for --lazy-seconds,
+  within --lazy-bytes for all of them, and answers its reference (this place, a random id,
+  the size, the root hash of its manifest);
+- fetch (REF, FIRST, COUNT, and MANIFEST for the first): the chunks FIRST..FIRST+COUNT-1,
+  and the manifest if asked. The data is this place's: only the principal whose agent (or
+  client) made it may read it, and a reference whose hash is not the data's is refused.
+  A reference to another place's data is fetched from that place, for the principal of
+  the agent that reads it, through the place's connections (so an agent reads a lazy
+  folder through its own place, wherever the data is: it has no network of its own).
+
+The reader checks every chunk against the manifest, and the manifest against the
+reference; a place that kept or relayed the data cannot change what is read unseen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..client._client import ClientCache
+from ..wire._briefcase import Briefcase
+from ..wire._errors import (
+    ConnectError,
+    LazyFolderError,
+    LimitExceeded,
+    MeetError,
+    NotAllowed,
+    TransportError,
+)
+from ..wire._lazy import CHUNK, Ref, Source, new_id
+from ..wire._names import LAZY_AGENT
+from ._settings import PlaceSettings
+
+__all__ = ["LazyStore"]
+
+log = logging.getLogger("tacoma.place")
+
+#: Room a fetch's answer leaves in a frame for its framing and the manifest.
+_MARGIN = 64 * 1024
+
+
+@dataclass(slots=True)
+class _Kept:
+    source: Source
+    owner: str  # the principal that may read it
+    expires: float  # monotonic
+
+
+class _Client(Protocol):
+    """The session of a client whose lazy folders this place relays (see _sessions)."""
+
+    async def ask(self, request: Briefcase, timeout: float) -> Briefcase: ...
+
+
+@dataclass(slots=True)
+class _Relayed:
+    """A lazy folder a client sent: its data stays with the client, and this place asks for
+    it over the client's connection, for whichever place reads it."""
+
+    client: _Client
+    ref: Ref  # as the client named it
+    owner: str
+    expires: float
+
+
+class LazyStore:
+    """The lazy folders' data this place keeps, and its reads of others' (see the module)."""
+
+    def __init__(self, address: str, settings: PlaceSettings) -> None:
+        self.address = address
+        self.limit = settings.lazy_bytes
+        self.lifetime = settings.lazy_seconds
+        self.max_frame = settings.max_frame
+        self.kept: dict[str, _Kept] = {}
+        self.relayed: dict[str, _Relayed] = {}
+        self.bytes = 0
+        #: Connections to other places, to read their data (set by Dispatch).
+        self.clients: ClientCache | None = None
+
+    async def serve(self, request: Briefcase, principal: str, agent_here: bool,
+                    timeout: float) -> Briefcase:
+        """Answer a meet of ag_lazy (see the module) for `principal`; `agent_here`: made by an
+        agent at this place (only those keep data here)."""
+        op = request.text("OP")
+        if op == ["keep"]:
+            if not agent_here:
+                raise NotAllowed(f"{LAZY_AGENT} keeps data for the agents at this place only")
+            return await self._keep(request, principal)
+        if op != ["fetch"]:
+            raise MeetError(f"{LAZY_AGENT}: OP is keep or fetch, got {op!r}")
+        ref, first, count, manifest = self._fetch_request(request)
+        if ref.origin != self.address:
+            return await self._forward(ref, request, principal, timeout)
+        relayed = self.relayed.get(ref.id)
+        if relayed is not None:
+            return await self._ask_client(relayed, ref, request, principal, timeout)
+        kept = self._find(ref, principal)
+        chunks = (kept.source.read(first, count) if kept.source.path is None
+                  else await asyncio.to_thread(kept.source.read, first, count))
+        answer = Briefcase(DATA=chunks)
+        if manifest:
+            answer["MANIFEST"] = [kept.source.manifest.pack()]
+        return answer
+
+    def _fetch_request(self, request: Briefcase) -> tuple[Ref, int, int, bool]:
+        try:
+            (packed,) = request.folder("REF")
+            ref = Ref.unpack(packed)
+            first, count = int(request.text("FIRST")[0]), int(request.text("COUNT")[0])
+        except (ValueError, IndexError, UnicodeDecodeError) as exc:
+            raise MeetError(f"{LAZY_AGENT}: a fetch needs REF (one reference), FIRST and "
+                            f"COUNT: {exc}") from None
+        if first < 0 or count < 1 or first + count > ref.chunks:
+            raise MeetError(f"{LAZY_AGENT}: chunks {first} to {first + count - 1} are not "
+                            f"all in lazy folder {ref.name} ({ref.chunks} chunks)")
+        if count * ref.chunk > self.max_frame - _MARGIN - 32 * ref.chunks:
+            raise LimitExceeded(f"{LAZY_AGENT}: {count} chunks of {ref.chunk:,} bytes do not "
+                                f"fit in one frame of {self.max_frame:,} bytes")
+        return ref, first, count, request.folder("MANIFEST") == [b"1"]
+
+    def relay(self, client: _Client, owner: str, ref: Ref) -> str:
+        """A client sent lazy folder `ref` in a meet here: the id this place names it by
+        (this place is its origin now, and asks the client for its chunks)."""
+        self._expire()
+        id_ = new_id()
+        self.relayed[id_] = _Relayed(client, ref, owner, time.monotonic() + self.lifetime)
+        return id_
+
+    async def _ask_client(self, relayed: _Relayed, ref: Ref, request: Briefcase,
+                          principal: str, timeout: float) -> Briefcase:
+        if relayed.expires <= time.monotonic():
+            raise LazyFolderError(f"lazy folder {ref.name}: place {self.address} relayed it "
+                                  f"for {self.lifetime:g} s, and no longer does")
+        if relayed.owner != principal:
+            raise NotAllowed(f"lazy folder {ref.name}: its data at {self.address} is not "
+                             f"{principal or 'anonymous'}'s to read")
+        if relayed.ref.root != ref.root:
+            raise LazyFolderError(f"lazy folder {ref.name}: the reference's hash is not that "
+                                  f"of the data {self.address} relays under its id")
+        asked = Briefcase(request)
+        asked["REF"] = [relayed.ref.pack()]
+        return await relayed.client.ask(asked, timeout)
+
+    def _find(self, ref: Ref, principal: str) -> _Kept:
+        self._expire()
+        kept = self.kept.get(ref.id)
+        if kept is None:
+            raise LazyFolderError(f"lazy folder {ref.name}: place {self.address} no longer "
+                                  f"holds its data (kept {self.lifetime:g} s, or never)")
+        if kept.owner != principal:
+            raise NotAllowed(f"lazy folder {ref.name}: its data at {self.address} is not "
+                             f"{principal or 'anonymous'}'s to read")
+        if kept.source.root != ref.root:
+            raise LazyFolderError(f"lazy folder {ref.name}: the reference's hash is not that "
+                                  f"of the data {self.address} holds under its id")
+        return kept
+
+    async def _forward(self, ref: Ref, request: Briefcase, principal: str,
+                       timeout: float) -> Briefcase:
+        """A fetch of another place's data: asked of that place, for `principal`."""
+        if not ref.origin:
+            raise LazyFolderError(f"lazy folder {ref.name}: its reference names no origin")
+        assert self.clients is not None
+        try:
+            client = await self.clients.get(ref.origin, timeout=min(timeout, 10.0))
+            answer = await asyncio.wait_for(
+                client.meet(LAZY_AGENT, request, "sync", timeout, principal), timeout)
+        except (ConnectError, TransportError, TimeoutError) as exc:
+            raise LazyFolderError(f"lazy folder {ref.name}: its origin {ref.origin} cannot "
+                                  f"be reached: {exc}") from None
+        assert isinstance(answer, Briefcase)
+        return answer
+
+    async def _keep(self, request: Briefcase, principal: str) -> Briefcase:
+        names = request.text("NAME")
+        if len(names) != 1:
+            raise MeetError(f"{LAZY_AGENT}: keep needs the folder's NAME")
+        elements = request.folder("DATA")
+        size = sum(len(e) for e in elements)
+        self._expire()
+        if self.bytes + size > self.limit:
+            raise LimitExceeded(f"place {self.address} keeps at most {self.limit:,} bytes of "
+                                f"lazy folders ({self.bytes:,} now): folder {names[0]} "
+                                f"({size:,} bytes) cannot be kept")
+        self.bytes += size  # held now, so that two keeps at once cannot both pass
+        try:
+            source = await asyncio.to_thread(Source, elements, None, CHUNK)
+        except BaseException:
+            self.bytes -= size
+            raise
+        id_ = new_id()
+        self.kept[id_] = _Kept(source, principal, time.monotonic() + self.lifetime)
+        log.debug("keeping lazy folder %s (%d bytes) as %s", names[0], size, id_)
+        return Briefcase(REF=[source.ref(names[0], self.address, id_).pack()])
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for id_ in [i for i, kept in self.kept.items() if kept.expires <= now]:
+            self.bytes -= self.kept.pop(id_).source.size
+        for id_ in [i for i, relayed in self.relayed.items() if relayed.expires <= now]:
+            del self.relayed[id_]
+
+    def status(self) -> dict[str, int]:
+        self._expire()
+        return {"kept": len(self.kept), "bytes": self.bytes, "relayed": len(self.relayed)}

@@ -222,11 +222,16 @@ class PlaceClient:
             reply = Result(event.rid, lazy_folders.serve(event.briefcase, self.address))
         except MeetError as exc:
             reply = Failed(event.rid, exc.kind, exc.message, exc.detail)
+        except TacomaError as exc:  # a fetch too large for a frame, ...
+            reply = Failed(event.rid, LazyFolderError.kind, str(exc), "")
         except OSError as exc:  # the file went away, or cannot be read
             reply = Failed(event.rid, LazyFolderError.kind, f"the client cannot read the "
                            f"lazy folder's data: {exc}", "")
         if not channel.is_closing:
-            channel.send(reply)
+            try:
+                channel.send(reply)
+            except TacomaError as exc:  # the chunks do not fit the place's frames
+                channel.send(Failed(event.rid, LazyFolderError.kind, str(exc), ""))
 
     def channel_closed(self, channel: Channel, exc: BaseException | None) -> None:
         reason = channel.close_reason or (str(exc) if exc else "closed")

@@ -141,7 +141,7 @@ class PlaceSettings:
     pool_size: int = 2
     pool_max: int | None = None
     max_frame: int = DEFAULT_MAX_FRAME
-    lazy_bytes: int = 512 * 1024 * 1024
+    lazy_bytes: int = 256 * 1024 * 1024
     lazy_seconds: float = 600.0
     prefetch: int = 1
     max_meets: int = 256

@@ -65,6 +65,8 @@ CABINET_REQUEST_FOLDERS = frozenset({"OP", "CABINET", "FOLDER", "PRIVATE", CODE}
 
 #: Longest folder name accepted: names are labels, not data.
 MAX_FOLDER_NAME = 255
+#: Most lazy folders one briefcase may carry (each costs the place that relays it a record).
+MAX_LAZY_FOLDERS = 1024
 
 
 def check_folder_name(name: object) -> str:
@@ -514,6 +516,8 @@ class Briefcase(MutableMapping[str, list[bytes]]):
             bc._folders[name] = elements
         if LAZY in bc._folders:
             bc._lazy = {}
+            if len(bc._folders[LAZY]) > MAX_LAZY_FOLDERS:
+                raise ValueError(f"a briefcase holds at most {MAX_LAZY_FOLDERS} lazy folders")
             for packed in bc._folders.pop(LAZY):
                 ref = Ref.unpack(packed)
                 if bc._folders.get(ref.name) != [] or ref.name in bc._lazy:

@@ -255,7 +255,10 @@ class Lazy:
             run = index
             while run <= last and run not in self._cache:
                 run += 1
-            count = min(ref.chunks - index, run - index + max(0, prefetch))
+            end = run  # then up to `prefetch` chunks more, that are not here either
+            while end < min(ref.chunks, run + max(0, prefetch)) and end not in self._cache:
+                end += 1
+            count = end - index
             manifest, chunks = fetch(ref, index, count, self._manifest is None)
             if self._manifest is None:
                 if manifest is None:

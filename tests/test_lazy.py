@@ -433,3 +433,17 @@ def test_the_cli_sends_a_file_by_reference(two: tuple[RunningPlace, RunningPlace
                           "--code", str(program), "-f", f"DATA=@@{tmp_path / 'none'}"],
                          capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode == 2 and "cannot read" in bad.stderr
+
+
+@pytest.mark.parametrize(("prefetch", "fetches"), [(0, 8), (1, 4), (3, 2)])
+def test_prefetch_sets_how_many_chunks_come_with_each(
+        start_place: Callable[..., RunningPlace], prefetch: int, fetches: int) -> None:
+    """Accent's prefetch, per place: a sequential scan of 8 chunks, one at a time."""
+    place = start_place("--prefetch", str(prefetch))
+    data = os.urandom(8 * CHUNK)
+    before = client_lazy.served["fetches"]
+    result = tacoma.meet(place.target("ag_python"), {"DATA": tacoma.lazy(data)}, timeout=60,
+                         code=f'bc["OK"] = [str(b"".join(bc.read("DATA", i * {CHUNK}, {CHUNK}) '
+                              f'for i in range(8)) == bc.read("DATA", 0))]')
+    assert result.text("OK") == ["True"]
+    assert client_lazy.served["fetches"] - before == fetches

@@ -165,3 +165,28 @@ def test_the_passive_server_is_the_installed_tacoma_whatever_the_directory(
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_lazy_beside_accents_figures(tmp_path) -> None:
+    """Accent's experiment, quick: eager and lazy meets of 1 and 10 MB, each share read in
+    order and at random, with prefetch 0, 1 and 3; what was moved is what was served."""
+    out_file = tmp_path / "lazy.json"
+    done = _bench("lazy", "--quick", "--json", str(out_file))
+    assert done.returncode == 0, done.stderr
+    assert "eager against lazy folders" in done.stdout and "Table 4-5" in done.stdout
+    assert "lazy PF3" in done.stdout and "First reference of each file" in done.stdout
+    rows = json.loads(out_file.read_text())["lazy"]
+    assert len(rows) == 2 * 4 * 2 * 4  # sizes, shares, patterns, eager and 3 prefetches
+    for row in rows:
+        reads = max(1, math.ceil(row["size"] * row["fraction"] / 65536))
+        last = row["size"] - (row["size"] // 65536) * 65536  # the short last chunk
+        # The agent read its share (at random, perhaps the short last chunk among it).
+        assert row["touched"] in (min(reads * 65536, row["size"]),
+                                  (reads - 1) * 65536 + last)
+        assert 0 < row["transfer_ms"] < row["total_ms"]
+        if row["strategy"] == "eager":
+            assert row["moved"] == row["size"]
+        elif row["fraction"] < 0.1:  # the chunks read, their prefetch, and the manifest
+            assert row["moved"] <= (reads + reads * row["prefetch"] + 1) * 65536 + 8192
+        else:
+            assert row["moved"] >= row["touched"]

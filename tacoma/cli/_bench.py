@@ -88,7 +88,9 @@ def bench(names: tuple[str, ...], quick: bool, json_path: Path | None, places: s
     `tacoma bench overhead` measures PAN's ActiveOverhead instead: a plain msgpack
     request/reply against meets of ag_echo and of a Python agent, per briefcase size and
     isolation setting. `tacoma bench breakdown` traces meets and prints the median of
-    each step of the meet's path beside TACOMA 1.3's Table 1.
+    each step of the meet's path beside TACOMA 1.3's Table 1. `tacoma bench lazy` is
+    Accent's copy-on-reference experiment: briefcases of 1 MB to 1 GB, 0.1% to 100% of them
+    read, sent eagerly or as lazy folders with prefetch 0 to 15.
 
     \b
     Examples:
@@ -97,6 +99,7 @@ def bench(names: tuple[str, ...], quick: bool, json_path: Path | None, places: s
       tacoma bench --places 10.0.0.1:7707,10.0.0.2:7707,10.0.0.3:7707,10.0.0.4:7707
       tacoma bench overhead --quick
       tacoma bench breakdown
+      tacoma bench lazy --quick
     """
     from .. import bench as suite
 
@@ -109,6 +112,9 @@ def bench(names: tuple[str, ...], quick: bool, json_path: Path | None, places: s
         return
     if [n.lower() for n in names] == ["breakdown"]:
         _bench_breakdown(quick, json_path, places, plot_dir)
+        return
+    if [n.lower() for n in names] == ["lazy"]:
+        _bench_lazy(quick, json_path)
         return
 
     try:
@@ -182,6 +188,25 @@ def _bench_breakdown(quick: bool, json_path: Path | None, places: str | None,
         from ..bench._plot import plot_breakdown
 
         click.echo(f"wrote {plot_breakdown(medians, plot_dir)}", err=True)
+
+
+def _bench_lazy(quick: bool, json_path: Path | None) -> None:
+    import dataclasses
+
+    from ..bench._lazy import lazy_table, measure_lazy
+
+    click.echo(f"tacoma bench lazy: {'quick' if quick else 'full'} run (briefcases up to "
+               f"{'10 MB' if quick else '1 GB'}), about "
+               f"{'1 minute' if quick else '15 minutes'}", err=True)
+    try:
+        with _progress(0, "lazy") as progress:
+            rows, hashing = measure_lazy(quick, progress)
+    except (tacoma.TacomaError, RuntimeError, OSError) as exc:
+        raise click.ClickException(f"the benchmark failed: {exc}") from None
+    lazy_table(rows, hashing)
+    if json_path is not None:
+        json_path.write_text(json.dumps({"lazy": [dataclasses.asdict(r) for r in rows],
+                                         "first_reference_ms": hashing}, indent=2))
 
 
 def _bench_overhead(quick: bool, json_path: Path | None, plot_dir: Path | None) -> None:

@@ -153,9 +153,9 @@ class Briefcase(MutableMapping[str, list[bytes]]):
 
     def __init__(
         self,
-        folders: Mapping[str, Iterable[bytes | str]] | None = None,
+        folders: Mapping[str, Iterable[bytes | str] | Lazy] | None = None,
         /,
-        **named: Iterable[bytes | str],
+        **named: Iterable[bytes | str] | Lazy,
     ) -> None:
         self._folders: dict[str, list[bytes]] = {}
         self._lazy: dict[str, _Held] | None = None
@@ -471,8 +471,11 @@ class Briefcase(MutableMapping[str, list[bytes]]):
             lazy = self._lazy[name].lazy
             size = lazy.ref.size
             return lazy.read(_fetch, offset, size if length is None else length, _prefetch)
-        data = b"".join(self._folders.get(name, ()))
-        return data[offset:] if length is None else data[offset:offset + length]
+        folder = self._folders.get(name, [])
+        end = None if length is None else offset + length
+        if len(folder) == 1:  # the usual data folder: slice it, with no copy of the rest
+            return folder[0][offset:end]
+        return b"".join(folder)[offset:end]
 
     def folder_size(self, name: str) -> int:
         """Bytes in folder `name`'s elements (a lazy folder's, without fetching it)."""

@@ -398,9 +398,16 @@ def test_another_principals_data_is_not_theirs_to_read(
     assert "is not lazy-other's to read" in lines[1]
 
 
-def test_only_an_agent_here_may_keep_data(two: tuple[RunningPlace, RunningPlace]) -> None:
+def test_only_an_agent_here_may_keep_data_or_fetch_elsewhere(
+        two: tuple[RunningPlace, RunningPlace]) -> None:
+    """A client cannot store data at a place, nor make it connect to another (which would
+    pass by the --allow rules: ag_lazy answers to its own)."""
     with pytest.raises(tacoma.NotAllowed, match="keeps data for the agents at this place"):
         tacoma.meet(two[0].target("ag_lazy"), {"OP": ["keep"], "NAME": ["X"], "DATA": ["1"]})
+    ref = Ref("DATA", two[1].address, "0" * 32, 10, 1, CHUNK, b"\0" * 32)
+    with pytest.raises(tacoma.NotAllowed, match="for the agents at this place only"):
+        tacoma.meet(two[0].target("ag_lazy"), {"OP": ["fetch"], "REF": [ref.pack()],
+                                                "FIRST": ["0"], "COUNT": ["1"]})
 
 
 def test_a_client_that_is_gone_is_an_error(two: tuple[RunningPlace, RunningPlace],

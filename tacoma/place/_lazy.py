@@ -97,6 +97,9 @@ class LazyStore:
             raise MeetError(f"{LAZY_AGENT}: OP is keep or fetch, got {op!r}")
         ref, first, count, manifest = self._fetch_request(request)
         if ref.origin != self.address:
+            if not agent_here:  # nobody else makes this place connect anywhere for them
+                raise NotAllowed(f"{LAZY_AGENT} fetches another place's data for the agents "
+                                 f"at this place only (the data is at {ref.origin})")
             return await self._forward(ref, request, principal, timeout)
         relayed = self.relayed.get(ref.id)
         if relayed is not None:

@@ -108,7 +108,7 @@ def test_nothing_outside_an_agent_reads_a_reference_it_cannot_fetch() -> None:
     {"DATA": [], LAZY: [msgpack.packb(["DATA", "p:1", "id", -1, 1, CHUNK, b"\0" * 32])]},
 ])
 def test_a_malformed_reference_is_a_bad_frame(wire: dict[str, list[bytes]]) -> None:
-    with pytest.raises(ValueError, match="lazy folder|LAZY element"):
+    with pytest.raises(ValueError, match=r"lazy folder|LAZY element"):
         Briefcase.from_wire(wire)
 
 

@@ -17,6 +17,7 @@ import click
 
 from .._version import __version__
 from ._admin import kill, ps
+from ._advise import advise
 from ._bench import bench
 from ._cabinet import cabinet
 from ._common import INTERRUPTED_STATUS, USAGE_STATUS, report
@@ -91,6 +92,6 @@ def main() -> None:
     """
 
 
-for _command in (meet, send, status, ps, kill, bench, place, doctor, install, cabinet, trust,
-                 testbed):
+for _command in (meet, send, status, ps, kill, bench, advise, place, doctor, install, cabinet,
+                 trust, testbed):
     main.add_command(_command)

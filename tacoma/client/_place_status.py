@@ -109,6 +109,13 @@ class PlaceStatus:
     #: Agents installed with --trusted, run in the place's process: (name, meets since the
     #: place loaded it, why it cannot be loaded or "").
     trusted: tuple[tuple[str, int, str], ...] = ()
+    #: The host's 1-minute load average and its cores, and the CPU rate of each agent there
+    #: (--cpus): what a meet competes for (tacoma advise).
+    load: float = 0.0
+    cpus: int = 1
+    agent_cpus: float = 1.0
+    #: Lazy folders' data it keeps for its agents (folders, bytes) and relays for clients.
+    lazy: dict[str, int] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @classmethod
@@ -128,7 +135,10 @@ class PlaceStatus:
             cabinets=data["cabinets"], programs=Programs(**data.get("programs", {})),
             trusted=tuple((t["name"], t["meets"], t["problem"])
                           for t in data.get("trusted", [])),
-            data=data)
+            load=data.get("host", {}).get("load", 0.0),
+            cpus=data.get("host", {}).get("cpus", 1),
+            agent_cpus=data.get("host", {}).get("agent_cpus", 1.0),
+            lazy=data.get("lazy", {}), data=data)
 
     # ------------------------------------------------------------------ for people
     def _facts(self) -> list[tuple[str, str]]:
@@ -153,6 +163,11 @@ class PlaceStatus:
             ("mailboxes", f"{sum(r.messages for r in self.residents)} messages, "
                           f"{human_size(self.mailbox_bytes)} waiting (at most "
                           f"{human_size(self.mailbox_max_bytes)} at the place)"),
+            ("host", f"load {self.load:g} on {self.cpus} cores; each agent gets "
+                     f"{self.agent_cpus:g} of a core"),
+            ("lazy folders", f"{self.lazy.get('kept', 0)} kept for agents "
+                             f"({human_size(self.lazy.get('bytes', 0))}), "
+                             f"{self.lazy.get('relayed', 0)} relayed for clients"),
             ("cabinets", str(self.cabinets)),
             ("programs", f"{self.programs.programs} kept by hash "
                          f"({human_size(self.programs.bytes)}); {self.programs.named} meets "

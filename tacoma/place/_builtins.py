@@ -228,6 +228,11 @@ class BuiltIns:
                           "max_bytes": self.residents.max_total_bytes},
             "cabinets": await self.cabinets.count(),
             "programs": dataclasses.asdict(self.codes.stats),
+            # What a meet here competes for (tacoma advise): the host's load and cores, and
+            # the CPU rate each agent gets (--cpus).
+            "host": {"load": round(os.getloadavg()[0], 2), "cpus": os.cpu_count() or 1,
+                     "agent_cpus": self.settings.limits.cpus},
+            "lazy": self.lazy.status(),
         }
 
     def ps(self) -> list[dict[str, Any]]:

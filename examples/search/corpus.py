@@ -13,12 +13,17 @@ import argparse
 import random
 from pathlib import Path
 
-WORDS = ("the of and to in is that for it as with was on be by this are or from at an "
-         "which but not have has had were all their there can been one more will would "
-         "place agent briefcase folder cabinet meet network kernel process memory server "
-         "client file cache disk block request time data code move fetch read write scan "
-         "search pattern error line text system machine host trust thread socket frame "
-         "buffer queue worker zygote sandbox limit quota share load speed latency").split()
+WORDS = (
+    "the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "with", "was", "on", "be",
+    "by", "this", "are", "or", "from", "at", "an", "which", "but", "not", "have", "has", "had",
+    "were", "all", "their", "there", "can", "been", "one", "more", "will", "would", "place",
+    "agent", "briefcase", "folder", "cabinet", "meet", "network", "kernel", "process",
+    "memory", "server", "client", "file", "cache", "disk", "block", "request", "time", "data",
+    "code", "move", "fetch", "read", "write", "scan", "search", "pattern", "error", "line",
+    "text", "system", "machine", "host", "trust", "thread", "socket", "frame", "buffer",
+    "queue", "worker", "zygote", "sandbox", "limit", "quota", "share", "load", "speed",
+    "latency",
+)
 PHRASE = "mobile agents meet the data"
 FILE_BYTES = 256 * 1024
 
@@ -31,7 +36,7 @@ def misspelt(rng: random.Random, phrase: str) -> str:
 def make(root: Path, megabytes: float, seed: int = 1) -> int:
     """Write the corpus under `root`; the number of lines that hold the phrase (exactly or
     with one letter changed)."""
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # noqa: S311 - a reproducible corpus, not a secret
     total, planted, number, index = int(megabytes * 1_000_000), 0, 0, 0
     written = 0
     while written < total:

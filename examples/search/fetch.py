@@ -16,7 +16,8 @@ import tacoma
 
 HERE = Path(__file__).parent
 _spec = importlib.util.spec_from_file_location("search", HERE / "search.py")
-assert _spec is not None and _spec.loader is not None
+assert _spec is not None
+assert _spec.loader is not None
 search = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(search)
 

@@ -78,7 +78,7 @@ def files(root: str) -> list[tuple[str, str]]:
     return out
 
 
-def agent(bc) -> None:  # noqa: ANN001 - the agent's briefcase
+def agent(bc) -> None:
     pattern = bc["PATTERN"][0]
     errors = int(bc.text("ERRORS")[0]) if bc.folder("ERRORS") else 1
     most = int(bc.text("MAX")[0]) if bc.folder("MAX") else 1000
@@ -103,4 +103,4 @@ def agent(bc) -> None:  # noqa: ANN001 - the agent's briefcase
 
 
 if "bc" in globals():  # run as an agent (tacoma meet ... --code search.py)
-    agent(bc)  # type: ignore[name-defined]  # noqa: F821
+    agent(bc)  # type: ignore[name-defined]

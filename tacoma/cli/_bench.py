@@ -90,7 +90,10 @@ def bench(names: tuple[str, ...], quick: bool, json_path: Path | None, places: s
     isolation setting. `tacoma bench breakdown` traces meets and prints the median of
     each step of the meet's path beside TACOMA 1.3's Table 1. `tacoma bench lazy` is
     Accent's copy-on-reference experiment: briefcases of 1 MB to 1 GB, 0.1% to 100% of them
-    read, sent eagerly or as lazy folders with prefetch 0 to 15.
+    read, sent eagerly or as lazy folders with prefetch 0 to 15. `tacoma bench movecode`
+    searches a corpus by moving the code to the data and by fetching the data, varying
+    the place's CPU share, its background load and the data's size, beside `tacoma
+    advise`'s prediction.
 
     \b
     Examples:
@@ -100,6 +103,7 @@ def bench(names: tuple[str, ...], quick: bool, json_path: Path | None, places: s
       tacoma bench overhead --quick
       tacoma bench breakdown
       tacoma bench lazy --quick
+      tacoma bench movecode --quick
     """
     from .. import bench as suite
 
@@ -115,6 +119,9 @@ def bench(names: tuple[str, ...], quick: bool, json_path: Path | None, places: s
         return
     if [n.lower() for n in names] == ["lazy"]:
         _bench_lazy(quick, json_path)
+        return
+    if [n.lower() for n in names] == ["movecode"]:
+        _bench_movecode(quick, json_path)
         return
 
     try:
@@ -207,6 +214,24 @@ def _bench_lazy(quick: bool, json_path: Path | None) -> None:
     if json_path is not None:
         json_path.write_text(json.dumps({"lazy": [dataclasses.asdict(r) for r in rows],
                                          "first_reference_ms": hashing}, indent=2))
+
+
+def _bench_movecode(quick: bool, json_path: Path | None) -> None:
+    import dataclasses
+
+    from ..bench._movecode import measure_movecode, movecode_table
+
+    click.echo(f"tacoma bench movecode: {'quick' if quick else 'full'} run, about "
+               f"{'1 minute' if quick else '5 minutes'}", err=True)
+    try:
+        with _progress(0, "movecode") as progress:
+            rows = measure_movecode(quick, progress)
+    except (tacoma.TacomaError, RuntimeError, OSError) as exc:
+        raise click.ClickException(f"the benchmark failed: {exc}") from None
+    movecode_table(rows)
+    if json_path is not None:
+        json_path.write_text(json.dumps({"movecode": [
+            {**dataclasses.asdict(r), "faster": r.faster} for r in rows]}, indent=2))
 
 
 def _bench_overhead(quick: bool, json_path: Path | None, plot_dir: Path | None) -> None:

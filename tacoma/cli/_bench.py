@@ -93,7 +93,8 @@ def bench(names: tuple[str, ...], quick: bool, json_path: Path | None, places: s
     read, sent eagerly or as lazy folders with prefetch 0 to 15. `tacoma bench movecode`
     searches a corpus by moving the code to the data and by fetching the data, varying
     the place's CPU share, its background load and the data's size, beside `tacoma
-    advise`'s prediction.
+    advise`'s prediction; `tacoma bench spalink` runs Spalink, Hartman and Gibson's
+    simulator of the same question (synthetic traces).
 
     \b
     Examples:
@@ -104,6 +105,7 @@ def bench(names: tuple[str, ...], quick: bool, json_path: Path | None, places: s
       tacoma bench breakdown
       tacoma bench lazy --quick
       tacoma bench movecode --quick
+      tacoma bench spalink
     """
     from .. import bench as suite
 
@@ -122,6 +124,9 @@ def bench(names: tuple[str, ...], quick: bool, json_path: Path | None, places: s
         return
     if [n.lower() for n in names] == ["movecode"]:
         _bench_movecode(quick, json_path)
+        return
+    if [n.lower() for n in names] == ["spalink"]:
+        _bench_spalink(quick, json_path)
         return
 
     try:
@@ -232,6 +237,20 @@ def _bench_movecode(quick: bool, json_path: Path | None) -> None:
     if json_path is not None:
         json_path.write_text(json.dumps({"movecode": [
             {**dataclasses.asdict(r), "faster": r.faster} for r in rows]}, indent=2))
+
+
+def _bench_spalink(quick: bool, json_path: Path | None) -> None:
+    import dataclasses
+
+    from ..bench._spalink import spalink_tables
+
+    click.echo(f"tacoma bench spalink: simulating, about {'20 s' if quick else '1 minute'}",
+               err=True)
+    outcomes = spalink_tables(quick)
+    if json_path is not None:
+        json_path.write_text(json.dumps({"spalink": [
+            {**dataclasses.asdict(o), "agrep_s": o.agrep_s if o.agrep_s != float("inf")
+             else None} for o in outcomes]}, indent=2))
 
 
 def _bench_overhead(quick: bool, json_path: Path | None, plot_dir: Path | None) -> None:

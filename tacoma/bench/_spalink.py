@@ -16,8 +16,8 @@ requests are metadata, as in theirs), each request issued when the previous one 
 agrep's computation on the block (15 cycles a byte at 133 MHz, scaled by the speed of the
 CPU it runs on); the background is independent requests arriving at random (Poisson, 600
 a second, as in a busy interval), 87% metadata as in their Auspex trace, 80% reads, over
-2,000 files whose popularity falls off as Zipf's law (so a cache helps it, unlike agrep). Our assumptions
-where the paper is silent: agrep's accesses at the server cost half the cycles of a
+2,000 files whose popularity falls off as Zipf's law (so a cache helps it, unlike agrep).
+Our assumptions where the paper is silent: agrep's accesses at the server cost half the cycles of a
 remote request (file system work, no network protocol); writes go to the disk (write
 through). Each run warms the caches with 60 s of background, then runs agrep and the
 background together until agrep ends; it reports agrep's run time, both workloads' block

@@ -190,3 +190,48 @@ def test_lazy_beside_accents_figures(tmp_path) -> None:
             assert row["moved"] <= (reads + reads * row["prefetch"] + 1) * 65536 + 8192
         else:
             assert row["moved"] >= row["touched"]
+
+
+def test_movecode_both_ways_beside_the_advice() -> None:
+    """A small grid: 1 MB, with and without background clients, at two CPU shares (as
+    root; one share otherwise): both ways find the planted lines, the advice is recorded
+    and counted, and the background's latency is measured while it runs."""
+    import io
+    import os
+
+    from tacoma.bench._movecode import measure_movecode, movecode_table
+
+    rows = measure_movecode(True, sizes_mb=[1.0], cpus=[1.0, 0.2], clients=[0, 1])
+    assert len(rows) == (4 if os.geteuid() == 0 else 2)
+    for row in rows:
+        assert row.matches > 0 and row.move_s > 0 and row.fetch_s > 0
+        assert row.predicted in ("move", "fetch") and row.faster in ("move", "fetch")
+        assert (row.background_move_ms is None) == (row.clients == 0)
+    out = io.StringIO()
+    movecode_table(rows, file=out)
+    right = sum(r.predicted == r.faster for r in rows)
+    assert f"it picked the faster way in {right} of {len(rows)} settings" in out.getvalue()
+
+
+def test_spalink_shapes(tmp_path) -> None:
+    """The simulator reproduces the shapes the paper reports: a cache helps the background's
+    hits and not agrep's (one sequential pass); a slow server starves agrep there, a fast
+    one helps it a little."""
+    from tacoma.bench._spalink import simulate
+
+    small, large = simulate("client", cache_mb=4), simulate("client", cache_mb=64)
+    assert large.background_hits > small.background_hits + 0.1
+    assert small.agrep_hits < 0.05 and large.agrep_hits < 0.05
+    # agrep gains only from the disk the background's hits leave it, less than they do.
+    assert large.agrep_s / small.agrep_s > large.background_latency_ms / \
+        small.background_latency_ms
+    slow_client, slow_server = simulate("client", speed=0.25), simulate("server", speed=0.25)
+    assert slow_server.agrep_s > 1.5 * slow_client.agrep_s
+    fast_client, fast_server = simulate("client", speed=2), simulate("server", speed=2)
+    assert fast_server.agrep_s < fast_client.agrep_s
+    out_file = tmp_path / "spalink.json"
+    done = _bench("spalink", "--quick", "--json", str(out_file))
+    assert done.returncode == 0, done.stderr
+    assert "Figures 6-7" in done.stdout and "synthetic" in done.stdout
+    assert {o["where"] for o in json.loads(out_file.read_text())["spalink"]} == {"client",
+                                                                               "server"}

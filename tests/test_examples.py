@@ -50,3 +50,14 @@ def test_directory_is_a_trusted_agent_clients_and_isolated_agents_use() -> None:
     assert "the client looked up weather: 10.0.0.7:7707" in out
     assert "an isolated agent looked up archive: 10.0.0.9:7707" in out
     assert re.search(r"median meet: directory \(trusted\) [\d,]+ µs", out)
+
+
+def test_search_finds_the_same_lines_both_ways() -> None:
+    """examples/search: search.py and search.c sent to the data, and the files fetched and
+    searched here, find the same planted lines."""
+    done = subprocess.run([sys.executable, str(EXAMPLES / "search" / "run.py"), "--mb", "3"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "both ways found the same lines" in done.stdout
+    assert re.search(r"code to the data, ag_c: \d+ lines", done.stdout)
+    assert re.search(r"data to the code: \d+ lines in .* \(3\.\d MB fetched\)", done.stdout)

@@ -28,7 +28,8 @@ ROUNDS = 10
 @pytest.fixture(scope="module")
 def lazy_place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     yield from _serve(start_place(tmp_path_factory.mktemp("lazy_place") / "state",
-                                  "--max-briefcase", str(MAX_EAGER + MB)))
+                                  "--max-briefcase", str(MAX_EAGER + MB),
+                                  "--max-receiving", str(2 * MAX_EAGER + MB)))
 
 
 @pytest.fixture(scope="module")

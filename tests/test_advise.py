@@ -103,6 +103,11 @@ def test_advise_runs_the_better_way(place: RunningPlace) -> None:
     moved, _ = _advise.move(advice, program, extra)
     fetched, _ = _advise.fetch(advice, program, extra)
     assert sorted(moved["MATCHES"]) == sorted(fetched["MATCHES"]) != []
+    # In batches of about a file each (the corpus's files are 256 kB, the last smaller):
+    # every file is fetched once, whatever fits in each batch.
+    batched, _ = _advise.fetch(advice, program, extra, batch=300_000)
+    assert batched["FILES"] == moved["FILES"]
+    assert sorted(batched["MATCHES"]) == sorted(moved["MATCHES"])
 
 
 def test_a_size_predicts_for_that_much_data(place: RunningPlace) -> None:

@@ -117,6 +117,27 @@ def test_the_reference_folder_is_reserved() -> None:
         Briefcase({LAZY: [b"mine"]}).to_wire()
 
 
+def test_a_folder_the_system_reads_cannot_be_lazy() -> None:
+    """A place reads TRACE, CODE, ITINERARY...: as references they would make it fetch."""
+    ref = Source([b"x"]).ref("TRACE", "p:1", "id")
+    with pytest.raises(ValueError, match="TRACE cannot be lazy"):
+        Briefcase.from_wire({"TRACE": [], LAZY: [ref.pack()]})
+    with pytest.raises(ValueError, match="CODE cannot be lazy"):
+        Briefcase(CODE=Lazy(ref))
+
+
+def test_asking_and_copying_do_not_fetch() -> None:
+    source = Source([b"a" * 10, b"", b""])  # empty elements too: 3 elements of 10 bytes
+    back = Briefcase.from_wire(Briefcase(DATA=Lazy(source.ref("", "p:1", "id"))).to_wire())
+    assert "DATA" in back and back.folder_size("DATA") == 10  # nothing fetched (it cannot)
+    swapped = back.swapped("X", "Y", [])
+    swapped.remove("DATA")
+    assert back.is_lazy("DATA")  # the swapped briefcase's changes are its own
+    both = Briefcase(back, MORE=[b"1"])
+    assert both.is_lazy("DATA") and both["MORE"] == [b"1"]
+    assert back != {"DATA": []}  # a reference is not an empty folder
+
+
 # ------------------------------------------------------------------- at places, in every language
 READ_RANGE = {
     "ag_python": 'bc["SIZE"] = [str(bc.folder_size("DATA"))]\n'
@@ -329,7 +350,7 @@ def test_kept_data_expires(start_place: Callable[..., RunningPlace]) -> None:
 
 
 def test_a_place_keeps_no_more_than_lazy_bytes(start_place: Callable[..., RunningPlace]) -> None:
-    place = start_place("--lazy-bytes", "100k")
+    place = start_place("--lazy-bytes", "100k", "--share", "1")
     program = textwrap.dedent("""
         bc["DATA"] = [b"x" * 60000]
         bc.lazy("DATA")
@@ -342,6 +363,25 @@ def test_a_place_keeps_no_more_than_lazy_bytes(start_place: Callable[..., Runnin
     result = tacoma.meet(place.target("ag_python"), code=program, timeout=60)
     assert result.is_lazy("DATA") and not result.is_lazy("MORE")
     assert "keeps at most 102,400 bytes of lazy folders" in result.text("ERR")[0]
+
+
+def test_one_principal_keeps_its_share_of_lazy_bytes(
+        start_place: Callable[..., RunningPlace]) -> None:
+    """Each kept folder costs its data, its elements' places and its record; no principal
+    may hold more than --share of --lazy-bytes."""
+    place = start_place("--lazy-bytes", "400k", "--share", "0.25")
+    program = textwrap.dedent("""
+        bc["A"] = [b"x" * 60000]
+        bc.lazy("A")
+        bc["B"] = [b"y" * 60000]
+        try:
+            bc.lazy("B")
+        except LimitExceeded as exc:
+            bc["ERR"] = [str(exc)]
+    """)
+    result = tacoma.meet(place.target("ag_python"), code=program, timeout=60)
+    assert result.is_lazy("A") and not result.is_lazy("B")
+    assert "which lets any one principal keep 102,400" in result.text("ERR")[0]
 
 
 def forged(bc: Briefcase, name: str, **changes: object) -> Briefcase:
@@ -359,9 +399,10 @@ def test_a_forged_reference_is_refused(two: tuple[RunningPlace, RunningPlace]) -
     a, _ = two
     made = tacoma.meet(a.target("ag_python"), code='bc["DATA"] = [b"x" * 1000]\n'
                                                     'bc.lazy("DATA")', timeout=60)
-    for changes, expected in (({"root": b"\1" * 32}, "the reference's hash is not that"),
+    for changes, expected in (({"root": b"\1" * 32}, "hash or layout is not that"),
                               ({"id": "0" * 32}, "no longer holds its data"),
-                              ({"size": 2000}, "manifest does not fit")):
+                              ({"size": 2000}, "hash or layout is not that"),
+                              ({"chunk": 1}, "hash or layout is not that")):
         result = tacoma.meet(a.target("ag_python"), forged(made, "DATA", **changes),
                              code=READ_OR_SAY_WHY["ag_python"], timeout=60)
         assert expected in result.text("ERR")[0], (changes, result)

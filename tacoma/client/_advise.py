@@ -48,7 +48,7 @@ if not os.path.isdir(root):
     fail(f"no directory {bc.text('DIR')[0]} in the place's data directory")
 limit, skip = int(bc.text("LIMIT")[0]), int(bc.text("SKIP")[0])
 whole = bool(bc.folder("WHOLE"))
-names, data, total, count, taken = [], [], 0, 0, 0
+names, data, total, count, taken, full = [], [], 0, 0, 0, False
 for directory, dirs, files in os.walk(root):
     dirs.sort()
     for name in sorted(files):
@@ -56,7 +56,8 @@ for directory, dirs, files in os.walk(root):
         size = os.path.getsize(path)
         total += size
         count += 1
-        if count <= skip or taken >= limit or (whole and names and taken + size > limit):
+        full = full or taken >= limit or (whole and bool(names) and taken + size > limit)
+        if count <= skip or full:  # the files taken are consecutive, from SKIP on
             continue
         with open(path, "rb") as file:
             chunk = file.read(-1 if whole else limit - taken)
@@ -261,14 +262,14 @@ def move(advice: Advice, program: str, extra: Briefcase | None = None,
 
 
 def fetch(advice: Advice, program: str, extra: Briefcase | None = None,
-          timeout: float = 600) -> tuple[Briefcase, float]:
+          timeout: float = 600, batch: int = BATCH) -> tuple[Briefcase, float]:
     """The data way, whole: the directory's files fetched in batches, the program run here."""
     _, place = _agent_of(advice.target)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tacoma-advise-") as temp:
         skip = 0
         while True:
-            got, _ = _reader(place, advice.directory, BATCH, skip=skip, whole=True,
+            got, _ = _reader(place, advice.directory, batch, skip=skip, whole=True,
                              timeout=timeout)
             names = got.text("NAMES")
             if not names:

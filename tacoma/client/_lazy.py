@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..wire._briefcase import Briefcase
 from ..wire._errors import LazyFolderError, MeetError, NotAllowed
-from ..wire._lazy import CHUNK, Lazy, Ref, Source, new_id
+from ..wire._lazy import CHUNK, MAX_FETCH, Lazy, Ref, Source, new_id
 
 __all__ = ["HOLD_SECONDS", "lazy", "serve"]
 
@@ -104,9 +104,10 @@ def serve(request: Briefcase, place: str) -> Briefcase:
                               f"{HOLD_SECONDS:g} s at most, or never)")
     if place not in held.places:
         raise NotAllowed(f"lazy folder {ref.name} was not sent to place {place}")
-    if first < 0 or count < 1 or first + count > ref.chunks or held.source.root != ref.root:
+    if first < 0 or count < 1 or first + count > ref.chunks \
+            or not held.source.manifest.fits(ref) or count * ref.chunk > MAX_FETCH:
         raise MeetError(f"lazy folder {ref.name}: no chunks {first} to {first + count - 1} "
-                        "of that content")
+                        "of that content, in one answer")
     answer = Briefcase(DATA=held.source.read(first, count))
     if request.folder("MANIFEST") == [b"1"]:
         answer["MANIFEST"] = [held.source.manifest.pack()]

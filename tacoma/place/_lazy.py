@@ -19,12 +19,14 @@ reference; a place that kept or relayed the data cannot change what is read unse
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from dataclasses import dataclass
 from typing import Protocol
 
 from ..client._client import ClientCache
+from ..wire._address import canonical_address
 from ..wire._briefcase import Briefcase
 from ..wire._errors import (
     ConnectError,
@@ -34,7 +36,7 @@ from ..wire._errors import (
     NotAllowed,
     TransportError,
 )
-from ..wire._lazy import CHUNK, Ref, Source, new_id
+from ..wire._lazy import CHUNK, MAX_COUNT, Ref, Source, new_id
 from ..wire._names import LAZY_AGENT
 from ._settings import PlaceSettings
 
@@ -42,8 +44,13 @@ __all__ = ["LazyStore"]
 
 log = logging.getLogger("tacoma.place")
 
-#: Room a fetch's answer leaves in a frame for its framing and the manifest.
+#: Room a fetch's answer leaves in a frame for its framing.
 _MARGIN = 64 * 1024
+#: What a kept folder is charged beyond its data: per element (its end in the manifest),
+#: and per record.
+_PER_ELEMENT, _PER_RECORD = 48, 1024
+#: Lazy folders one client connection may have this place relay at once.
+MAX_RELAYED = 4096
 
 
 @dataclass(slots=True)
@@ -51,6 +58,7 @@ class _Kept:
     source: Source
     owner: str  # the principal that may read it
     expires: float  # monotonic
+    cost: int  # what it is charged against --lazy-bytes: its data, elements and record
 
 
 class _Client(Protocol):
@@ -64,7 +72,7 @@ class _Relayed:
     """A lazy folder a client sent: its data stays with the client, and this place asks for
     it over the client's connection, for whichever place reads it."""
 
-    client: _Client
+    client: _Client | None  # None once its connection closed
     ref: Ref  # as the client named it
     owner: str
     expires: float
@@ -78,8 +86,13 @@ class LazyStore:
         self.limit = settings.lazy_bytes
         self.lifetime = settings.lazy_seconds
         self.max_frame = settings.max_frame
+        #: Both in the order they were made, and all with one lifetime: the oldest are first,
+        #: so expiring looks at as many as expire, and one more.
         self.kept: dict[str, _Kept] = {}
         self.relayed: dict[str, _Relayed] = {}
+        self.share = settings.share  # the part of --lazy-bytes any one principal may hold
+        self.by_owner: collections.Counter[str] = collections.Counter()
+        self.by_client: collections.Counter[int] = collections.Counter()  # relays per session
         self.bytes = 0
         #: Connections to other places, to read their data (set by Dispatch).
         self.clients: ClientCache | None = None
@@ -96,7 +109,7 @@ class LazyStore:
         if op != ["fetch"]:
             raise MeetError(f"{LAZY_AGENT}: OP is keep or fetch, got {op!r}")
         ref, first, count, manifest = self._fetch_request(request)
-        if ref.origin != self.address:
+        if not self._here(ref.origin):
             if not agent_here:  # nobody else makes this place connect anywhere for them
                 raise NotAllowed(f"{LAZY_AGENT} fetches another place's data for the agents "
                                  f"at this place only (the data is at {ref.origin})")
@@ -105,12 +118,19 @@ class LazyStore:
         if relayed is not None:
             return await self._ask_client(relayed, ref, request, principal, timeout)
         kept = self._find(ref, principal)
+        self._fits(ref, count, manifest)
         chunks = (kept.source.read(first, count) if kept.source.path is None
                   else await asyncio.to_thread(kept.source.read, first, count))
         answer = Briefcase(DATA=chunks)
         if manifest:
             answer["MANIFEST"] = [kept.source.manifest.pack()]
         return answer
+
+    def _here(self, origin: str) -> bool:
+        try:
+            return bool(origin) and canonical_address(origin) == self.address
+        except ValueError:
+            return False
 
     def _fetch_request(self, request: Briefcase) -> tuple[Ref, int, int, bool]:
         try:
@@ -123,17 +143,27 @@ class LazyStore:
         if first < 0 or count < 1 or first + count > ref.chunks:
             raise MeetError(f"{LAZY_AGENT}: chunks {first} to {first + count - 1} are not "
                             f"all in lazy folder {ref.name} ({ref.chunks} chunks)")
-        if count * ref.chunk > self.max_frame - _MARGIN - 32 * ref.chunks:
-            raise LimitExceeded(f"{LAZY_AGENT}: {count} chunks of {ref.chunk:,} bytes do not "
-                                f"fit in one frame of {self.max_frame:,} bytes")
         return ref, first, count, request.folder("MANIFEST") == [b"1"]
+
+    def _fits(self, ref: Ref, count: int, manifest: bool) -> None:
+        """LimitExceeded unless the answer fits a frame (the layout is the data's own: the
+        reference was checked against it)."""
+        size = count * ref.chunk + (32 * ref.chunks + 9 * ref.count if manifest else 0)
+        if size > self.max_frame - _MARGIN:
+            raise LimitExceeded(f"{LAZY_AGENT}: {count} chunks of {ref.chunk:,} bytes"
+                                f"{' and the manifest' if manifest else ''} do not fit in "
+                                f"one frame of {self.max_frame:,} bytes")
 
     def relay(self, client: _Client, owner: str, ref: Ref) -> str:
         """A client sent lazy folder `ref` in a meet here: the id this place names it by
         (this place is its origin now, and asks the client for its chunks)."""
         self._expire()
+        if self.by_client[id(client)] >= MAX_RELAYED:
+            raise LimitExceeded(f"place {self.address} relays at most {MAX_RELAYED:,} lazy "
+                                "folders for one connection at once")
         id_ = new_id()
         self.relayed[id_] = _Relayed(client, ref, owner, time.monotonic() + self.lifetime)
+        self.by_client[id(client)] += 1
         return id_
 
     async def _ask_client(self, relayed: _Relayed, ref: Ref, request: Briefcase,
@@ -144,9 +174,15 @@ class LazyStore:
         if relayed.owner != principal:
             raise NotAllowed(f"lazy folder {ref.name}: its data at {self.address} is not "
                              f"{principal or 'anonymous'}'s to read")
-        if relayed.ref.root != ref.root:
-            raise LazyFolderError(f"lazy folder {ref.name}: the reference's hash is not that "
-                                  f"of the data {self.address} relays under its id")
+        if relayed.client is None:
+            raise LazyFolderError(f"lazy folder {ref.name}: the client that sent it is gone "
+                                  "(a client's lazy folder can be read while it stays "
+                                  "connected)")
+        mine = relayed.ref
+        if (mine.root, mine.size, mine.count, mine.chunk) != (ref.root, ref.size, ref.count,
+                                                              ref.chunk):
+            raise LazyFolderError(f"lazy folder {ref.name}: the reference's hash or layout is "
+                                  f"not that of the data {self.address} relays under its id")
         asked = Briefcase(request)
         asked["REF"] = [relayed.ref.pack()]
         return await relayed.client.ask(asked, timeout)
@@ -160,9 +196,9 @@ class LazyStore:
         if kept.owner != principal:
             raise NotAllowed(f"lazy folder {ref.name}: its data at {self.address} is not "
                              f"{principal or 'anonymous'}'s to read")
-        if kept.source.root != ref.root:
-            raise LazyFolderError(f"lazy folder {ref.name}: the reference's hash is not that "
-                                  f"of the data {self.address} holds under its id")
+        if not kept.source.manifest.fits(ref):
+            raise LazyFolderError(f"lazy folder {ref.name}: the reference's hash or layout is "
+                                  f"not that of the data {self.address} holds under its id")
         return kept
 
     async def _forward(self, ref: Ref, request: Briefcase, principal: str,
@@ -186,29 +222,74 @@ class LazyStore:
         if len(names) != 1:
             raise MeetError(f"{LAZY_AGENT}: keep needs the folder's NAME")
         elements = request.folder("DATA")
-        size = sum(len(e) for e in elements)
+        if len(elements) > MAX_COUNT:
+            raise LimitExceeded(f"a lazy folder holds at most {MAX_COUNT:,} elements")
+        # Charged: the data, each element's place in the manifest, and the record itself.
+        cost = sum(len(e) for e in elements) + _PER_ELEMENT * len(elements) + _PER_RECORD
         self._expire()
-        if self.bytes + size > self.limit:
+        if self.bytes + cost > self.limit:
             raise LimitExceeded(f"place {self.address} keeps at most {self.limit:,} bytes of "
                                 f"lazy folders ({self.bytes:,} now): folder {names[0]} "
-                                f"({size:,} bytes) cannot be kept")
-        self.bytes += size  # held now, so that two keeps at once cannot both pass
+                                f"({cost:,} bytes) cannot be kept")
+        own = max(_PER_RECORD, int(self.limit * self.share))
+        if self.by_owner[principal] + cost > own:
+            raise LimitExceeded(f"{principal or 'anonymous'} keeps {self.by_owner[principal]:,} "
+                                f"bytes of lazy folders at place {self.address}, which lets "
+                                f"any one principal keep {own:,} (--share of --lazy-bytes)")
+        self.bytes += cost  # held now, so that two keeps at once cannot both pass
+        self.by_owner[principal] += cost
         try:
             source = await asyncio.to_thread(Source, elements, None, CHUNK)
         except BaseException:
-            self.bytes -= size
+            self.bytes -= cost
+            self.by_owner[principal] -= cost
             raise
         id_ = new_id()
-        self.kept[id_] = _Kept(source, principal, time.monotonic() + self.lifetime)
-        log.debug("keeping lazy folder %s (%d bytes) as %s", names[0], size, id_)
+        self.kept[id_] = _Kept(source, principal, time.monotonic() + self.lifetime, cost)
+        log.debug("keeping lazy folder %s (%d bytes) as %s", names[0], source.size, id_)
         return Briefcase(REF=[source.ref(names[0], self.address, id_).pack()])
 
     def _expire(self) -> None:
         now = time.monotonic()
-        for id_ in [i for i, kept in self.kept.items() if kept.expires <= now]:
-            self.bytes -= self.kept.pop(id_).source.size
-        for id_ in [i for i, relayed in self.relayed.items() if relayed.expires <= now]:
-            del self.relayed[id_]
+        while self.kept:
+            id_, kept = next(iter(self.kept.items()))
+            if kept.expires > now:
+                break
+            del self.kept[id_]
+            self.bytes -= kept.cost
+            self.by_owner[kept.owner] -= kept.cost
+            if not self.by_owner[kept.owner]:
+                del self.by_owner[kept.owner]
+        while self.relayed:
+            id_, relayed = next(iter(self.relayed.items()))
+            if relayed.expires > now:
+                break
+            self._unrelay(id_)
+
+    def _unrelay(self, id_: str) -> None:
+        self._let_go(self.relayed.pop(id_))
+
+    def _let_go(self, relayed: _Relayed) -> None:
+        if relayed.client is None:
+            return
+        key = id(relayed.client)
+        relayed.client = None
+        self.by_client[key] -= 1
+        if self.by_client[key] <= 0:
+            del self.by_client[key]
+
+    def relaying(self, client: _Client) -> int:
+        """How many lazy folders this place relays for `client` now."""
+        self._expire()
+        return self.by_client.get(id(client), 0)
+
+    def forget(self, client: _Client) -> None:
+        """The client's connection closed: what it held is gone (reads fail at once, saying
+        so, until the record expires)."""
+        if self.by_client.get(id(client)):
+            for relayed in self.relayed.values():
+                if relayed.client is client:
+                    self._let_go(relayed)
 
     def status(self) -> dict[str, int]:
         self._expire()

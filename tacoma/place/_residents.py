@@ -82,7 +82,7 @@ class Resident:
 
 
 def _size(briefcase: Briefcase) -> int:
-    return sum(len(name) + sum(len(e) for e in folder) for name, folder in briefcase.items())
+    return briefcase.wire_size()
 
 
 class Residents:
@@ -215,8 +215,9 @@ class Residents:
         if message is None:
             raise MessageError(f"no request {ids[0] if ids else '(no ID)'} awaits a reply "
                                f"from {resident.name}: replies go to requests received, once")
-        reply = Briefcase({name: folder for name, folder in request.items()
-                           if name not in _REPLY_FOLDERS})
+        reply = request.copy()  # lazy folders stay lazy: the place reads none of them
+        for name in _REPLY_FOLDERS:
+            reply.remove(name)
         if message.answer is not None and not message.answer.done():
             message.answer.set_result(reply)
         return Briefcase()

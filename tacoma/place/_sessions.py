@@ -105,7 +105,8 @@ class Session:
         quiet = time.monotonic() - self._active
         if self.channel.is_closing:
             return
-        if quiet >= limit and not self.channel.conn.owed and not self.tasks:
+        if quiet >= limit and not self.channel.conn.owed and not self.tasks \
+                and not self.dispatch.builtins.lazy.relaying(self):
             self.channel.close(f"idle for {limit:g} s with no meet in flight")
             return
         wait = limit - quiet if quiet < limit else limit
@@ -129,11 +130,17 @@ class Session:
                 task.cancel()  # _serve answers it, and its agent is killed
             return
         assert isinstance(event, Meet)  # the only other event a client may send
-        self.accept(event)
+        try:
+            self.accept(event)
+        except Exception as exc:  # a bug: this meet fails, the connection goes on
+            log.exception("taking meet %d of %s failed", event.rid, channel.peer)
+            if event.rid in channel.conn.owed and event.rid not in self.tasks:
+                self._reply(failed(event.rid, exc))
 
     def channel_closed(self, channel: Channel, exc: BaseException | None) -> None:
         if self._idle is not None:
             self._idle.cancel()
+        self.dispatch.builtins.lazy.forget(self)
         for asked in self._asking.values():
             if not asked.done():
                 asked.set_exception(LazyFolderError(
@@ -168,7 +175,7 @@ class Session:
                 relay = functools.partial(self.dispatch.builtins.lazy.relay, self,
                                           principal.name)
                 event.briefcase.with_origin(self.dispatch.address, relay)
-        except (MeetError, ProtocolError) as exc:
+        except (MeetError, ProtocolError, LimitExceeded) as exc:
             self._reply(failed(event.rid, exc))
             return
         if digest is not None and event.mode == "sync":

@@ -159,6 +159,11 @@ class Briefcase(MutableMapping[str, list[bytes]]):
     ) -> None:
         self._folders: dict[str, list[bytes]] = {}
         self._lazy: dict[str, _Held] | None = None
+        if type(folders) is Briefcase and named:  # a copy, then the named folders
+            self.__init__(folders)  # type: ignore[misc]
+            for name, elements in named.items():
+                self[name] = elements
+            return
         if type(folders) is Briefcase and not named:
             # A copy of a briefcase (every meet's request is one): its names were checked
             # when it got them, so only elements put into its lists since are looked at.
@@ -184,6 +189,8 @@ class Briefcase(MutableMapping[str, list[bytes]]):
     def __setitem__(self, name: str, elements: Iterable[bytes | str] | Lazy) -> None:
         check_folder_name(name)
         if isinstance(elements, Lazy):  # tacoma.lazy(...): a folder that travels by reference
+            if name in RESERVED_FOLDERS:
+                raise ValueError(f"folder {name} cannot be lazy: the system reads it")
             self._folders[name] = []
             if self._lazy is None:
                 self._lazy = {}
@@ -205,6 +212,9 @@ class Briefcase(MutableMapping[str, list[bytes]]):
     def __iter__(self) -> Iterator[str]:
         return iter(self._folders)
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._folders  # a lazy folder is there, and is not fetched to say so
+
     def __len__(self) -> int:
         return len(self._folders)
 
@@ -212,7 +222,7 @@ class Briefcase(MutableMapping[str, list[bytes]]):
         if isinstance(other, Briefcase):
             return self._folders == other._folders and self._refs() == other._refs()
         if isinstance(other, Mapping):
-            return self._folders == dict(other)
+            return not self._refs() and self._folders == dict(other)
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]  # mutable: not hashable
@@ -413,8 +423,16 @@ class Briefcase(MutableMapping[str, list[bytes]]):
         out = Briefcase()
         out._folders = {(new if name == old else name): (elements if name == old else folder)
                         for name, folder in self._folders.items()}
-        out._lazy = self._lazy
+        out._lazy = dict(self._lazy) if self._lazy else None
         return out
+
+    def wire_size(self) -> int:
+        """Bytes of names and elements it carries on the wire: a lazy folder not read here
+        counts as its reference, not as its data (a place's accounting: see _residents)."""
+        refs = self._refs()
+        return (sum(len(name) + sum(len(e) for e in folder)
+                    for name, folder in self._folders.items() if name not in refs)
+                + sum(len(name) + len(ref.pack()) for name, ref in refs.items()))
 
     def size(self) -> int:
         """Total bytes held in elements (not counting names or framing; a lazy folder not
@@ -450,6 +468,8 @@ class Briefcase(MutableMapping[str, list[bytes]]):
         fetches only what its agent reads. Already lazy: nothing to do."""
         if name not in self._folders:
             raise KeyError(f"no folder {name!r} to make lazy")
+        if name in RESERVED_FOLDERS:
+            raise ValueError(f"folder {name} cannot be lazy: the system reads it")
         if name in self._refs():
             return
         if _keep is None:
@@ -523,6 +543,8 @@ class Briefcase(MutableMapping[str, list[bytes]]):
                 raise ValueError(f"a briefcase holds at most {MAX_LAZY_FOLDERS} lazy folders")
             for packed in bc._folders.pop(LAZY):
                 ref = Ref.unpack(packed)
+                if ref.name in RESERVED_FOLDERS:  # the place reads those: never lazy
+                    raise ValueError(f"folder {ref.name} cannot be lazy: the system reads it")
                 if bc._folders.get(ref.name) != [] or ref.name in bc._lazy:
                     raise ValueError(f"lazy folder {ref.name!r}: the briefcase must hold it "
                                      "once, empty, beside its reference")

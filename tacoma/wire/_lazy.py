@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import itertools
 import os
 import secrets
 from dataclasses import dataclass
@@ -46,6 +47,11 @@ CHUNK = 64 * 1024
 #: Bounds a reference is checked against when it arrives (a forged one is a bad frame).
 MAX_CHUNK = 16 * 1024 * 1024
 MAX_SIZE = 1 << 40
+MAX_COUNT = 1 << 20
+#: Bytes a reader asks for in one fetch at most (a whole read of a large folder is many):
+#: well inside any place's frames (--max-briefcase is at least 64 KiB; a chunk of more
+#: than this is fetched alone).
+MAX_FETCH = 8 * 1024 * 1024
 #: Chunks a reader keeps, beyond what a whole read holds: a bound on its memory for range
 #: reads of a large folder (the least recently used go first).
 CACHE_BYTES = 64 * 1024 * 1024
@@ -91,7 +97,7 @@ class Ref:
                 or not isinstance(value[6], bytes)):
             raise ValueError("a LAZY element is not a lazy folder's reference")
         ref = cls(*value)
-        if not (0 <= ref.size <= MAX_SIZE and 0 <= ref.count <= ref.size + 1
+        if not (0 <= ref.size <= MAX_SIZE and 0 <= ref.count <= MAX_COUNT
                 and 1 <= ref.chunk <= MAX_CHUNK and len(ref.root) == 32
                 and (ref.count > 0 or ref.size == 0)):
             raise ValueError(f"lazy folder {ref.name!r}: its reference is out of bounds")
@@ -106,14 +112,24 @@ class Ref:
 
 @dataclass(frozen=True, slots=True)
 class Manifest:
-    """Where each element ends in the joined data, and each chunk's SHA-256."""
+    """Where each element ends in the joined data, each chunk's SHA-256, and the chunk size
+    (so that the root hash names the layout too)."""
 
     ends: tuple[int, ...]
     hashes: bytes  # 32 bytes per chunk
+    chunk: int
 
     def pack(self) -> bytes:
-        packed: bytes = msgpack.packb([list(self.ends), self.hashes], use_bin_type=True)
+        packed: bytes = msgpack.packb([list(self.ends), self.hashes, self.chunk],
+                                      use_bin_type=True)
         return packed
+
+    def fits(self, ref: Ref) -> bool:
+        """Whether `ref` names this manifest's data, layout and all (an origin's check of
+        what it is asked for)."""
+        return (ref.chunk == self.chunk and ref.count == len(self.ends)
+                and ref.size == (self.ends[-1] if self.ends else 0)
+                and ref.root == self.root())
 
     def root(self) -> bytes:
         return hashlib.sha256(self.pack()).digest()
@@ -125,12 +141,21 @@ class Manifest:
             raise LazyFolderError(f"lazy folder {ref.name}: its manifest does not match the "
                                   "reference's hash (the data changed at its origin, or was "
                                   "tampered with)")
-        ends, hashes = msgpack.unpackb(data, raw=False)
-        if (len(ends) != ref.count or len(hashes) != 32 * ref.chunks
-                or (ends and ends[-1] != ref.size) or list(ends) != sorted(ends)):
-            raise LazyFolderError(f"lazy folder {ref.name}: its manifest does not fit its "
-                                  "reference")
-        return cls(tuple(ends), hashes)
+        misfit = LazyFolderError(f"lazy folder {ref.name}: its manifest does not fit its "
+                                 "reference")
+        try:
+            ends, hashes, chunk = msgpack.unpackb(
+                data, raw=False, max_array_len=max(3, ref.count),
+                max_bin_len=32 * ref.chunks, max_str_len=0, max_map_len=0, max_ext_len=0)
+        except Exception:  # noqa: BLE001 - msgpack raises several kinds: all say "not it"
+            raise misfit from None
+        if (not isinstance(ends, list) or not isinstance(hashes, bytes)
+                or len(ends) != ref.count or len(hashes) != 32 * ref.chunks
+                or chunk != ref.chunk or (ends and ends[-1] != ref.size)
+                or not all(type(e) is int and 0 <= e <= ref.size for e in ends)
+                or any(a > b for a, b in itertools.pairwise(ends))):
+            raise misfit
+        return cls(tuple(ends), hashes, chunk)
 
     def check(self, ref: Ref, index: int, chunk: bytes) -> None:
         expected = min(ref.chunk, ref.size - index * ref.chunk)
@@ -166,7 +191,7 @@ class Source:
         hashes = bytearray()
         for index in range(-(-size // chunk)):
             hashes += hashlib.sha256(self.read(index, 1)[0]).digest()
-        self.manifest = Manifest(tuple(ends), bytes(hashes))
+        self.manifest = Manifest(tuple(ends), bytes(hashes), chunk)
         self.root = self.manifest.root()
 
     def ref(self, name: str, origin: str, id_: str) -> Ref:
@@ -202,7 +227,7 @@ class Lazy:
     each run of missing chunks, and check each against the manifest.
     """
 
-    __slots__ = ("_cache", "_cached", "_manifest", "fetched", "held", "ref", "source")
+    __slots__ = ("_cache", "_cached", "_manifest", "fetched", "ref", "source")
 
     def __init__(self, ref: Ref, source: Source | None = None) -> None:
         self.ref = ref
@@ -212,9 +237,6 @@ class Lazy:
         self._cached = 0
         #: Bytes fetched from the origin so far (for the benchmarks: Accent's bytes moved).
         self.fetched = 0
-        #: The elements a whole read returned, as the briefcase then holds them: while
-        #: the folder holds exactly these, it still travels by reference.
-        self.held: list[bytes] | None = None
 
     def renamed(self, name: str) -> Lazy:
         copy = Lazy(self.ref.named(name), self.source)
@@ -258,7 +280,8 @@ class Lazy:
             end = run  # then up to `prefetch` chunks more, that are not here either
             while end < min(ref.chunks, run + max(0, prefetch)) and end not in self._cache:
                 end += 1
-            count = end - index
+            count = max(1, min(end - index, MAX_FETCH // ref.chunk))  # a frame's worth
+            run = min(run, index + count)
             manifest, chunks = fetch(ref, index, count, self._manifest is None)
             if self._manifest is None:
                 if manifest is None:

@@ -138,6 +138,33 @@ class _Held:
         return _Held(self.lazy, folder if self.items is not None else None)
 
 
+def _human_size(count: int) -> str:
+    """A byte count as a person reads it: 308 B, 48.2 kB, 50.0 MB."""
+    if count < 1000:
+        return f"{count} B"
+    value, unit = count / 1000, "kB"
+    for bigger in ("MB", "GB"):
+        if value < 1000:
+            break
+        value, unit = value / 1000, bigger
+    return f"{value:,.1f} {unit}"
+
+
+def _text_prefix(element: bytes, chars: int) -> str | None:
+    """The first `chars` characters of the element if it begins as printable UTF-8 text,
+    else None; only the beginning is decoded, however long the element."""
+    import codecs
+
+    try:
+        text = codecs.getincrementaldecoder("utf-8")().decode(element[:chars * 4])
+    except UnicodeDecodeError:
+        return None
+    text = text[:chars]
+    if not all(c.isprintable() or c in "\n\t\r" for c in text):
+        return None
+    return text
+
+
 class Briefcase(MutableMapping[str, list[bytes]]):
     """An ordered mapping of folder name to a list of byte strings.
 
@@ -239,33 +266,6 @@ class Briefcase(MutableMapping[str, list[bytes]]):
     #: bytes of a binary one (in hex), characters of the program shown in CODE's fold.
     _HTML_FOLDERS, _HTML_ELEMENTS, _HTML_CHARS, _HTML_HEX, _HTML_PROGRAM = 50, 10, 200, 16, 4000
 
-    @staticmethod
-    def _size(count: int) -> str:
-        """A byte count as a person reads it: 308 B, 48.2 kB, 50.0 MB."""
-        if count < 1000:
-            return f"{count} B"
-        value, unit = count / 1000, "kB"
-        for bigger in ("MB", "GB"):
-            if value < 1000:
-                break
-            value, unit = value / 1000, bigger
-        return f"{value:,.1f} {unit}"
-
-    @staticmethod
-    def _text_prefix(element: bytes, chars: int) -> str | None:
-        """The first `chars` characters of the element if it begins as printable UTF-8 text,
-        else None; only the beginning is decoded, however long the element."""
-        import codecs
-
-        try:
-            text = codecs.getincrementaldecoder("utf-8")().decode(element[:chars * 4])
-        except UnicodeDecodeError:
-            return None
-        text = text[:chars]
-        if not all(c.isprintable() or c in "\n\t\r" for c in text):
-            return None
-        return text
-
     def __repr__(self) -> str:
         """Briefcase(NAME=[b'world'], PHOTO=[<48.2 kB binary>], CODE=[<program, 308 B>]):
         the constructor's form while elements are short, a summary of what is not."""
@@ -273,19 +273,19 @@ class Briefcase(MutableMapping[str, list[bytes]]):
 
         def element(name: str, value: bytes) -> str:
             if name == CODE:
-                return f"<program, {self._size(len(value))}>"
+                return f"<program, {_human_size(len(value))}>"
             shown = repr(value[:self._REPR_CHARS + 1])
             if len(shown) <= self._REPR_CHARS:
                 return shown
-            if self._text_prefix(value, self._REPR_CHARS) is None:
-                return f"<{self._size(len(value))} binary>"
-            return f"<{self._size(len(value))}: {value[:self._REPR_CHARS // 2]!r}...>"
+            if _text_prefix(value, self._REPR_CHARS) is None:
+                return f"<{_human_size(len(value))} binary>"
+            return f"<{_human_size(len(value))}: {value[:self._REPR_CHARS // 2]!r}...>"
 
         parts = []
         for name, elements in list(self._folders.items())[:self._REPR_FOLDERS]:
             if name in lazy:
                 ref = lazy[name]
-                parts.append(f"{name}=<lazy: {self._size(ref.size)} at "
+                parts.append(f"{name}=<lazy: {_human_size(ref.size)} at "
                              f"{ref.origin or 'the client'}>")
                 continue
             shown = [element(name, e) for e in elements[:self._REPR_ELEMENTS]]
@@ -303,14 +303,14 @@ class Briefcase(MutableMapping[str, list[bytes]]):
         import html
 
         def element(value: bytes) -> str:
-            text = self._text_prefix(value, self._HTML_CHARS)
+            text = _text_prefix(value, self._HTML_CHARS)
             if text is None:
                 head = value[:self._HTML_HEX].hex(" ")
                 more = " ..." if len(value) > self._HTML_HEX else ""
-                return (f"<span style='color:#666'>{self._size(len(value))} binary:</span> "
+                return (f"<span style='color:#666'>{_human_size(len(value))} binary:</span> "
                         f"<code>{head}{more}</code>")
             cut = len(text.encode("utf-8")) < len(value)
-            more = (f" <span style='color:#666'>... ({self._size(len(value))})</span>"
+            more = (f" <span style='color:#666'>... ({_human_size(len(value))})</span>"
                     if cut else "")
             return (f"<pre style='margin:0;white-space:pre-wrap'>{html.escape(text)}"
                     f"</pre>{more}")
@@ -322,7 +322,7 @@ class Briefcase(MutableMapping[str, list[bytes]]):
             text = source[:self._HTML_PROGRAM * 4].decode("utf-8", "replace")
             shown = text[:self._HTML_PROGRAM]
             more = "\n..." if len(shown.encode("utf-8")) < len(source) else ""
-            summary = f"program{' ' + label if label else ''}, {self._size(len(source))}"
+            summary = f"program{' ' + label if label else ''}, {_human_size(len(source))}"
             return (f"<details><summary>{html.escape(summary)}</summary>"
                     f"<pre style='white-space:pre-wrap'>{html.escape(shown + more)}</pre>"
                     "</details>")
@@ -332,7 +332,7 @@ class Briefcase(MutableMapping[str, list[bytes]]):
         for name, elements in list(self._folders.items())[:self._HTML_FOLDERS]:
             if name in lazy:
                 ref = lazy[name]
-                cell = (f"<span style='color:#666'>lazy: {self._size(ref.size)} at "
+                cell = (f"<span style='color:#666'>lazy: {_human_size(ref.size)} at "
                         f"{html.escape(ref.origin or 'the client')}, fetched as read</span>")
             elif name == CODE:
                 cell = program(elements)
@@ -352,7 +352,7 @@ class Briefcase(MutableMapping[str, list[bytes]]):
         count = sum(len(e) for e in self._folders.values())
         caption = (f"Briefcase: {len(self._folders):,} folder"
                    f"{'' if len(self._folders) == 1 else 's'}, {count:,} element"
-                   f"{'' if count == 1 else 's'}, {self._size(self.size())}"
+                   f"{'' if count == 1 else 's'}, {_human_size(self.size())}"
                    if self._folders else "Briefcase: empty")
         return (f"<table><caption style='text-align:left'>{html.escape(caption)}</caption>"
                 "<thead><tr><th style='text-align:left'>folder</th>"

@@ -224,16 +224,17 @@ def advise(target: str, program: str | bytes, data: str | int = ".", *,
     size = int(got.text("TOTAL")[0]) if isinstance(data, str) else int(data)
     # The program at the place, on one byte and on the sample: the difference is the cost
     # of the bytes, whatever the program's own start costs (compiling, listing files).
-    def there(limit: int) -> tuple[float, int]:
+    def there(limit: int) -> tuple[float, int, float | None]:
         request = Briefcase(extra or {})
         request["DIR"], request["LIMIT"] = [directory], [str(limit)]
         started = time.perf_counter()
         answer = meet(target, request, code=code, timeout=timeout)
         return (time.perf_counter() - started,
-                int(answer.text("SCANNED")[0]) if answer.folder("SCANNED") else limit)
+                int(answer.text("SCANNED")[0]) if answer.folder("SCANNED") else limit,
+                float(answer.text("CPU")[0]) if answer.folder("CPU") else None)
 
-    place_fixed, _ = there(1)
-    place_seconds, scanned = there(fetched)
+    place_fixed, _, cpu_fixed = there(1)
+    place_seconds, scanned, cpu_sample = there(fetched)
     with tempfile.TemporaryDirectory(prefix="tacoma-advise-") as temp:
         _write(Path(temp), got.text("NAMES"), got["DATA"])
         _, here_fixed = run_here(code, Path(temp), limit=1, extra=extra)
@@ -245,8 +246,20 @@ def advise(target: str, program: str | bytes, data: str | int = ".", *,
         load, cpus, agent_cpus = status.load, status.cpus, status.agent_cpus
     except TacomaError as exc:
         notes.append(f"the place's load is unknown ({exc}); its trial run measured it anyway")
+    place_per_byte = max(place_seconds - place_fixed, 1e-6) / max(scanned, 1)
+    if agent_cpus is not None and agent_cpus < 1 and cpu_sample is not None \
+            and cpu_fixed is not None:
+        # A CPU cgroup's quota is counted per 100 ms period: a short trial runs within one
+        # period's burst at full speed, a long scan at the share. Its own CPU time, at the
+        # share, is what a long scan costs there at least.
+        sustained = max(cpu_sample - cpu_fixed, 0.0) / max(scanned, 1) / agent_cpus
+        if sustained > place_per_byte:
+            notes.append(f"each agent there gets {agent_cpus:g} of a core: the trial ran "
+                         "within one quota period's burst, so the scan is counted at the "
+                         "share")
+            place_per_byte = sustained
     return Advice(target, directory, size, len(code.encode()), place_fixed, bandwidth,
-                  max(place_seconds - place_fixed, 1e-6) / max(scanned, 1),
+                  place_per_byte,
                   max(here_seconds - here_fixed, 1e-6) / max(here_scanned, 1),
                   load, cpus, agent_cpus, overhead_fetch=overhead, notes=notes)
 

@@ -65,12 +65,15 @@ class MovecodeRow:
 
 
 def example_dir() -> Path:
-    """examples/search beside the tacoma package (a clone, or an editable install)."""
-    here = Path(__file__).resolve().parent.parent.parent / "examples" / "search"
-    if not (here / "search.py").is_file():
-        raise FileNotFoundError(f"tacoma bench movecode runs examples/search, which is not "
-                                f"at {here}: run it from a clone of tacoma")
-    return here
+    """examples/search: beside the tacoma package (a clone, an editable install), or in the
+    current directory (a clone, with tacoma installed from it)."""
+    places = [Path(__file__).resolve().parent.parent.parent / "examples" / "search",
+              Path.cwd() / "examples" / "search"]
+    for here in places:
+        if (here / "search.py").is_file():
+            return here
+    raise FileNotFoundError(f"tacoma bench movecode runs examples/search, which is neither "
+                            f"at {places[0]} nor at {places[1]}: run it in a clone of tacoma")
 
 
 def _module(path: Path) -> ModuleType:

@@ -495,3 +495,12 @@ def test_prefetch_sets_how_many_chunks_come_with_each(
                               f'for i in range(8)) == bc.read("DATA", 0))]')
     assert result.text("OK") == ["True"]
     assert client_lazy.served["fetches"] - before == fetches
+
+
+def test_the_cli_refuses_a_lazy_folder_the_system_reads(tmp_path: Path) -> None:
+    path = tmp_path / "x.bin"
+    path.write_bytes(b"x")
+    done = subprocess.run([sys.executable, "-m", "tacoma", "meet", "ag_echo",
+                           "-f", f"ITINERARY=@@{path}"], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 2 and "ITINERARY cannot be lazy" in done.stderr

@@ -32,7 +32,7 @@ import tacoma
 
 from ..place._settings import DEFAULT_LISTEN, default_state_dir
 from ..wire._address import parse_address, split_target
-from ..wire._briefcase import CODE_NAME, check_folder_name
+from ..wire._briefcase import CODE_NAME, RESERVED_FOLDERS, check_folder_name
 
 __all__ = [
     "EXIT_CODES",
@@ -357,6 +357,9 @@ def briefcase_from(folders: tuple[str, ...], code_path: Path | None = None) -> t
         name, _, content = value.partition("=")
         if content.startswith("@@"):  # a lazy folder: the file's one element, by reference
             check_folder_name_arg(name)
+            if name in RESERVED_FOLDERS:
+                raise click.BadParameter(f"{value}: folder {name} cannot be lazy: the system "
+                                         "reads it", param_hint="'-f'")
             if name in bc:
                 raise click.BadParameter(f"{value}: a lazy folder holds one element, the "
                                          "file; give the folder no other -f", param_hint="'-f'")

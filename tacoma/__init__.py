@@ -40,11 +40,13 @@ if TYPE_CHECKING:
 
     from .agent import Build as Build
     from .agent import Interpreter as Interpreter
+    from .client import Advice as Advice
     from .client import LocalPlaces as LocalPlaces
     from .client import MeetStatus as MeetStatus
     from .client import PlaceClient as PlaceClient
     from .client import PlaceStatus as PlaceStatus
     from .client import Traced as Traced
+    from .client import advise as advise
     from .client import ameet as ameet
     from .client import aplace_status as aplace_status
     from .client import arequest as arequest
@@ -119,6 +121,8 @@ _EXPORTS: dict[str, str] = {
     "trace": "client",
     "use_identity": "client",
     "lazy": "client",
+    "advise": "client",
+    "Advice": "client",
     "AgentFailed": "wire",
     "AgentKilled": "wire",
     "CabinetError": "wire",

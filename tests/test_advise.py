@@ -93,15 +93,16 @@ def test_advise_runs_the_better_way(place: RunningPlace) -> None:
     assert done.returncode == 0, done.stderr
     assert "move the code to the data:" in done.stdout and "predicted" in done.stdout
     assert "ran: " in done.stdout and "MATCHES" in done.stdout and "better: " in done.stdout
-    # Both ways, whichever it chose, find the same lines.
-    from tacoma import Briefcase
+    # Both ways, whichever it chose, find the same lines (the Python API: tacoma.advise).
+    import tacoma
     from tacoma.client import _advise
 
-    extra = Briefcase(PATTERN=[corpus.PHRASE.encode()], ERRORS=["1"])
+    extra = tacoma.Briefcase(PATTERN=[corpus.PHRASE.encode()], ERRORS=["1"])
     program = (SEARCH / "search.py").read_text()
-    advice = _advise.advise(place.target("ag_python"), program, "corpus", extra=extra)
-    moved, _ = _advise.move(advice, program, extra)
-    fetched, _ = _advise.fetch(advice, program, extra)
+    advice = tacoma.advise(place.target("ag_python"), program, "corpus", extra=extra)
+    assert isinstance(advice, tacoma.Advice) and advice.better in ("move", "fetch")
+    moved, _ = advice.run("move")
+    fetched, _ = advice.run("fetch")
     assert sorted(moved["MATCHES"]) == sorted(fetched["MATCHES"]) != []
     # In batches of about a file each (the corpus's files are 256 kB, the last smaller):
     # every file is fetched once, whatever fits in each batch.

@@ -6,6 +6,8 @@ loop that serves blocking calls from scripts and notebook cells, and local place
 bare agent name meets at a default place that the public `tacoma` package provides.
 """
 
+from ._advise import Advice as Advice
+from ._advise import advise as advise
 from ._api import ameet as ameet
 from ._api import arequest as arequest
 from ._api import asend as asend
@@ -34,11 +36,13 @@ from ._traced import atrace as atrace
 from ._traced import trace as trace
 
 __all__ = [
+           "Advice",
            "LocalPlaces",
            "MeetStatus",
            "PlaceClient",
            "PlaceStatus",
            "Traced",
+           "advise",
            "ameet",
            "aplace_status",
            "arequest",

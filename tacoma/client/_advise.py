@@ -36,7 +36,7 @@ from ..wire._briefcase import CODE, Briefcase
 from ..wire._errors import AgentFailed, MeetError, TacomaError
 from ._api import meet
 
-__all__ = ["READER", "Advice", "advise", "run_here"]
+__all__ = ["READER", "Advice", "advise", "fetch", "move", "run_here"]
 
 #: The agent that reads the place's data for the advisor: the files below
 #: $TACOMA_DATA/DIR in order, from file SKIP on, LIMIT bytes at most (WHOLE: whole files
@@ -92,6 +92,17 @@ class Advice:
     move_s: float = 0.0
     fetch_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    #: The program and its own folders, for `run`.
+    program: str = field(default="", repr=False)
+    extra: Briefcase | None = field(default=None, repr=False)
+
+    def run(self, way: str | None = None, timeout: float = 600) -> tuple[Briefcase, float]:
+        """Run the better way (or `way`: "move" or "fetch") whole: the program's result
+        briefcase, and the seconds it took end to end."""
+        chosen = way or self.better
+        if chosen not in ("move", "fetch"):
+            raise ValueError(f"way is 'move' or 'fetch', got {way!r}")
+        return (move if chosen == "move" else fetch)(self, self.program, self.extra, timeout)
 
     def __post_init__(self) -> None:
         batches = max(1, math.ceil(self.data_bytes / BATCH))
@@ -198,7 +209,12 @@ def advise(target: str, program: str | bytes, data: str | int = ".", *,
     """Measure, and predict both ways, for `program` (Python, search.py's contract) met as
     `target` (AGENT@PLACE) on `data`: a directory of the place's data directory, or a
     number of bytes (then the place's whole data directory is the sample's source).
-    `extra` holds the program's own folders (PATTERN, ...)."""
+    `extra` holds the program's own folders (PATTERN, ...).
+
+    >>> advice = tacoma.advise("ag_python@HOST:7707", open("search.py").read(), "corpus",
+    ...                        extra=tacoma.Briefcase(PATTERN=["mobile agents"]))
+    >>> print(advice.summary()); result, seconds = advice.run()  # doctest: +SKIP
+    """
     from ._place_status import place_status
 
     agent, place = _agent_of(target)
@@ -261,7 +277,8 @@ def advise(target: str, program: str | bytes, data: str | int = ".", *,
     return Advice(target, directory, size, len(code.encode()), place_fixed, bandwidth,
                   place_per_byte,
                   max(here_seconds - here_fixed, 1e-6) / max(here_scanned, 1),
-                  load, cpus, agent_cpus, overhead_fetch=overhead, notes=notes)
+                  load, cpus, agent_cpus, overhead_fetch=overhead, notes=notes,
+                  program=code, extra=extra)
 
 
 def move(advice: Advice, program: str, extra: Briefcase | None = None,

@@ -12,13 +12,17 @@ from __future__ import annotations
 import json
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import click
 
 import tacoma
 
 from ..display import Progress
+
+T = TypeVar("T")
 
 __all__ = ["bench"]
 
@@ -169,6 +173,17 @@ def _progress(total: int, description: str) -> Progress:
     return Progress(total, description, file=sys.stderr, show=True)
 
 
+def _measured(name: str, estimate: str, measure: Callable[[Progress], T]) -> T:
+    """Say what `tacoma bench NAME` will do, run `measure` with a progress display, and
+    turn its failure into the command's error."""
+    click.echo(f"tacoma bench {name}: {estimate}", err=True)
+    try:
+        with _progress(0, name) as progress:
+            return measure(progress)
+    except (tacoma.TacomaError, RuntimeError, OSError) as exc:
+        raise click.ClickException(f"the benchmark failed: {exc}") from None
+
+
 def _pyplot_or_fail() -> None:
     """Fail before a long run, not after it, if plots were asked for and cannot be drawn."""
     try:
@@ -207,14 +222,10 @@ def _bench_lazy(quick: bool, json_path: Path | None) -> None:
 
     from ..bench._lazy import lazy_table, measure_lazy
 
-    click.echo(f"tacoma bench lazy: {'quick' if quick else 'full'} run (briefcases up to "
-               f"{'10 MB' if quick else '1 GB'}), about "
-               f"{'1 minute' if quick else '15 minutes'}", err=True)
-    try:
-        with _progress(0, "lazy") as progress:
-            rows, hashing = measure_lazy(quick, progress)
-    except (tacoma.TacomaError, RuntimeError, OSError) as exc:
-        raise click.ClickException(f"the benchmark failed: {exc}") from None
+    rows, hashing = _measured("lazy", f"{'quick' if quick else 'full'} run (briefcases up "
+                                      f"to {'10 MB' if quick else '1 GB'}), about "
+                                      f"{'1 minute' if quick else '3 minutes'}",
+                              lambda progress: measure_lazy(quick, progress))
     lazy_table(rows, hashing)
     if json_path is not None:
         json_path.write_text(json.dumps({"lazy": [dataclasses.asdict(r) for r in rows],
@@ -226,13 +237,9 @@ def _bench_movecode(quick: bool, json_path: Path | None) -> None:
 
     from ..bench._movecode import measure_movecode, movecode_table
 
-    click.echo(f"tacoma bench movecode: {'quick' if quick else 'full'} run, about "
-               f"{'1 minute' if quick else '5 minutes'}", err=True)
-    try:
-        with _progress(0, "movecode") as progress:
-            rows = measure_movecode(quick, progress)
-    except (tacoma.TacomaError, RuntimeError, OSError) as exc:
-        raise click.ClickException(f"the benchmark failed: {exc}") from None
+    rows = _measured("movecode", f"{'quick' if quick else 'full'} run, about "
+                                 f"{'1 minute' if quick else '2 minutes'}",
+                     lambda progress: measure_movecode(quick, progress))
     movecode_table(rows)
     if json_path is not None:
         json_path.write_text(json.dumps({"movecode": [
@@ -258,13 +265,9 @@ def _bench_overhead(quick: bool, json_path: Path | None, plot_dir: Path | None) 
 
     from ..bench._overhead import measure_overhead, overhead_table
 
-    click.echo(f"tacoma bench overhead: {'quick' if quick else 'full'} run, about "
-               f"{'20 s' if quick else '2 minutes'}", err=True)
-    try:
-        with _progress(0, "overhead") as progress:
-            rows = measure_overhead(quick, progress)
-    except (tacoma.TacomaError, RuntimeError, OSError) as exc:
-        raise click.ClickException(f"the benchmark failed: {exc}") from None
+    rows = _measured("overhead", f"{'quick' if quick else 'full'} run, about "
+                                 f"{'20 s' if quick else '2 minutes'}",
+                     lambda progress: measure_overhead(quick, progress))
     overhead_table(rows)
     if json_path is not None:
         json_path.write_text(json.dumps({"overhead": [

@@ -349,39 +349,30 @@ def test_kept_data_expires(start_place: Callable[..., RunningPlace]) -> None:
     assert "no longer holds its data" in again.text("ERR")[0]
 
 
-def test_a_place_keeps_no_more_than_lazy_bytes(start_place: Callable[..., RunningPlace]) -> None:
-    place = start_place("--lazy-bytes", "100k", "--share", "1")
-    program = textwrap.dedent("""
-        bc["DATA"] = [b"x" * 60000]
-        bc.lazy("DATA")
-        bc["MORE"] = [b"y" * 60000]
-        try:
-            bc.lazy("MORE")
-        except LimitExceeded as exc:
-            bc["ERR"] = [str(exc)]
-    """)
-    result = tacoma.meet(place.target("ag_python"), code=program, timeout=60)
-    assert result.is_lazy("DATA") and not result.is_lazy("MORE")
-    assert "keeps at most 102,400 bytes of lazy folders" in result.text("ERR")[0]
+#: Makes A lazy (60 kB), then tries B (60 kB more), saying in ERR why it could not.
+KEEP_TWO = textwrap.dedent("""
+    bc["A"] = [b"x" * 60000]
+    bc.lazy("A")
+    bc["B"] = [b"y" * 60000]
+    try:
+        bc.lazy("B")
+    except LimitExceeded as exc:
+        bc["ERR"] = [str(exc)]
+""")
 
 
-def test_one_principal_keeps_its_share_of_lazy_bytes(
-        start_place: Callable[..., RunningPlace]) -> None:
-    """Each kept folder costs its data, its elements' places and its record; no principal
-    may hold more than --share of --lazy-bytes."""
-    place = start_place("--lazy-bytes", "400k", "--share", "0.25")
-    program = textwrap.dedent("""
-        bc["A"] = [b"x" * 60000]
-        bc.lazy("A")
-        bc["B"] = [b"y" * 60000]
-        try:
-            bc.lazy("B")
-        except LimitExceeded as exc:
-            bc["ERR"] = [str(exc)]
-    """)
-    result = tacoma.meet(place.target("ag_python"), code=program, timeout=60)
+@pytest.mark.parametrize(("flags", "says"), [
+    (("--lazy-bytes", "100k", "--share", "1"), "keeps at most 102,400 bytes of lazy folders"),
+    # Each kept folder costs its data, its elements' places and its record; no principal
+    # may hold more than --share of --lazy-bytes.
+    (("--lazy-bytes", "400k", "--share", "0.25"), "which lets any one principal keep 102,400"),
+])
+def test_a_place_keeps_no_more_than_lazy_bytes_nor_a_principal_its_share(
+        start_place: Callable[..., RunningPlace], flags: tuple[str, ...], says: str) -> None:
+    place = start_place(*flags)
+    result = tacoma.meet(place.target("ag_python"), code=KEEP_TWO, timeout=60)
     assert result.is_lazy("A") and not result.is_lazy("B")
-    assert "which lets any one principal keep 102,400" in result.text("ERR")[0]
+    assert says in result.text("ERR")[0]
 
 
 def forged(bc: Briefcase, name: str, **changes: object) -> Briefcase:

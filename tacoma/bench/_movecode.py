@@ -157,9 +157,9 @@ def measure_movecode(quick: bool, progress: Progress | None = None,
                         advice = _advise.advise(f"ag_python@{address}", program, directory,
                                                 extra=extra)
                         started = time.perf_counter()
-                        moved, move_s = _advise.move(advice, program, extra)
+                        moved, move_s = advice.run("move")
                         middle = time.perf_counter()
-                        fetched, fetch_s = _advise.fetch(advice, program, extra)
+                        fetched, fetch_s = advice.run("fetch")
                         ended = time.perf_counter()
                     if background.errors:
                         raise RuntimeError(f"a background client failed: "

@@ -71,8 +71,7 @@ def advise(target: str, code_path: Path, data: str, folders: tuple[str, ...], sa
     if run:
         click.echo(f"tacoma advise: running the better way ({advice.better})", err=True)
         try:
-            way = _advise.move if advice.better == "move" else _advise.fetch
-            result, seconds = way(advice, program, extra)
+            result, seconds = advice.run()
         except tacoma.TacomaError as exc:
             fail(exc, place=target.rpartition("@")[2])
         outcome = (result, seconds)

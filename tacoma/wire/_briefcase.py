@@ -128,7 +128,7 @@ class _Held:
 
     def unchanged(self, folder: list[bytes] | None) -> bool:
         if self.items is None:
-            return True  # never read: nothing could change it (reads go through _read)
+            return True  # never read whole: its folder is still the empty placeholder
         snapshot = self.snapshot
         assert snapshot is not None
         return (folder is self.items and len(folder) == len(snapshot)
@@ -186,20 +186,18 @@ class Briefcase(MutableMapping[str, list[bytes]]):
     ) -> None:
         self._folders: dict[str, list[bytes]] = {}
         self._lazy: dict[str, _Held] | None = None
-        if type(folders) is Briefcase and named:  # a copy, then the named folders
-            self.__init__(folders)  # type: ignore[misc]
-            for name, elements in named.items():
-                self[name] = elements
-            return
-        if type(folders) is Briefcase and not named:
+        if type(folders) is Briefcase:
             # A copy of a briefcase (every meet's request is one): its names were checked
-            # when it got them, so only elements put into its lists since are looked at.
+            # when it got them, so only elements put into its lists since are looked at;
+            # its lazy folders stay lazy.
             for name, folder in folders._folders.items():
                 self._folders[name] = (folder[:] if all(type(e) is bytes for e in folder)
                                        else [_as_bytes(e, name) for e in folder])
             if folders._lazy:
                 self._copy_lazy(folders)
-            return
+            if not named:
+                return
+            folders = None  # then the named folders, below
         if folders is not None and not isinstance(folders, Mapping):
             raise TypeError(f"a briefcase is built from a mapping of folder name to elements, "
                             f"got {type(folders).__name__}")

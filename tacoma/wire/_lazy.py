@@ -189,8 +189,16 @@ class Source:
                 ends.append(at)
         self.size = size
         hashes = bytearray()
-        for index in range(-(-size // chunk)):
-            hashes += hashlib.sha256(self.read(index, 1)[0]).digest()
+        if path is None:
+            view = memoryview(self._data)  # chunks hashed in place, not copied
+            for at in range(0, size, chunk):
+                hashes += hashlib.sha256(view[at:at + chunk]).digest()
+        else:  # one pass in order, a chunk at a time (a file may be larger than memory)
+            with open(path, "rb") as file:
+                while block := file.read(chunk):
+                    hashes += hashlib.sha256(block).digest()
+            if len(hashes) != 32 * -(-size // chunk):
+                raise LazyFolderError(f"{path} changed while it was being hashed")
         self.manifest = Manifest(tuple(ends), bytes(hashes), chunk)
         self.root = self.manifest.root()
 

@@ -129,6 +129,10 @@ _SETTINGS = tacoma.PlaceSettings()
               default=format_size(_SETTINGS.lazy_bytes), show_default=True,
               help="Bytes of lazy folders' data the place keeps for its agents at once "
                    "(bc.lazy); past it, making a folder lazy is refused (LimitExceeded).")
+@click.option("--cabinet-bytes", type=ByteSize(0),
+              default=format_size(_SETTINGS.cabinet_bytes), show_default=True,
+              help="Bytes of cabinets the place keeps, of which any one identity may write "
+                   "its --share; past either, a write is refused (LimitExceeded).")
 @click.option("--lazy-seconds", type=Duration(1),
               default=format_duration(_SETTINGS.lazy_seconds), show_default=True,
               help="How long the place keeps (or relays for its client) a lazy folder's "
@@ -168,6 +172,7 @@ def place(listen: str, state_dir: Path | None, pool_size: int, pool_max: int | N
           mailbox_bytes: int, mailbox_total_bytes: int, same_uid: bool,
           max_receiving: int, idle_seconds: float, max_queued: int, keep_results: float,
           lazy_bytes: int, lazy_seconds: float, prefetch: int, agent_network: str,
+          cabinet_bytes: int,
           identity: str | None, insecure: bool,
           allow: tuple[str, ...], share: float, deny_list: Path | None, quiet: bool,
           verbose: bool, **limits: Any) -> None:
@@ -195,7 +200,8 @@ def place(listen: str, state_dir: Path | None, pool_size: int, pool_max: int | N
             insecure=insecure, allow=allow, share=share, deny_list=deny_list,
             agent_network=agent_network, idle_seconds=idle_seconds,
             max_receiving=max_receiving, max_queued=max_queued, keep_results=keep_results,
-            lazy_bytes=lazy_bytes, lazy_seconds=lazy_seconds, prefetch=prefetch)
+            lazy_bytes=lazy_bytes, lazy_seconds=lazy_seconds, prefetch=prefetch,
+            cabinet_bytes=cabinet_bytes)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO

@@ -77,7 +77,7 @@ class BuiltIns:
         """Answer a meet of `agent` made by `who` (None: a client outside the place) for
         `principal`; `admin`: by an identity with the admin role."""
         if agent == CABINET_AGENT:
-            return await self.cabinets.serve(briefcase, who)
+            return await self.cabinets.serve(briefcase, who, principal)
         if agent == LAZY_AGENT:
             return await self.lazy.serve(briefcase, principal, who is not None, self.max_wait)
         if agent == HOME_AGENT:

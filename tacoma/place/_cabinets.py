@@ -13,11 +13,27 @@ place restarted or killed with SIGKILL (or a power cut) loses nothing it acknowl
 loop never waits for a disk.
 
 Ownership: whoever first writes a cabinet may make it private (a PRIVATE folder in that
-meet); a private cabinet is then readable and writable only by that owner. An owner is
-the identity the place gives the agent that made the meet, which the agent cannot choose:
-`agent:NAME` for an installed agent, `code:SHA256` (of its program) for one that brought
-its code. Meets from clients outside the place have no identity: they see public cabinets
-only. The administrator's `tacoma cabinet` command reads the database directly.
+meet); a private cabinet is then readable, writable and listed only for that owner. An
+owner is a program run for a principal, both of which the place gives the meet and the
+agent cannot choose: the program is `agent:NAME` for an installed agent, `code:SHA256` (of
+its program) for one that brought its code, and the principal is who launched the meet
+(so mallory running alice's program is not alice). Each is a column of its own. Meets
+from clients outside the place run no program: they see public cabinets only. The
+administrator's `tacoma cabinet` command reads the database directly (`caller` None).
+
+The layout is versioned (`PRAGMA user_version`) and upgraded when the database is opened,
+in one transaction. Private cabinets from before principals owned cabinets (version 0)
+keep their program but have no principal: guessing one would give the cabinet to whoever
+asks first, so they wait, readable by no agent, until the administrator names the owner
+(`tacoma cabinet claim`), and the place says at start how many wait.
+
+Bytes are bounded: every element is charged to the principal whose meet wrote it (and a
+cabinet's own row to its creator), in tables that triggers keep, so that every way rows
+go (a folder replaced or removed, a cabinet removed with its elements) gives the bytes
+back, whoever runs the SQL. A meet's write is refused whole (LimitExceeded) if it would
+take the place past --cabinet-bytes, or its principal past its --share of it; a full
+disk refuses it the same way, and the transaction rolled back leaves the database as it
+was.
 
 The ag_cabinet briefcase: OP (one of list, folders, read, append, replace, remove),
 CABINET (its name), FOLDER (folder names, for read and remove), PRIVATE (on a write: make a
@@ -30,37 +46,98 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import os
 import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 from ..wire._briefcase import CABINET_REQUEST_FOLDERS, Briefcase
-from ..wire._errors import CabinetError
+from ..wire._errors import CabinetError, LimitExceeded
+from ..wire._text import shown
+from ._settings import PlaceSettings
 
-__all__ = ["Cabinets", "Store"]
+__all__ = ["Cabinet", "Cabinets", "Caller", "Store"]
+
+log = logging.getLogger("tacoma.place")
 
 OPS = ("list", "folders", "read", "append", "replace", "remove")
 _NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS cabinets (
-    name TEXT PRIMARY KEY,
-    owner TEXT,              -- NULL: public
-    created REAL NOT NULL,
-    updated REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS elements (
-    cabinet TEXT NOT NULL REFERENCES cabinets(name) ON DELETE CASCADE,
-    folder TEXT NOT NULL,
-    position INTEGER NOT NULL,
-    data BLOB NOT NULL,
-    PRIMARY KEY (cabinet, folder, position)
-);
-"""
+#: The layout this code writes, kept in `PRAGMA user_version`. 0: the layout from before
+#: principals owned cabinets (no principal, no charges), upgraded when opened.
+VERSION = 1
+
+# Each statement run on its own, in the transaction that makes or upgrades the layout
+# (executescript would commit on its own). An upgraded database gets its new columns at the
+# end, so a new one has them there too: both are the same layout.
+_TABLES = (
+    """CREATE TABLE cabinets (
+        name TEXT PRIMARY KEY,
+        owner TEXT,         -- the program it is private to (code:SHA256, agent:NAME); NULL: public
+        created REAL NOT NULL,
+        updated REAL NOT NULL,
+        principal TEXT,     -- with owner, the principal it is private to; NULL: not named yet
+        creator TEXT        -- the principal charged for its row; NULL: the administrator
+    )""",
+    """CREATE TABLE elements (
+        cabinet TEXT NOT NULL REFERENCES cabinets(name) ON DELETE CASCADE,
+        folder TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        data BLOB NOT NULL,
+        writer TEXT,        -- the principal charged for it; NULL: the administrator
+        PRIMARY KEY (cabinet, folder, position)
+    )""",
+)
+_UPGRADE_FROM_0 = (
+    "ALTER TABLE cabinets ADD COLUMN principal TEXT",
+    "ALTER TABLE cabinets ADD COLUMN creator TEXT",
+    "ALTER TABLE elements ADD COLUMN writer TEXT",
+)
+# The bytes kept, in all (kept, one row) and per principal (charges), kept by triggers so
+# that no way of adding or removing rows (a cascade included) can skip the books. An
+# element costs its data and names and 32 bytes, a cabinet its name and 64: roughly what
+# SQLite's record and index entry take beyond them, so that a million empty elements are
+# not free. (Written out in each statement: this is SQL, not text to assemble.)
+_ACCOUNTS = (
+    "CREATE TABLE charges (principal TEXT PRIMARY KEY, bytes INTEGER NOT NULL)",
+    "CREATE TABLE kept (only INTEGER PRIMARY KEY CHECK (only = 0), bytes INTEGER NOT NULL)",
+    """INSERT INTO kept VALUES (0,
+        (SELECT COALESCE(SUM(length(data) + length(folder) + length(cabinet) + 32), 0)
+         FROM elements)
+        + (SELECT COALESCE(SUM(length(name) + 64), 0) FROM cabinets))""",
+    """CREATE TRIGGER element_added AFTER INSERT ON elements BEGIN
+        UPDATE kept
+            SET bytes = bytes + length(NEW.data) + length(NEW.folder) + length(NEW.cabinet) + 32;
+        INSERT INTO charges
+            SELECT NEW.writer, length(NEW.data) + length(NEW.folder) + length(NEW.cabinet) + 32
+            WHERE NEW.writer IS NOT NULL
+            ON CONFLICT (principal) DO UPDATE SET bytes = bytes + excluded.bytes;
+    END""",
+    """CREATE TRIGGER element_removed AFTER DELETE ON elements BEGIN
+        UPDATE kept
+            SET bytes = bytes - length(OLD.data) - length(OLD.folder) - length(OLD.cabinet) - 32;
+        UPDATE charges
+            SET bytes = bytes - length(OLD.data) - length(OLD.folder) - length(OLD.cabinet) - 32
+            WHERE principal = OLD.writer;
+        DELETE FROM charges WHERE principal = OLD.writer AND bytes <= 0;
+    END""",
+    """CREATE TRIGGER cabinet_added AFTER INSERT ON cabinets BEGIN
+        UPDATE kept SET bytes = bytes + length(NEW.name) + 64;
+        INSERT INTO charges SELECT NEW.creator, length(NEW.name) + 64
+            WHERE NEW.creator IS NOT NULL
+            ON CONFLICT (principal) DO UPDATE SET bytes = bytes + excluded.bytes;
+    END""",
+    """CREATE TRIGGER cabinet_removed AFTER DELETE ON cabinets BEGIN
+        UPDATE kept SET bytes = bytes - length(OLD.name) - 64;
+        UPDATE charges SET bytes = bytes - length(OLD.name) - 64 WHERE principal = OLD.creator;
+        DELETE FROM charges WHERE principal = OLD.creator AND bytes <= 0;
+    END""",
+)
 
 T = TypeVar("T")
 
@@ -71,65 +148,152 @@ def check_name(name: str, what: str = "cabinet") -> str:
     return name
 
 
+def claim_command(cabinet: str) -> str:
+    """The command with which the administrator names an unclaimed cabinet's principal."""
+    return f"tacoma cabinet claim {cabinet} --principal NAME"
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who makes a cabinet request: the program of the agent that made it (`code:SHA256` or
+    `agent:NAME`; None for a client outside the place, which runs none) and the principal
+    its meet is for ("" where nobody is authenticated: an --insecure place). A private
+    cabinet belongs to one program run for one principal, and its bytes to the principal."""
+
+    program: str | None
+    principal: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cabinet:
+    """A cabinet as its row says, for the administrator."""
+
+    name: str
+    program: str | None  # the program it is private to; None: public
+    principal: str | None  # with program, the principal; None: waits for it to be named
+    created: float
+    updated: float
+
+    @property
+    def unclaimed(self) -> bool:
+        """Private, from before principals owned cabinets, and not yet given one."""
+        return self.program is not None and self.principal is None
+
+
 class Store:
     """The database itself, used from one thread at a time (the place's SQLite thread, or
-    the `tacoma cabinet` command)."""
+    the `tacoma cabinet` command).
 
-    def __init__(self, path: Path) -> None:
+    `caller` None is the administrator (`tacoma cabinet`): every cabinet is theirs, and
+    their writes are charged to nobody and never refused for their size. `limit` and
+    `share` are --cabinet-bytes and --share (None: no bound, as for the administrator).
+    """
+
+    def __init__(self, path: Path, limit: int | None = None, share: float = 1.0) -> None:
         self.path = path
+        self.limit = limit
+        self.share = share
         # The place's alone (0600; SQLite gives its -wal and -shm files the same mode):
         # agents, whatever their uid, reach cabinets only through ag_cabinet.
         os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
         os.chmod(path, 0o600)
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
-        self.db.execute("PRAGMA foreign_keys=ON")
-        self.db.executescript(SCHEMA)
+        try:
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=FULL")
+            self.db.execute("PRAGMA foreign_keys=ON")
+            self._upgrade()
+        except BaseException:
+            self.db.close()
+            raise
+
+    def _upgrade(self) -> None:
+        """Make the layout, or bring an older one to VERSION, in one transaction."""
+        if self.db.execute("PRAGMA user_version").fetchone()[0] == VERSION:
+            return
+        with self._transaction():  # another process may have done it meanwhile: ask again
+            version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            if version == VERSION:
+                return
+            if version > VERSION:
+                raise CabinetError(
+                    f"{self.path} is in the layout of a newer tacoma (version {version}; this "
+                    f"one knows up to {VERSION}): use that tacoma on this state directory")
+            made = self.db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                                   "name = 'cabinets'").fetchone() is not None
+            for statement in (*(_UPGRADE_FROM_0 if made else _TABLES), *_ACCOUNTS):
+                self.db.execute(statement)
+            self.db.execute(f"PRAGMA user_version = {VERSION}")
 
     def close(self) -> None:
         self.db.close()
 
-    def _allowed(self, cabinet: str, who: str | None, admin: bool) -> bool:
-        """Whether the cabinet exists; raises CabinetError if it is private to another
-        (the administrator's `tacoma cabinet` may do anything)."""
-        row = self.db.execute("SELECT owner FROM cabinets WHERE name = ?", (cabinet,)).fetchone()
-        if row is not None and not admin and row[0] is not None and row[0] != who:
-            raise CabinetError(f"cabinet {cabinet!r} is private to its owner")
-        return row is not None
+    def _allowed(self, cabinet: str, caller: Caller | None) -> bool:
+        """Whether the cabinet exists; raises CabinetError if it is private to another than
+        `caller` (the administrator, None, may do anything)."""
+        row = self.db.execute("SELECT owner, principal FROM cabinets WHERE name = ?",
+                              (cabinet,)).fetchone()
+        if row is None or caller is None or row[0] is None:
+            return row is not None
+        program, principal = row
+        if program == caller.program and principal is None:
+            raise CabinetError(
+                f"cabinet {cabinet!r} is private, and was made before a private cabinet "
+                f"belonged to a principal as well as a program: it waits for its owner to be "
+                f"named by the place's administrator, with {claim_command(cabinet)}")
+        if program != caller.program or principal != caller.principal:
+            raise CabinetError(f"cabinet {cabinet!r} is private to its owner (another "
+                               f"program, or this program run for another principal)")
+        return True
 
-    def names(self, who: str | None, everything: bool = False) -> list[str]:
-        rows = self.db.execute("SELECT name, owner FROM cabinets ORDER BY name").fetchall()
-        return [name for name, owner in rows if everything or owner is None or owner == who]
+    def names(self, caller: Caller | None) -> list[str]:
+        """The cabinets `caller` may use (the administrator: all)."""
+        if caller is None:
+            rows = self.db.execute("SELECT name FROM cabinets ORDER BY name").fetchall()
+        else:
+            rows = self.db.execute(
+                "SELECT name FROM cabinets WHERE owner IS NULL OR (owner = ? AND principal = ?) "
+                "ORDER BY name", (caller.program, caller.principal)).fetchall()
+        return [row[0] for row in rows]
 
-    def folders(self, cabinet: str, who: str | None = None, admin: bool = False) -> list[str]:
-        self._allowed(cabinet, who, admin)
+    def unclaimed(self) -> list[str]:
+        """The private cabinets that wait for the administrator to name their principal."""
+        rows = self.db.execute("SELECT name FROM cabinets WHERE owner IS NOT NULL AND "
+                               "principal IS NULL ORDER BY name").fetchall()
+        return [row[0] for row in rows]
+
+    def folders(self, cabinet: str, caller: Caller | None) -> list[str]:
+        self._allowed(cabinet, caller)
         rows = self.db.execute("SELECT DISTINCT folder FROM elements WHERE cabinet = ? "
                                "ORDER BY folder", (cabinet,)).fetchall()
         return [row[0] for row in rows]
 
-    def read(self, cabinet: str, folder: str, who: str | None = None,
-             admin: bool = False) -> list[bytes]:
-        self._allowed(cabinet, who, admin)
+    def read(self, cabinet: str, folder: str, caller: Caller | None) -> list[bytes]:
+        self._allowed(cabinet, caller)
         rows = self.db.execute("SELECT data FROM elements WHERE cabinet = ? AND folder = ? "
                                "ORDER BY position", (cabinet, folder)).fetchall()
         return [bytes(row[0]) for row in rows]
 
-    def info(self, cabinet: str) -> tuple[str | None, float, float] | None:
-        row = self.db.execute("SELECT owner, created, updated FROM cabinets WHERE name = ?",
-                              (cabinet,)).fetchone()
-        return None if row is None else (row[0], row[1], row[2])
+    def info(self, cabinet: str) -> Cabinet | None:
+        row = self.db.execute("SELECT owner, principal, created, updated FROM cabinets "
+                              "WHERE name = ?", (cabinet,)).fetchone()
+        return None if row is None else Cabinet(cabinet, *row)
 
     def write(self, cabinet: str, folders: dict[str, list[bytes]], replace: bool,
-              who: str | None, private: bool = False, admin: bool = False) -> None:
-        """Append to (or replace) folders of a cabinet, creating it; one transaction."""
-        if private and who is None and not admin:
+              caller: Caller | None, private: bool = False) -> None:
+        """Append to (or replace) folders of a cabinet, creating it; one transaction, kept
+        whole or not at all."""
+        if private and (caller is None or caller.program is None):
             raise CabinetError("only an agent at the place can own a private cabinet")
         now = time.time()
+        writer = None if caller is None else caller.principal
         with self._transaction():
-            if not self._allowed(cabinet, who, admin):
-                self.db.execute("INSERT INTO cabinets VALUES (?, ?, ?, ?)",
-                                (cabinet, who if private else None, now, now))
+            before = self._books(writer)
+            if not self._allowed(cabinet, caller):
+                owner = (caller.program, caller.principal) if private and caller else (None, None)
+                self.db.execute(
+                    "INSERT INTO cabinets (name, owner, principal, creator, created, updated) "
+                    "VALUES (?, ?, ?, ?, ?, ?)", (cabinet, *owner, writer, now, now))
             else:
                 self.db.execute("UPDATE cabinets SET updated = ? WHERE name = ?", (now, cabinet))
             for folder, elements in folders.items():
@@ -141,15 +305,63 @@ class Store:
                     row = self.db.execute("SELECT MAX(position) FROM elements WHERE cabinet = ? "
                                           "AND folder = ?", (cabinet, folder)).fetchone()
                     start = 0 if row[0] is None else row[0] + 1
-                self.db.executemany("INSERT INTO elements VALUES (?, ?, ?, ?)",
-                                    [(cabinet, folder, start + i, e)
-                                     for i, e in enumerate(elements)])
+                self.db.executemany(
+                    "INSERT INTO elements (cabinet, folder, position, data, writer) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    [(cabinet, folder, start + i, e, writer) for i, e in enumerate(elements)])
+            if writer is not None:
+                self._bound(writer, before)
 
-    def remove(self, cabinet: str, folders: list[str] | None, who: str | None,
-               admin: bool = False) -> None:
+    def _books(self, principal: str | None) -> tuple[int, int]:
+        """The bytes kept in all, and charged to `principal`."""
+        kept = self.db.execute("SELECT bytes FROM kept").fetchone()[0]
+        row = self.db.execute("SELECT bytes FROM charges WHERE principal = ?",
+                              (principal,)).fetchone()
+        return kept, 0 if row is None else row[0]
+
+    def _bound(self, principal: str, before: tuple[int, int]) -> None:
+        """Refuse a write (in its transaction, so that none of it stays) that took the place
+        past --cabinet-bytes or `principal` past its share; one that made less is let be,
+        so that whoever is over (the setting lowered since) can still tidy up."""
+        if self.limit is None:
+            return
+        (kept, own), (kept_before, own_before) = self._books(principal), before
+        if kept > self.limit and kept > kept_before:
+            raise LimitExceeded(
+                f"this place keeps at most {self.limit:,} bytes of cabinets (--cabinet-bytes) "
+                f"and has {kept_before:,}: this write of {kept - kept_before:,} more was not "
+                f"kept; remove cabinets or folders no longer needed, or ask the place's "
+                f"administrator for a larger --cabinet-bytes")
+        share = int(self.limit * self.share)
+        if own > share and own > own_before:
+            who = shown(principal) if principal else "anonymous"
+            raise LimitExceeded(
+                f"{who} has {own_before:,} bytes in cabinets at this place, and any one "
+                f"principal may keep {share:,} (--share of --cabinet-bytes): this write of "
+                f"{own - own_before:,} more was not kept; remove cabinets or folders of "
+                f"yours no longer needed first")
+
+    def accounts(self) -> tuple[int, dict[str, int]]:
+        """The books as the triggers keep them: bytes kept in all, and per principal."""
+        kept = self.db.execute("SELECT bytes FROM kept").fetchone()[0]
+        return kept, dict(self.db.execute("SELECT principal, bytes FROM charges").fetchall())
+
+    def recount(self) -> tuple[int, dict[str, int]]:
+        """The books counted again from the rows (to check `accounts`)."""
+        charges: dict[str, int] = {}
+        kept = 0
+        for sql in ("SELECT writer, length(data) + length(folder) + length(cabinet) + 32 "
+                    "FROM elements", "SELECT creator, length(name) + 64 FROM cabinets"):
+            for principal, cost in self.db.execute(sql):
+                kept += cost
+                if principal is not None:
+                    charges[principal] = charges.get(principal, 0) + cost
+        return kept, charges
+
+    def remove(self, cabinet: str, folders: list[str] | None, caller: Caller | None) -> None:
         """Remove folders of a cabinet, or (folders None) the whole cabinet."""
         with self._transaction():
-            self._allowed(cabinet, who, admin)
+            self._allowed(cabinet, caller)
             if folders is None:
                 self.db.execute("DELETE FROM cabinets WHERE name = ?", (cabinet,))
             else:
@@ -158,54 +370,94 @@ class Store:
                 self.db.execute("UPDATE cabinets SET updated = ? WHERE name = ?",
                                 (time.time(), cabinet))
 
+    def claim(self, cabinet: str, principal: str) -> Cabinet:
+        """Name the principal a private cabinet belongs to, with its program (the
+        administrator's: `tacoma cabinet claim`); the cabinet as it was before."""
+        with self._transaction():
+            before = self.info(cabinet)
+            if before is None:
+                raise CabinetError(f"no cabinet {cabinet!r} at this place")
+            if before.program is None:
+                raise CabinetError(f"cabinet {cabinet!r} is public: any agent may use it, so "
+                                   f"it has no owner to name")
+            self.db.execute("UPDATE cabinets SET principal = ? WHERE name = ?",
+                            (principal, cabinet))
+        return before
+
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
-        self.db.execute("BEGIN IMMEDIATE")
         try:
-            yield
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+                self.db.execute("COMMIT")
+            except BaseException:
+                # SQLite may have rolled back already (a full disk can do that).
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+                raise
+        except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_FULL:
+                raise
+            raise LimitExceeded(
+                f"the disk of this place's cabinets ({self.path.parent}) is full: nothing of "
+                f"this change was kept; try again once the place's administrator has freed "
+                f"space there") from exc
 
 
 class Cabinets:
-    """The place's cabinets: `ag_cabinet` meets run here, on SQLite's own thread."""
+    """The place's cabinets: `ag_cabinet` meets run here, on SQLite's own thread.
 
-    def __init__(self, path: Path) -> None:
+    `settings` give --cabinet-bytes and --share (None: their defaults)."""
+
+    def __init__(self, path: Path, settings: PlaceSettings | None = None) -> None:
         self.path = path
+        settings = settings or PlaceSettings(state_dir=path.parent)
+        self.limit = settings.cabinet_bytes
+        self.share = settings.share
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "tacoma-cabinets")
         self._store: Store | None = None
 
     async def _run(self, call: Callable[[Store], T]) -> T:
         def in_thread() -> T:
             if self._store is None:
-                self._store = Store(self.path)
+                self._store = Store(self.path, self.limit, self.share)
             return call(self._store)
 
         return await asyncio.get_running_loop().run_in_executor(self._executor, in_thread)
 
     async def open(self) -> None:
-        await self._run(lambda store: None)
+        """Open the database (upgrading its layout), and say which private cabinets wait
+        for the administrator to name their owner."""
+        waiting = await self._run(lambda store: store.unclaimed())
+        if waiting:
+            names = ", ".join(shown(name) for name in waiting[:10])
+            more = f" and {len(waiting) - 10:,} more" if len(waiting) > 10 else ""
+            log.warning("private cabinets waiting for their owner to be named: %d (made "
+                        "before a private cabinet belonged to a principal; no agent may use "
+                        "them until the administrator names each one's with %s): %s%s",
+                        len(waiting), claim_command("CABINET"), names, more)
 
     async def count(self) -> int:
         """How many cabinets the place has, private ones included (for its status)."""
-        return len(await self._run(lambda store: store.names(None, everything=True)))
+        return len(await self._run(lambda store: store.names(None)))
 
-    async def serve(self, briefcase: Briefcase, who: str | None) -> Briefcase:
-        """Answer one ag_cabinet meet made by `who` (None: a client outside the place)."""
+    async def serve(self, briefcase: Briefcase, who: str | None, principal: str) -> Briefcase:
+        """Answer one ag_cabinet meet made by the agent `who` (None: a client outside the
+        place) for `principal`."""
+        caller = Caller(who, principal)
         op = _one(briefcase, "OP", f"one of {', '.join(OPS)}")
         if op not in OPS:
             raise CabinetError(f"unknown cabinet operation {op!r}; one of {', '.join(OPS)}")
         result = Briefcase()
         if op == "list":
-            result.replace("CABINETS", await self._run(lambda s: s.names(who)))
+            result.replace("CABINETS", await self._run(lambda s: s.names(caller)))
             return result
         cabinet = check_name(_one(briefcase, "CABINET", "the cabinet's name"))
         wanted = [check_name(f, "folder") for f in briefcase.text("FOLDER")] \
             if "FOLDER" in briefcase else None
         if op == "folders":
-            result.replace("FOLDERS", await self._run(lambda s: s.folders(cabinet, who)))
+            result.replace("FOLDERS", await self._run(lambda s: s.folders(cabinet, caller)))
         elif op == "read":
             if not wanted:
                 raise CabinetError("read needs the folders to read in FOLDER")
@@ -213,16 +465,16 @@ class Cabinets:
 
             def read(store: Store) -> None:
                 for folder in names:
-                    result.replace(folder, store.read(cabinet, folder, who))
+                    result.replace(folder, store.read(cabinet, folder, caller))
 
             await self._run(read)
         elif op in ("append", "replace"):
             data = {check_name(name, "folder"): briefcase.folder(name)
                     for name in briefcase.folders() if name not in CABINET_REQUEST_FOLDERS}
             private = bool(briefcase.get("PRIVATE"))
-            await self._run(lambda s: s.write(cabinet, data, op == "replace", who, private))
+            await self._run(lambda s: s.write(cabinet, data, op == "replace", caller, private))
         else:  # remove
-            await self._run(lambda s: s.remove(cabinet, wanted, who))
+            await self._run(lambda s: s.remove(cabinet, wanted, caller))
         return result
 
     async def close(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -18,10 +19,11 @@ import tacoma
 from ..display import table
 from ..place._settings import default_state_dir
 from ..wire._address import parse_address
+from ..wire._text import escape
 from ._common import CommandFunction, default_place, fail, state_dir_option, with_place
 from ._trust import identity_options
 
-__all__ = ["admin_options", "admin_token", "checked_place", "kill", "ps"]
+__all__ = ["admin_options", "admin_token", "agents_table", "checked_place", "kill", "ps"]
 
 
 def admin_options(f: CommandFunction) -> CommandFunction:
@@ -99,6 +101,11 @@ def ps(place: str | None, state_dir: Path | None, token_file: Path | None,
     if not rows:
         click.echo(f"no agents running at {place}")
         return
+    agents_table(rows)
+
+
+def agents_table(rows: list[dict[str, Any]]) -> None:
+    """`tacoma ps`'s table of the place's rows (its cells escaped, as every table's)."""
     table(("MEET", "NAME", "AGENT", "LANGUAGE", "PID", "PROCS", "AGE", "CPU", "MEMORY", "NET",
            "MAILBOX"), [(
                r["meet"], r["name"] or "-", r["agent"], r["language"], r["pid"],
@@ -123,4 +130,5 @@ def kill(target: str, state_dir: Path | None, token_file: Path | None) -> None:
         killed = _admin(place, state_dir, token_file, OP=["kill"], NAME=[name])
     except tacoma.TacomaError as exc:
         fail(exc, place=place)
-    click.echo(f"killed {name} (meet {killed.text('KILLED')[0]}) at {place}")
+    # The meet id is the place's word, and the name was typed (or pasted): both escaped.
+    click.echo(escape(f"killed {name} (meet {killed.text('KILLED')[0]}) at {place}"))

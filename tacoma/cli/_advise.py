@@ -15,6 +15,7 @@ import click
 
 import tacoma
 
+from ..wire._text import escape
 from ._common import FOLDER_METAVAR, ByteSize, briefcase_from, fail, print_briefcase
 
 __all__ = ["advise"]
@@ -87,7 +88,7 @@ def advise(target: str, code_path: Path, data: str, folders: tuple[str, ...], sa
             out["ran_s"] = outcome[1]
         click.echo(json.dumps(out, indent=2))
         return
-    click.echo(advice.summary())
+    click.echo(escape(advice.summary(), newlines=True))  # its notes quote the place
     if outcome is not None:
         result, seconds = outcome
         predicted = advice.move_s if advice.better == "move" else advice.fetch_s

@@ -21,6 +21,7 @@ import click
 import tacoma
 
 from ..display import Progress
+from ..wire._text import escape
 
 T = TypeVar("T")
 
@@ -154,7 +155,7 @@ def bench(names: tuple[str, ...], quick: bool, json_path: Path | None, places: s
     suite.table(results)
     if details:
         click.echo()
-        click.echo(suite.details(results))
+        click.echo(escape(suite.details(results), newlines=True))  # failures quote places
     if json_path is not None:
         json_path.write_text(suite.dumps(results))
         click.echo(f"measurements written to {json_path}", err=True)

@@ -7,11 +7,19 @@ object on stdout, `{"error": {"kind", "message", "detail", "hint", "exit_status"
 one exit status per kind of failure (EXIT_CODES). `fail` does it for tacoma's errors,
 `report` for the rest (usage errors, an interrupt: see _main).
 
+What an agent or a place says is theirs to choose, escape sequences included (a title
+change, a clipboard write, a cleared screen): everything printed here for a person goes
+through wire._text.escape, the message on its one line, a traceback with its newlines.
+JSON needs nothing more: json.dumps writes every control character as an escape, and the
+data stays exact.
+
 Sizes (`2G`, `256M`) and durations (`30s`, `5m`) are click parameter types, so that every
 option that takes one reads it alike and a bad value is a usage error naming the option.
 The default place of meet, send, ps, kill and status is one: `$TACOMA_PLACE`, else
 127.0.0.1:7707 (`default_place`). Briefcases are read from `-f NAME=TEXT|NAME=@PATH`
-arguments and printed for a person (`print_briefcase`) or as JSON (`briefcase_json`).
+arguments and printed for a person (`print_briefcase`) or as JSON (`briefcase_json`). A
+lazy folder in a result is printed as its reference (size, elements, origin), never
+fetched: printing must not connect anywhere, least of all to an origin a place named.
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ import tacoma
 from ..place._settings import DEFAULT_LISTEN, default_state_dir
 from ..wire._address import parse_address, split_target
 from ..wire._briefcase import CODE_NAME, RESERVED_FOLDERS, check_folder_name
+from ..wire._lazy import Ref
+from ..wire._text import escape
 
 __all__ = [
     "EXIT_CODES",
@@ -130,11 +140,12 @@ def report(kind: str, message: str, *, detail: str = "", hint: str = "", status:
     if as_json:
         click.echo(json.dumps({"error": {"kind": kind, "message": message, "detail": detail,
                                          "hint": hint, "exit_status": status}}))
-    click.echo(f"tacoma: {kind}: {message}", err=True)
+    # The message is one line: a newline in it could print a line that looks like ours.
+    click.echo(f"tacoma: {escape(kind)}: {escape(message)}", err=True)
     if detail:
-        click.echo(detail.rstrip("\n"), err=True)
+        click.echo(escape(detail.rstrip("\n"), newlines=True), err=True)
     if hint:
-        click.echo(f"{hint_label}{hint}", err=True)
+        click.echo(f"{hint_label}{escape(hint, newlines=True)}", err=True)
     if exit_now:
         sys.exit(status)
 
@@ -391,52 +402,79 @@ def _element_json(element: bytes) -> Any:
         return {"base64": base64.b64encode(element).decode("ascii")}
 
 
+def _lazy_refs(bc: tacoma.Briefcase) -> dict[str, Ref]:
+    """The references of `bc`'s lazy folders, by folder name (asking fetches nothing)."""
+    return {ref.name: ref for ref in bc.lazy_refs()}
+
+
+def _lazy_json(ref: Ref) -> dict[str, Any]:
+    return {"lazy": {"size": ref.size, "count": ref.count, "origin": ref.origin}}
+
+
 def briefcase_json(bc: tacoma.Briefcase) -> dict[str, Any]:
-    """The --json form: {"folders": {NAME: [str | {"base64": ...}, ...]}}."""
-    return {"folders": {name: [_element_json(e) for e in elements]
-                        for name, elements in bc.items()}}
-
-
-def _printable(text: str) -> bool:
-    return all(c.isprintable() or c in "\n\t\r" for c in text)
-
-
-def _describe_element(element: bytes) -> str:
-    try:
-        text = element.decode("utf-8")
-    except UnicodeDecodeError:
-        text = None
-    if text is not None and _printable(text):
-        return text
-    preview = element[:16].hex(" ")
-    more = " ..." if len(element) > 16 else ""
-    return f"<{len(element):,} bytes of binary: {preview}{more}>"
+    """The --json form: {"folders": {NAME: [str | {"base64": ...}, ...]}}; a lazy folder,
+    not fetched, as {"lazy": {"size": BYTES, "count": ELEMENTS, "origin": HOST:PORT}}."""
+    refs = _lazy_refs(bc)
+    return {"folders": {name: _lazy_json(refs[name]) if name in refs
+                        else [_element_json(e) for e in bc[name]] for name in bc}}
 
 
 #: Lines of one text element shown before the rest is summarised.
 SHOWN_LINES = 20
 
 
+def _element_lines(element: bytes) -> list[str]:
+    """An element as a person reads it: its text's lines, cut after SHOWN_LINES, each with
+    its control characters escaped (only the lines shown are looked at: an element may be
+    megabytes); or, if it is not UTF-8 or holds a NUL (git's test for binary), its size and
+    first bytes in hex."""
+    try:
+        text = element.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\0" in text:
+        preview = element[:16].hex(" ")
+        more = " ..." if len(element) > 16 else ""
+        return [f"<{len(element):,} bytes of binary: {preview}{more}>"]
+    lines = text.removesuffix("\n").split("\n", SHOWN_LINES)
+    shown = [escape(line) for line in lines[:SHOWN_LINES]]
+    if len(lines) > SHOWN_LINES:  # the last is the rest, unsplit
+        shown.append(f"... ({lines[SHOWN_LINES].count(chr(10)) + 1} more lines)")
+    return shown
+
+
 def print_briefcase(bc: tacoma.Briefcase) -> None:
     """A briefcase as a person reads it: each folder, its element count, its elements.
 
-    The CODE folder is summarised (the caller has the program already) and long text is
-    cut after SHOWN_LINES lines; --json shows everything.
+    The CODE folder is summarised (the caller has the program already), a lazy folder is
+    its reference, and long text is cut after SHOWN_LINES lines; --json shows everything.
+    Names and text are escaped: they are the agent's, and so is what they would make a
+    terminal do.
     """
     if not bc:
         click.echo("(empty briefcase)")
-    for name, elements in bc.items():
+    refs = _lazy_refs(bc)
+    for name in bc:
         if name == CODE_NAME and tacoma.CODE in bc:
             continue  # told on the CODE folder's line
-        count = f"{len(elements)} element" + ("" if len(elements) == 1 else "s")
-        click.echo(click.style(name, bold=True) + f" ({count})")
+        if name in refs:
+            ref = refs[name]
+            at = f" at {escape(ref.origin)}" if ref.origin else ""
+            click.echo(click.style(escape(name), bold=True) + f" ({_elements(ref.count)}, "
+                       "lazy)")
+            click.echo(f"  <by reference: {ref.size:,} bytes{at}, not fetched>")
+            continue
+        elements = bc[name]
+        click.echo(click.style(escape(name), bold=True) + f" ({_elements(len(elements))})")
         for element in elements:
             if name == tacoma.CODE:
                 named = bc.folder(CODE_NAME)
-                source = f" from {named[0].decode('utf-8', 'replace')}" if named else ""
+                source = (f" from {escape(named[0].decode('utf-8', 'replace'))}"
+                          if named else "")
                 click.echo(f"  <program, {len(element):,} bytes{source}>")
                 continue
-            lines = _describe_element(element).splitlines() or [""]
-            if len(lines) > SHOWN_LINES:
-                lines = [*lines[:SHOWN_LINES], f"... ({len(lines) - SHOWN_LINES} more lines)"]
-            click.echo("  " + "\n  ".join(lines))
+            click.echo("  " + "\n  ".join(_element_lines(element)))
+
+
+def _elements(count: int) -> str:
+    return f"{count:,} element" + ("" if count == 1 else "s")

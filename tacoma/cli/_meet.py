@@ -24,6 +24,7 @@ import click
 import tacoma
 
 from ..wire._address import split_target
+from ..wire._text import escape
 from ._common import (
     FOLDER_HELP,
     FOLDER_METAVAR,
@@ -152,7 +153,7 @@ def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async
             return
         if is_async:
             meet_id = tacoma.meet(target, bc, mode="async", timeout=timeout)
-            click.echo(json.dumps({"meet_id": meet_id}) if as_json else meet_id)
+            click.echo(json.dumps({"meet_id": meet_id}) if as_json else escape(meet_id))
             return
         from ..client._client import new_meet_id
 
@@ -215,7 +216,7 @@ def send(target: str, folders: tuple[str, ...], kind: str | None, timeout: float
             return
         sent = tacoma.send(target, bc, ack=kind == "ack", timeout=timeout)
         if isinstance(sent, str):
-            click.echo(json.dumps({"message_id": sent}) if as_json else sent)
+            click.echo(json.dumps({"message_id": sent}) if as_json else escape(sent))
             return
         from ..client._runtime import result_of
 

@@ -14,6 +14,7 @@ import click
 
 import tacoma
 
+from ..wire._text import escape
 from ._admin import admin_options, admin_token, checked_place
 from ._common import (
     Duration,
@@ -95,7 +96,8 @@ def status(target: str | None, wait: float | None, as_json: bool, state_dir: Pat
         agent = f" ({found.agent}{runs})" if found.agent else ""
         trip = (f"; its trip has made {found.hops} hops, last heard at {found.at}"
                 if found.hops is not None else "")
-        click.echo(f"meet {found.id} at {found.place}: {found.state}{agent}{trip}",
+        # The place's words (its agent's name, where a trip was heard of), escaped.
+        click.echo(escape(f"meet {found.id} at {found.place}: {found.state}{agent}{trip}"),
                    err=found.result is not None)
         if found.result is not None:
             print_briefcase(found.result)

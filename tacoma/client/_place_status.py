@@ -8,13 +8,14 @@ user's own local one is), or the place's admin token (`token=`; the CLI reads it
 place's state directory).
 
 `PlaceStatus` is a value: `str()` is the summary as the CLI prints it, `repr()` one short
-line, and a notebook shows it as tables (`_repr_html_`).
+line, and a notebook shows it as tables (`_repr_html_`). Every string in it is what the
+place chose to say, escape sequences included: each view escapes it (wire._text.escape; the
+tables through tacoma.display), and `data` keeps it exact.
 """
 
 from __future__ import annotations
 
 import datetime
-import html
 import io
 import json
 import sys
@@ -24,6 +25,7 @@ from typing import IO, Any
 from ..display import human_duration, human_size
 from ..wire._briefcase import Briefcase
 from ..wire._names import ADMIN_AGENT
+from ..wire._text import escape
 from ._client import connection, meet_deadline, place_of
 
 __all__ = ["PlaceStatus", "aplace_status", "place_status"]
@@ -203,7 +205,8 @@ class PlaceStatus:
         out = file if file is not None else sys.stdout
         facts = self._facts()
         width = max(len(label) for label, _ in facts)
-        out.write("".join(f"{label:<{width}}  {text}\n" for label, text in facts) + "\n")
+        out.write("".join(f"{label:<{width}}  {escape(text)}\n" for label, text in facts)
+                  + "\n")
         out.flush()  # rich writes the tables past any buffer of ours
         table(self.POOL_HEADERS, self._pool_rows(),
               right=("READY", "POOL", "MOST", "ENDED", "MISSED"), file=out)
@@ -220,15 +223,16 @@ class PlaceStatus:
         return out.getvalue().rstrip("\n")
 
     def __repr__(self) -> str:
-        return (f"PlaceStatus({self.address}, tacoma {self.version}, up "
-                f"{human_duration(self.uptime)}, {self.running} running, {self.queued} queued, "
-                f"{self.ended} ended, {len(self.residents)} residents)")
+        return escape(f"PlaceStatus({self.address}, tacoma {self.version}, up "
+                      f"{human_duration(self.uptime)}, {self.running} running, "
+                      f"{self.queued} queued, {self.ended} ended, "
+                      f"{len(self.residents)} residents)")
 
     def _repr_html_(self) -> str:
-        from ..display import html_table
+        from ..display import html_table, html_text
 
-        facts = "".join(f"<tr><th style='text-align:left'>{html.escape(label)}</th>"
-                        f"<td style='text-align:left'>{html.escape(text)}</td></tr>"
+        facts = "".join(f"<tr><th style='text-align:left'>{html_text(label)}</th>"
+                        f"<td style='text-align:left'>{html_text(text)}</td></tr>"
                         for label, text in self._facts())
         parts = [f"<table>{facts}</table>",
                  html_table(self.POOL_HEADERS, self._pool_rows(), caption="worker pools")]

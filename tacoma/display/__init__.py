@@ -6,6 +6,10 @@ also read by scripts and tests, which split on whitespace), and the same table a
 where a notebook shows it. rich does the layout (the ecosystem's choice for tables and
 progress, see `tacoma.display.progress`); without a terminal the width is not cut to 80
 columns, so that a piped table never wraps a row.
+
+A cell may be anybody's text (an agent's name, a place's error, a resident's name), so
+every cell, note and HTML cell is escaped (wire._text.escape): what would make a terminal
+act (ESC, BEL, a carriage return) or turn text around (a bidi override) is shown, not done.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import IO, Any
 
+from ..wire._text import escape
 from .progress import Progress as Progress
 from .progress import human_duration as human_duration
 
-__all__ = ["Progress", "console", "html_table", "human_duration", "human_size", "table"]
+__all__ = ["Progress", "console", "html_table", "html_text", "human_duration", "human_size",
+           "table"]
 
 
 def console(file: IO[str] | None = None) -> Any:
@@ -44,7 +50,8 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *,
         grid.add_column(name, justify="right" if name in right else "left", no_wrap=True)
     for row in rows:
         # Text, not str: rich would read "[bold]" in an agent's name or error as markup.
-        grid.add_row(*(Text(str(cell)) for cell in row))
+        # Escaped: rich strips a few control characters, but passes ESC and bidi overrides.
+        grid.add_row(*(Text(escape(str(cell))) for cell in row))
     out = console(file)
     # A terminal narrower than the table gets its rows wrapped by the terminal, rather than
     # figures cut short by rich.
@@ -58,17 +65,25 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *,
             out.print(grid)
         out.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
     for note in notes:
-        out.print(Text(note), soft_wrap=True)
+        out.print(Text(escape(note)), soft_wrap=True)
 
 
 def html_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *,
                caption: str | None = None) -> str:
-    """The same table as HTML, for a notebook's `_repr_html_`; every cell is escaped."""
-    head = "".join(f"<th style='text-align:left'>{html.escape(str(h))}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td style='text-align:left'>{html.escape(str(c))}</td>"
+    """The same table as HTML, for a notebook's `_repr_html_`; every cell is escaped, for
+    HTML and for the reader (`html_text`)."""
+    head = "".join(f"<th style='text-align:left'>{html_text(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td style='text-align:left'>{html_text(c)}</td>"
                                     for c in row) + "</tr>" for row in rows)
-    cap = f"<caption style='text-align:left'>{html.escape(caption)}</caption>" if caption else ""
+    cap = f"<caption style='text-align:left'>{html_text(caption)}</caption>" if caption else ""
     return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def html_text(value: object) -> str:
+    """`value` as text in HTML: its markup escaped (html.escape), and its control and
+    format characters shown as escapes too, which html.escape leaves in. A browser ignores
+    ESC, but a bidi override (U+202E) would turn the text after it around on the page."""
+    return html.escape(escape(str(value), newlines=True))
 
 
 def human_size(size: int) -> str:

@@ -13,7 +13,9 @@ Where a progress shows is decided once, when the work starts (`where`):
   each new description and each note, one a line, and a last line with the count, for logs
   (`tacoma bench` asks, so that its progress shows in CI logs).
 
-Nothing of rich or IPython is imported before a progress is shown there.
+Nothing of rich or IPython is imported before a progress is shown there. Descriptions and
+notes are escaped when given (wire._text.escape): they carry what places and agents said (a
+trip's last stop, a failed meet's error), shown, not acted on, wherever they show.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import threading
 import time
 from types import TracebackType
 from typing import IO, Any, Literal
+
+from ..wire._text import escape
 
 __all__ = ["Progress", "in_notebook", "where"]
 
@@ -93,8 +97,8 @@ class Progress:
                  file: IO[str] | None = None, show: bool | None = None) -> None:
         self.total = total
         self.completed = 0.0
-        self.description = description
-        self.title = description  # what the final state says, whatever step came last
+        self.description = escape(description)
+        self.title = self.description  # what the final state says, whatever step came last
         self.notes: list[str] = []
         self.where = where(file, show)
         self._file = file or sys.stderr
@@ -154,6 +158,8 @@ class Progress:
                description: str | None = None) -> None:
         """Set the count done, the total or the description (the step under way: a log
         gets each new one as a line)."""
+        if description is not None:
+            description = escape(description)  # it may name what a place said (a trip's stop)
         with self._lock:
             begun = description is not None and description != self.description
             if completed is not None:
@@ -169,6 +175,7 @@ class Progress:
     def note(self, line: str) -> None:
         """A line about the work (a step begun, a failure): above the bar in a terminal,
         under it in a notebook, a line of its own in a log."""
+        line = escape(line)  # a failed meet's note carries its error, which is the agent's
         with self._lock:
             self.notes = [*self.notes, line][-NOTEBOOK_NOTES:]
         if self.where == "terminal":

@@ -18,10 +18,15 @@ import subprocess
 import sys
 import textwrap
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tacoma
+from tacoma.wire._briefcase import LAZY, Briefcase
+from tacoma.wire._lazy import Ref
+from tacoma.wire._text import escape
 
 from conftest import RunningPlace, issue_identity, wait_until
 
@@ -415,3 +420,69 @@ def test_a_forged_reference_is_printed_and_never_fetched(place: RunningPlace,
     assert out.returncode == 0, out
     assert_clean(out.stdout, out.stderr)
     assert f"<by reference: 4,096 bytes at {origin}, not fetched>" in out.stdout
+
+
+# ------------------------------------------------------------------------ the notebook
+def forged_briefcase() -> Briefcase:
+    """A briefcase as a place could send it: a hostile folder and a lazy folder naming an
+    origin where nothing listens (fetching it here would fail: nothing here can)."""
+    ref = Ref("DATA", f"127.0.0.1:{closed_port()}" + HOSTILE, "0" * 32, 4096, 3, 65536,
+              b"\0" * 32)
+    return Briefcase.from_wire({"N" + HOSTILE: [HOSTILE.encode(), b"\x1b[31m"],
+                                "DATA": [], LAZY: [ref.pack()]})
+
+
+def test_the_notebooks_views_of_a_result_are_escaped_and_fetch_nothing() -> None:
+    from tacoma.notebook._views import html_view, text_view
+
+    bc = forged_briefcase()
+    for shown in (text_view(bc), html_view(bc)):
+        assert_clean(shown)
+        assert "N" + SHOWN in shown and "lazy" in shown and SHOWN in shown
+    assert "DATA=<lazy: 4.1 kB at 127.0.0.1:" in text_view(bc)
+    assert bc.is_lazy("DATA")  # still a reference: nothing was fetched
+
+
+def test_the_notebooks_views_of_an_error_are_escaped() -> None:
+    from tacoma.client._status import MeetStatus
+    from tacoma.notebook._views import error_lines, html_view, text_view
+
+    error = tacoma.AgentFailed(f"Exception: {HOSTILE}\nAgentFailed: forged line",
+                               f"Traceback (most recent call last):\n  {HOSTILE}\n")
+    lines = error_lines(error)
+    assert_clean(*lines)
+    assert lines[0] == f"AgentFailed: Exception: {SHOWN}\\nAgentFailed: forged line"
+    # The traceback's lines as the error's class splits them (at "\r" too: a line break,
+    # never a carriage return), each escaped.
+    before, _, after = HOSTILE.partition("\r")
+    assert lines[-2:] == [f"  {escape(before)}", escape(after)]
+    status = MeetStatus("m" * 16, "127.0.0.1:1", "failed", agent=HOSTILE, error=error,
+                        result=forged_briefcase())
+    for shown in (text_view(status), html_view(status)):
+        assert_clean(shown)
+        assert SHOWN in shown
+
+
+@pytest.fixture(scope="module")
+def shell() -> Iterator[Any]:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ipython = InteractiveShell.instance()
+    ipython.run_line_magic("load_ext", "tacoma")
+    yield ipython
+    InteractiveShell.clear_instance()
+
+
+def test_a_notebook_shows_results_and_a_cells_error_escaped(
+        shell: Any, place: RunningPlace, capsys: pytest.CaptureFixture[str]) -> None:
+    formats, _ = shell.display_formatter.format(forged_briefcase())
+    assert_clean(formats["text/plain"], formats["text/html"])
+    assert "N" + SHOWN in formats["text/plain"] and "N" + SHOWN in formats["text/html"]
+    shell.user_ns["target"] = place.address
+    result = shell.run_cell("%%meet ag_python@{target}\n"
+                            f"raise Exception({HOSTILE!a})\n", store_history=True)
+    assert isinstance(result.error_in_exec, tacoma.AgentFailed)  # the error, as it was
+    assert HOSTILE in str(result.error_in_exec)
+    shown = capsys.readouterr()
+    assert_clean(shown.out, shown.err)
+    assert f"AgentFailed: Exception: {SHOWN}" in shown.out

@@ -8,7 +8,8 @@ The only package of tacoma that imports IPython (an optional dependency, `pip in
 'tacoma[notebook]'`): `import tacoma` never loads it, and `tacoma.load_ipython_extension`
 imports this package only when a notebook loads the extension. The rich displays
 (briefcases, traced meets, local places, meet statuses, errors) are methods of those
-values themselves (`_repr_html_`, `_render_traceback_`) and need nothing from here.
+values themselves (`_repr_html_`, `_render_traceback_`); loading the extension makes
+IPython show those that carry what agents and places said escaped (`_views`).
 """
 
 from ._magics import TacomaMagics as TacomaMagics

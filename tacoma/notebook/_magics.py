@@ -12,7 +12,8 @@ ipyparallel's `%%px`), so `%%meet?` shows the same help. Notebook variables beco
 (`-f`); the cell's number becomes the CODE_NAME folder, so that an agent's traceback names
 `cell[12]`; the result is bound with `-o` or shown as the cell's value. A failed meet fails
 the cell with the tacoma error, which IPython shows through its `_render_traceback_`:
-the agent's own traceback, not tacoma's frames.
+the agent's own traceback, not tacoma's frames, escaped (see _views: an agent's message is
+the agent's to choose, escape sequences included).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import tacoma
 from tacoma.wire import CODE, CODE_NAME, Briefcase
 from tacoma.wire._address import split_target
 from tacoma.wire._briefcase import ITINERARY
+
+from ._views import register, safe_error
 
 __all__ = ["TacomaMagics", "load_ipython_extension"]
 
@@ -81,7 +84,7 @@ class TacomaMagics(Magics):
               "variable VAR instead of showing it")
     @argument("--timeout", type=float, metavar="SECONDS",
               help="bound on the whole meet; the place kills the agent when it passes")
-    @cell_magic  # type: ignore[untyped-decorator]  # IPython's, untyped
+    @cell_magic  # type: ignore[untyped-decorator,unused-ignore]  # untyped in older IPython
     def meet(self, line: str, cell: str) -> Any:
         """Run the cell as an agent's program at a place: `%%meet ag_python@HOST:PORT`."""
         args = parse_argstring(self.meet, line)
@@ -97,11 +100,15 @@ class TacomaMagics(Magics):
             if not stops:
                 raise UsageError("--itinerary: give the places, comma-separated: A,B,C")
             bc[ITINERARY] = stops
-        if args.is_async:
-            meet_id = tacoma.meet(args.target, bc, mode="async", timeout=args.timeout)
-            value: Any = f"{meet_id}@{place}" if place else meet_id
-        else:
-            value = tacoma.meet(args.target, bc, timeout=args.timeout)
+        try:
+            if args.is_async:
+                meet_id = tacoma.meet(args.target, bc, mode="async", timeout=args.timeout)
+                value: Any = f"{meet_id}@{place}" if place else meet_id
+            else:
+                value = tacoma.meet(args.target, bc, timeout=args.timeout)
+        except tacoma.TacomaError as exc:
+            safe_error(exc)  # the agent's message and traceback, shown escaped
+            raise
         if args.output:
             self.user_ns[args.output] = value
             return None
@@ -141,5 +148,7 @@ class TacomaMagics(Magics):
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """Register the magics with an IPython shell (`%load_ext tacoma`)."""
+    """Register the magics, and the escaped views of tacoma's values (see _views), with an
+    IPython shell (`%load_ext tacoma`)."""
     ipython.register_magics(TacomaMagics)
+    register(ipython)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..client._client import ClientCache
+from ..trust._seal import Seals
 from ..wire._address import canonical_address
 from ..wire._briefcase import Briefcase
 from ..wire._errors import (
@@ -35,9 +36,11 @@ from ..wire._errors import (
     MeetError,
     NotAllowed,
     TransportError,
+    TrustError,
 )
 from ..wire._lazy import CHUNK, MAX_COUNT, Ref, Source, new_id
 from ..wire._names import LAZY_AGENT
+from ..wire._text import shown
 from ._settings import PlaceSettings
 
 __all__ = ["LazyStore"]
@@ -81,7 +84,8 @@ class _Relayed:
 class LazyStore:
     """The lazy folders' data this place keeps, and its reads of others' (see the module)."""
 
-    def __init__(self, address: str, settings: PlaceSettings) -> None:
+    def __init__(self, address: str, settings: PlaceSettings,
+                 seals: Seals | None = None) -> None:
         self.address = address
         self.limit = settings.lazy_bytes
         self.lifetime = settings.lazy_seconds
@@ -96,11 +100,16 @@ class LazyStore:
         self.bytes = 0
         #: Connections to other places, to read their data (set by Dispatch).
         self.clients: ClientCache | None = None
+        #: This place's seals on the references it makes, and its checks of others' (None
+        #: on an --insecure place, where nothing is authenticated: see trust._seal).
+        self.seals = seals
 
     async def serve(self, request: Briefcase, principal: str, agent_here: bool,
-                    timeout: float) -> Briefcase:
+                    timeout: float, origins: set[str] | frozenset[str] = frozenset()
+                    ) -> Briefcase:
         """Answer a meet of ag_lazy (see the module) for `principal`; `agent_here`: made by an
-        agent at this place (only those keep data here)."""
+        agent at this place (only those keep data here, or have it read elsewhere, and
+        only from `origins`, where the lazy folders handed to it are)."""
         op = request.text("OP")
         if op == ["keep"]:
             if not agent_here:
@@ -113,6 +122,13 @@ class LazyStore:
             if not agent_here:  # nobody else makes this place connect anywhere for them
                 raise NotAllowed(f"{LAZY_AGENT} fetches another place's data for the agents "
                                  f"at this place only (the data is at {ref.origin})")
+            if canonical(ref.origin) not in origins:
+                # Else an agent could name any host:port and have its place connect there
+                # (a port scanner inside the place's network): only origins of folders
+                # handed to it, which a client could not name (see Session.accept).
+                raise NotAllowed(f"lazy folder {ref.name}: no lazy folder handed to this "
+                                 f"agent is at {ref.origin}; its place reads from those only")
+            self._check_seal(ref)
             return await self._forward(ref, request, principal, timeout)
         relayed = self.relayed.get(ref.id)
         if relayed is not None:
@@ -127,10 +143,27 @@ class LazyStore:
         return answer
 
     def _here(self, origin: str) -> bool:
+        return bool(origin) and canonical(origin) == self.address
+
+    def seal(self, ref: Ref) -> Ref:
+        """`ref`, which names this place's data, with this place's seal."""
+        return ref if self.seals is None else ref.with_seal(self.seals.seal(ref.sealed()))
+
+    def _check_seal(self, ref: Ref) -> None:
+        """LazyFolderError unless `ref`, naming another place's data, bears that place's
+        seal: checked before any connection is made (see trust._seal)."""
+        if self.seals is None:
+            return
+        host = ref.origin.rsplit(":", 1)[0]
         try:
-            return bool(origin) and canonical_address(origin) == self.address
-        except ValueError:
-            return False
+            self.seals.check(ref.seal, ref.sealed(), host)
+        except TrustError as exc:
+            raise LazyFolderError(f"lazy folder {ref.name}: its reference to data at "
+                                  f"{ref.origin} is refused: {exc}") from None
+
+    def foreign(self, ref: Ref) -> bool:
+        """Whether `ref`'s data is at another place (not this one, nor its client's)."""
+        return bool(ref.origin) and not self._here(ref.origin)
 
     def _fetch_request(self, request: Briefcase) -> tuple[Ref, int, int, bool]:
         try:
@@ -212,8 +245,12 @@ class LazyStore:
             answer = await asyncio.wait_for(
                 client.meet(LAZY_AGENT, request, "sync", timeout, principal), timeout)
         except (ConnectError, TransportError, TimeoutError) as exc:
+            # Said alike whatever went wrong (refused, silent, not a place): what the
+            # origin's host answered is the place's log's business, not an agent's.
+            log.info("lazy folder %s: its origin %s cannot be reached: %s",
+                     shown(ref.name, 80), shown(ref.origin, 80), exc)
             raise LazyFolderError(f"lazy folder {ref.name}: its origin {ref.origin} cannot "
-                                  f"be reached: {exc}") from None
+                                  "be reached") from None
         assert isinstance(answer, Briefcase)
         return answer
 
@@ -247,7 +284,7 @@ class LazyStore:
         id_ = new_id()
         self.kept[id_] = _Kept(source, principal, time.monotonic() + self.lifetime, cost)
         log.debug("keeping lazy folder %s (%d bytes) as %s", names[0], source.size, id_)
-        return Briefcase(REF=[source.ref(names[0], self.address, id_).pack()])
+        return Briefcase(REF=[self.seal(source.ref(names[0], self.address, id_)).pack()])
 
     def _expire(self) -> None:
         now = time.monotonic()
@@ -294,3 +331,11 @@ class LazyStore:
     def status(self) -> dict[str, int]:
         self._expire()
         return {"kept": len(self.kept), "bytes": self.bytes, "relayed": len(self.relayed)}
+
+
+def canonical(origin: str) -> str:
+    """An origin as places compare addresses ("" if it is not one)."""
+    try:
+        return canonical_address(origin)
+    except ValueError:
+        return ""

@@ -14,6 +14,7 @@ logs it, once per peer and reason in a while. asyncio would drop those silently.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import ssl
@@ -21,9 +22,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..wire._errors import TrustError
+from ..wire._text import escape
 from ._store import Bundle, parse_serials, serial_text
 
 __all__ = ["HANDSHAKE_TIMEOUT", "DenyList", "Peer", "RateLimitedLog", "ServerTLS",
@@ -108,7 +110,8 @@ class DenyList:
         self.path = path
         self._seen: tuple[int, int] | None = None
         self.serials: frozenset[str] = frozenset()
-        self.names: dict[str, str] = {}
+        self.names: dict[str, str] = {}  # the name each revoked serial was issued to
+        self.principals: frozenset[str] = frozenset()  # those names
 
     def refresh(self) -> bool:
         """Reread the file if it changed; True if it did. A file that cannot be read or
@@ -136,6 +139,7 @@ class DenyList:
         self._seen = seen
         self.names = names
         self.serials = frozenset(names)
+        self.principals = frozenset(names.values())
         return True
 
     def denies(self, peer: Peer) -> bool:
@@ -144,35 +148,49 @@ class DenyList:
 
 
 class RateLimitedLog:
-    """Logs refusals once per (address, reason) per minute, so that a peer retrying in a
-    loop cannot fill the log; `count` counts them all."""
+    """Logs a refusal once per (host, reason) per minute, and at most BURST lines per host
+    per minute whatever the reasons, so that a peer retrying in a loop, or varying what it
+    asks for (a new agent name each time), cannot fill the log; `count` counts them all. A
+    reason is cut to one bounded line."""
 
     WINDOW = 60.0
+    BURST = 5
     KEEP = 1024
+    REASON = 400  # characters of one reason logged
 
     def __init__(self, logger: logging.Logger = log) -> None:
         self._log = logger
-        self._last: dict[tuple[str, str], tuple[float, int]] = {}
+        #: By host: when its window began, lines logged in it, refusals not logged, and
+        #: the reasons logged in it.
+        self._hosts: dict[str, tuple[float, int, int, set[str]]] = {}
         self.count = 0
 
     def log(self, address: str, reason: str) -> None:
-        """Log that `address` (HOST:PORT) was refused for `reason`, unless that host was
-        refused for it within the window (a retrying peer comes from a new port each
-        time); say how many were not logged when the host is next logged."""
+        """Log that `address` (HOST:PORT, or who else was refused) was refused for `reason`,
+        unless that host was refused for it within the window (a retrying peer comes from a
+        new port each time) or had its BURST lines in it; say how many were not logged when
+        the host is next logged."""
         self.count += 1
         now = time.monotonic()
-        key = (address.rpartition(":")[0] or address, reason)
-        last, dropped = self._last.get(key, (-self.WINDOW, 0))
-        if now - last < self.WINDOW:
-            self._last[key] = (last, dropped + 1)
+        key = address.rpartition(":")[0] or address
+        if len(reason) > self.REASON:
+            reason = f"{reason[:self.REASON]}... ({len(reason):,} characters)"
+        began, logged, dropped, reasons = self._hosts.get(key, (-self.WINDOW, 0, 0, set()))
+        if now - began >= self.WINDOW:
+            began, logged, reasons = now, 0, set()
+        elif logged >= self.BURST or reason in reasons:
+            self._hosts[key] = (began, logged, dropped + 1, reasons)
             return
-        if len(self._last) >= self.KEEP:  # forget what is past its window, then the oldest
-            self._last = {k: v for k, v in self._last.items() if now - v[0] < self.WINDOW}
-            while len(self._last) >= self.KEEP:
-                del self._last[next(iter(self._last))]
-        self._last[key] = (now, 0)
-        more = f" (and {dropped} more like it in the last minute)" if dropped else ""
-        self._log.warning("refused %s: %s%s", address, reason, more)
+        if key not in self._hosts and len(self._hosts) >= self.KEEP:
+            # Forget what is past its window, then the oldest.
+            self._hosts = {k: v for k, v in self._hosts.items() if now - v[0] < self.WINDOW}
+            while len(self._hosts) >= self.KEEP:
+                del self._hosts[next(iter(self._hosts))]
+        reasons.add(reason)
+        self._hosts[key] = (began, logged + 1, 0, reasons)
+        more = f" (and {dropped} more refusals of it not logged)" if dropped else ""
+        self._log.warning("refused %s: %s%s", escape(address[:self.REASON]), escape(reason),
+                          more)
 
 
 def _ssl_protocol_class(loop: asyncio.AbstractEventLoop) -> type[Any]:
@@ -188,14 +206,26 @@ def _ssl_protocol_class(loop: asyncio.AbstractEventLoop) -> type[Any]:
 
 
 class ServerTLS:
-    """The place's side: wraps each accepted connection's protocol in TLS."""
+    """The place's side: wraps each accepted connection's protocol in TLS.
 
-    def __init__(self, bundle: Bundle, deny_list: DenyList) -> None:
+    A handshake costs the place a descriptor and a slot before it knows who the peer is,
+    so handshakes are bounded twice: `per_source` at once from one host (one host's flood
+    cannot take them all), and `most` at once in all (below the place's connections, so
+    that authenticated peers always find room). A connection past either is closed before
+    its handshake begins.
+    """
+
+    def __init__(self, bundle: Bundle, deny_list: DenyList, per_source: int = 64,
+                 most: int = 512) -> None:
         self.bundle = bundle
         self.context = server_context(bundle)
         self.deny_list = deny_list
         self.refusals = RateLimitedLog()
         self.handshaking = 0  # connections accepted whose handshake is not over
+        self.per_source = per_source
+        self.most = most
+        #: Handshakes under way, by the peer's host.
+        self.sources: collections.Counter[str] = collections.Counter()
         self._protocol: type[Any] | None = None
 
     def wrap(self, app: asyncio.Protocol) -> tuple[asyncio.BaseProtocol, Callable[[], None]]:
@@ -210,17 +240,34 @@ class ServerTLS:
         loop = asyncio.get_running_loop()
         if self._protocol is None:
             base = _ssl_protocol_class(loop)
+            tls = self
 
             class Gate(base):  # type: ignore[misc, valid-type]
-                """Notes the peer's address, which the TLS layer does not keep."""
+                """Notes the peer's address, which the TLS layer does not keep, and closes
+                a connection past the handshakes' bounds before its handshake."""
 
                 peer = "?"
+                source = ""  # the host whose handshakes it counts against, while counted
+                refused = False
 
                 def connection_made(self, transport: asyncio.BaseTransport) -> None:
                     peer = transport.get_extra_info("peername")
+                    host = "?"
                     if isinstance(peer, tuple):
-                        self.peer = f"{peer[0]}:{peer[1]}"
+                        host = str(peer[0])
+                        self.peer = f"{host}:{peer[1]}"
+                    if tls.sources[host] >= tls.per_source or tls.handshaking > tls.most:
+                        self.refused = True
+                    else:
+                        self.source = host
+                        tls.sources[host] += 1
                     super().connection_made(transport)
+                    if self.refused:
+                        tls.refusals.log(self.peer, (
+                            f"{host} has {tls.per_source} TLS handshakes under way"
+                            if tls.sources[host] >= tls.per_source else
+                            f"{tls.most} TLS handshakes are under way") + "; closed at once")
+                        cast(asyncio.Transport, transport).abort()
 
             self._protocol = Gate
         waiter: asyncio.Future[None] = loop.create_future()
@@ -234,10 +281,17 @@ class ServerTLS:
             if counted:
                 counted = False
                 self.handshaking -= 1
+                if gate.source:
+                    left = self.sources[gate.source] - 1
+                    if left > 0:
+                        self.sources[gate.source] = left
+                    else:
+                        del self.sources[gate.source]
+                    gate.source = ""
 
         def handshake_over(future: asyncio.Future[None]) -> None:
             finished()
-            if future.cancelled():
+            if future.cancelled() or gate.refused:
                 return
             exc = future.exception()
             if exc is not None:

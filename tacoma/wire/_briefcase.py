@@ -549,13 +549,16 @@ class Briefcase(MutableMapping[str, list[bytes]]):
                 bc._lazy[ref.name] = _Held(Lazy(ref))
         return bc
 
-    def with_origin(self, origin: str, rename: Callable[[Ref], str]) -> None:
-        """Give the lazy folders that name no origin (a client's, on their way) `origin`, and
-        the id `rename` gives each (a place relays for its client: see place._lazy)."""
+    def with_origin(self, origin: str, rename: Callable[[Ref], str],
+                    seal: Callable[[Ref], Ref] | None = None) -> None:
+        """Give the lazy folders that name no origin (a client's, on their way) `origin`, the
+        id `rename` gives each, and `seal`'s seal (a place relays for its client: see
+        place._lazy)."""
         for held in (self._lazy or {}).values():
             ref = held.lazy.ref
             if not ref.origin:
-                held.lazy = Lazy(ref.moved_to(origin, rename(ref)))
+                moved = ref.moved_to(origin, rename(ref))
+                held.lazy = Lazy(seal(moved) if seal is not None else moved)
 
     def lazy_refs(self) -> list[Ref]:
         """The references of the folders that travel lazily (for a place's checks)."""

@@ -20,6 +20,7 @@ Standard library and msgpack only: workers import this.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
 import itertools
 import os
@@ -48,6 +49,10 @@ CHUNK = 64 * 1024
 MAX_CHUNK = 16 * 1024 * 1024
 MAX_SIZE = 1 << 40
 MAX_COUNT = 1 << 20
+#: The largest seal a reference carries (a place's certificate and signature).
+MAX_SEAL = 4096
+#: What a seal says it is about (so that a seal on anything else never passes for one).
+SEAL_CONTEXT = "tacoma lazy folder reference 1"
 #: Bytes a reader asks for in one fetch at most (a whole read of a large folder is many):
 #: well inside any place's frames (--max-briefcase is at least 64 KiB; a chunk of more
 #: than this is fetched alone).
@@ -73,28 +78,41 @@ class Ref:
     count: int
     chunk: int
     root: bytes
+    #: The origin's seal on what names the data (`sealed`): a place reads another place's
+    #: data only under its seal (see trust._seal); "" until the origin seals it.
+    seal: bytes = b""
 
     @property
     def chunks(self) -> int:
         return -(-self.size // self.chunk)
 
+    def sealed(self) -> bytes:
+        """What the origin's seal covers: where the data is and what it is (not the
+        folder's name, which a briefcase may change)."""
+        packed: bytes = msgpack.packb([SEAL_CONTEXT, self.origin, self.id, self.size,
+                                       self.count, self.chunk, self.root], use_bin_type=True)
+        return packed
+
     def pack(self) -> bytes:
-        packed: bytes = msgpack.packb([self.name, self.origin, self.id, self.size, self.count,
-                                       self.chunk, self.root], use_bin_type=True)
+        fields = [self.name, self.origin, self.id, self.size, self.count, self.chunk,
+                  self.root]
+        if self.seal:
+            fields.append(self.seal)
+        packed: bytes = msgpack.packb(fields, use_bin_type=True)
         return packed
 
     @classmethod
     def unpack(cls, data: bytes) -> Ref:
         """A Ref from its packed form; ValueError if it is not one."""
         try:
-            value = msgpack.unpackb(data, raw=False, max_bin_len=64, max_str_len=1024,
+            value = msgpack.unpackb(data, raw=False, max_bin_len=MAX_SEAL, max_str_len=1024,
                                     max_array_len=16)
         except Exception as exc:  # noqa: BLE001 - msgpack raises several kinds
             raise ValueError(f"a LAZY element is not a lazy folder's reference: {exc}") from None
-        if (not isinstance(value, list) or len(value) != 7
+        if (not isinstance(value, list) or len(value) not in (7, 8)
                 or not all(isinstance(v, str) for v in value[:3])
                 or not all(type(v) is int for v in value[3:6])
-                or not isinstance(value[6], bytes)):
+                or not all(isinstance(v, bytes) for v in value[6:])):
             raise ValueError("a LAZY element is not a lazy folder's reference")
         ref = cls(*value)
         if not (0 <= ref.size <= MAX_SIZE and 0 <= ref.count <= MAX_COUNT
@@ -104,10 +122,14 @@ class Ref:
         return ref
 
     def moved_to(self, origin: str, id_: str) -> Ref:
+        """The data at `origin` under `id_` (unsealed until that origin seals it)."""
         return Ref(self.name, origin, id_, self.size, self.count, self.chunk, self.root)
 
     def named(self, name: str) -> Ref:
-        return Ref(name, self.origin, self.id, self.size, self.count, self.chunk, self.root)
+        return dataclasses.replace(self, name=name)
+
+    def with_seal(self, seal: bytes) -> Ref:
+        return dataclasses.replace(self, seal=seal)
 
 
 @dataclass(frozen=True, slots=True)

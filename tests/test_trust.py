@@ -734,7 +734,7 @@ def test_allow_rules_restrict_who_meets_what(start_place, bob: str) -> None:
     asyncio.run(as_bob())
     out = tacoma_cli("meet", p.target("ag_echo"), "--identity", bob, "-f", "A=1")
     assert out.returncode == 16 and bob in out.stderr
-    wait_until(lambda: f"{bob} may not meet ag_echo" in p.log(), 10, "the refusal logged")
+    wait_until(lambda: f"'{bob}' may not meet 'ag_echo'" in p.log(), 10, "the refusal logged")
     serves(p)
 
 

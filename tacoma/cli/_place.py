@@ -23,6 +23,7 @@ from ..place._settings import DEFAULT_LISTEN, default_state_dir
 from ..wire._address import parse_address
 from ..wire._names import RESERVED_AGENTS
 from ..wire._protocol import MIN_IDLE_SECONDS
+from ..wire._text import SafeFormatter
 from ._common import (
     ByteSize,
     CommandFunction,
@@ -125,6 +126,11 @@ _SETTINGS = tacoma.PlaceSettings()
 @click.option("--keep-results", type=Duration(1),
               default=format_duration(_SETTINGS.keep_results), show_default=True,
               help="How long the journal keeps a meet's outcome for tacoma status (1h, 7d).")
+@click.option("--journal-bytes", type=ByteSize(2**20), default=None,
+              help="Bytes of async meets' briefcases and of results the journal keeps at "
+                   "once; each identity may keep its --share of them, more are refused "
+                   "(LimitExceeded). [default: a quarter of the state directory's disk, at "
+                   "most 1G]")
 @click.option("--lazy-bytes", type=ByteSize(0),
               default=format_size(_SETTINGS.lazy_bytes), show_default=True,
               help="Bytes of lazy folders' data the place keeps for its agents at once "
@@ -171,8 +177,8 @@ def place(listen: str, state_dir: Path | None, pool_size: int, pool_max: int | N
           max_meets: int, max_connections: int, grace_seconds: float, mailbox_messages: int,
           mailbox_bytes: int, mailbox_total_bytes: int, same_uid: bool,
           max_receiving: int, idle_seconds: float, max_queued: int, keep_results: float,
-          lazy_bytes: int, lazy_seconds: float, prefetch: int, agent_network: str,
-          cabinet_bytes: int,
+          journal_bytes: int | None, lazy_bytes: int, lazy_seconds: float, prefetch: int,
+          agent_network: str, cabinet_bytes: int,
           identity: str | None, insecure: bool,
           allow: tuple[str, ...], share: float, deny_list: Path | None, quiet: bool,
           verbose: bool, **limits: Any) -> None:
@@ -200,13 +206,15 @@ def place(listen: str, state_dir: Path | None, pool_size: int, pool_max: int | N
             insecure=insecure, allow=allow, share=share, deny_list=deny_list,
             agent_network=agent_network, idle_seconds=idle_seconds,
             max_receiving=max_receiving, max_queued=max_queued, keep_results=keep_results,
-            lazy_bytes=lazy_bytes, lazy_seconds=lazy_seconds, prefetch=prefetch,
-            cabinet_bytes=cabinet_bytes)
+            journal_bytes=journal_bytes, lazy_bytes=lazy_bytes, lazy_seconds=lazy_seconds,
+            prefetch=prefetch, cabinet_bytes=cabinet_bytes)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
-    logging.basicConfig(level=level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Escaped and bounded: a log line shows what peers said (names, errors, ids).
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
     if verbose:  # the place's own meet log, not asyncio's and the rest's debug chatter
         logging.getLogger().setLevel(logging.INFO)
         logging.getLogger("tacoma").setLevel(logging.DEBUG)

@@ -6,6 +6,9 @@ principal: the name in the certificate of the client that launched it, or, for a
 place of the cluster forwards (an agent's meet, a moving agent), the principal that place
 names for it. Then:
 
+- who may meet what, in one table (`DOORS`): each of the place's own agents says from which
+  side it may be met (a client, another place of the cluster, an agent at this place) and
+  whether the --allow rules hold for it; every other agent may be met from every side;
 - authorization (`--allow PRINCIPAL:AGENT_PATTERN`, shell-style patterns, repeatable): if
   any rule is given, a meet is served only if a rule matches its principal and agent;
   without rules every identity of the cluster may meet every agent;
@@ -21,22 +24,35 @@ A place's identity is its own `--identity`, or on loopback its user's local plac
 from __future__ import annotations
 
 import collections
+import enum
 import fnmatch
 import ipaddress
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..client._client import PlaceClient
 from ..client._identity import Credentials
 from ..client._transport import Channel
+from ..trust._seal import Seals
 from ..trust._store import LOCAL_PLACE, Bundle, TrustStore, check_name
 from ..trust._tls import DenyList, Peer, RateLimitedLog, ServerTLS
-from ..wire._errors import NotAuthorized, TrustError
-from ..wire._names import HOME_AGENT, LAZY_AGENT, TRIP_AGENT
+from ..wire._errors import NotAllowed, NotAuthorized, TrustError
+from ..wire._names import (
+    ADMIN_AGENT,
+    CABINET_AGENT,
+    ECHO_AGENT,
+    HOME_AGENT,
+    LAZY_AGENT,
+    MAILBOX_AGENT,
+    STATUS_AGENT,
+    TRIP_AGENT,
+)
+from ..wire._text import shown
 from ._settings import PlaceSettings
 
-__all__ = ["Access", "Principal"]
+__all__ = ["DOORS", "Access", "Door", "Principal", "Rules", "Side"]
 
 log = logging.getLogger("tacoma.place")
 
@@ -48,6 +64,52 @@ class Principal:
 
     name: str
     via: str = ""
+
+
+class Side(enum.StrEnum):
+    """Where a meet comes from."""
+
+    CLIENT = "client"  # a program that is not a place: `tacoma meet`, tacoma.meet
+    PLACE = "place"  # another place of the cluster, for itself or for one of its agents
+    AGENT = "agent"  # an agent at this place, over its worker's channel
+
+
+class Rules(enum.Enum):
+    """How the --allow rules hold for a meet of an agent."""
+
+    AGENT = "agent"  # a rule must match the principal and this agent
+    PRINCIPAL = "principal"  # a rule must name the principal (for any agent): a user here
+    NONE = "none"  # the places' own business: no rule names it
+
+
+@dataclass(frozen=True, slots=True)
+class Door:
+    """Who may meet one agent: from which sides, and how the --allow rules hold."""
+
+    sides: frozenset[Side]
+    rules: Rules = Rules.AGENT
+
+
+_EVERY_SIDE = frozenset(Side)
+#: The place's own agents' doors; every other agent (an interpreter's, an installed or a
+#: trusted one, a resident) has `ANY_DOOR`. A trip's end and a rear guard's questions come
+#: from places only (a client that could meet ag_home would end another principal's trip
+#: with a forged result); the administrator is a person, with a client; the mailbox is an
+#: agent's own, over its channel; lazy folders' data is read by any user of the place
+#: (each folder is its own principal's alone: see _lazy).
+DOORS: Mapping[str, Door] = {
+    ECHO_AGENT: Door(_EVERY_SIDE),
+    CABINET_AGENT: Door(_EVERY_SIDE),
+    STATUS_AGENT: Door(_EVERY_SIDE),
+    LAZY_AGENT: Door(_EVERY_SIDE, Rules.PRINCIPAL),
+    ADMIN_AGENT: Door(frozenset({Side.CLIENT})),
+    HOME_AGENT: Door(frozenset({Side.PLACE}), Rules.NONE),
+    TRIP_AGENT: Door(frozenset({Side.PLACE}), Rules.NONE),
+    MAILBOX_AGENT: Door(frozenset({Side.AGENT}), Rules.NONE),
+}
+ANY_DOOR = Door(_EVERY_SIDE)
+_SAID = {Side.CLIENT: "clients", Side.PLACE: "places of the cluster",
+         Side.AGENT: "agents at the place"}
 
 
 def is_loopback(host: str) -> bool:
@@ -78,6 +140,8 @@ class Access:
         self.sources: collections.Counter[str] = collections.Counter()
         self.connection_share = max(1, int(settings.max_connections * settings.share))
         self.refusals = RateLimitedLog(log)
+        #: Names on the deny list that a certificate not on it has shown since (see stops).
+        self.reissued: set[str] = set()
         #: What agents must never see: the trust directory, the place's identity file.
         self.secrets: list[Path] = [TrustStore(settings.trust_dir).root]
         if settings.insecure:
@@ -85,16 +149,23 @@ class Access:
                         "briefcases cross the network in clear: anyone who can reach this "
                         "place can run code on it. For a closed test network only.")
             self.credentials = Credentials(insecure=True)
+            self.seals: Seals | None = None
             return
         store = TrustStore(settings.trust_dir)
         bundle = self._identity(store, host)
-        self.tls = ServerTLS(bundle, DenyList(settings.deny_list or store.revoked))
+        # Handshakes: a quarter of a principal's share of connections from one host, and
+        # half the connections in all (see ServerTLS).
+        self.tls = ServerTLS(bundle, DenyList(settings.deny_list or store.revoked),
+                             per_source=max(2, self.connection_share // 4),
+                             most=max(1, settings.max_connections // 2))
         if settings.deny_list is not None and not settings.deny_list.exists():
             log.warning("the deny list %s does not exist (yet): no certificate is revoked "
                         "until it does", settings.deny_list)
         self.tls.deny_list.refresh()
-        # The place meets other places (agents' meets, moves, trips' ends) as itself.
+        # The place meets other places (agents' meets, moves, trips' ends) as itself, and
+        # seals what only it may say (its lazy folders' references).
         self.credentials = Credentials(bundle)
+        self.seals = Seals(bundle, self.tls.deny_list)
 
     def _identity(self, store: TrustStore, host: str) -> Bundle:
         from ..trust import _certs  # cryptography: a place reads its own certificate once
@@ -148,6 +219,9 @@ class Access:
             return self._refuse(channel, f"identity {peer.name} holds its share of "
                                          f"{self.connection_share} connections; close some")
         self.connections[peer.name] += 1
+        if peer.name in self.tls.deny_list.principals:
+            # Issued again after it was revoked: the name is someone's again (see stops).
+            self.reissued.add(peer.name)
         log.info("connection from %s as %s (%s)", channel.peer, peer.name,
                  ", ".join(sorted(peer.roles)))
         return ""
@@ -183,6 +257,19 @@ class Access:
         """Whether the deny list names `peer`'s certificate (reread if it changed)."""
         return self.tls is not None and self.tls.deny_list.denies(peer)
 
+    def stops(self, principal: str, serial: str = "") -> bool:
+        """Whether meets of `principal` must stop: the certificate that launched them
+        (`serial`, if this place saw it) is revoked; or, for meets another place handed
+        here, every certificate of that name is (it is on the deny list, and no certificate
+        of it that is not has shown itself here since). As of the deny list last read: the
+        meet path does not stat it (the place rereads it every few seconds)."""
+        if self.tls is None:
+            return False
+        denied = self.tls.deny_list
+        if serial:
+            return serial in denied.serials
+        return principal in denied.principals and principal not in self.reissued
+
     # -- meets
     def principal(self, peer: Peer | None, claimed: str) -> Principal:
         """Whom a meet from `peer` that names principal `claimed` is for: `claimed`, if
@@ -199,31 +286,46 @@ class Access:
                                 f"have: {claimed[:80]!r}") from None
         return Principal(claimed, peer.name)
 
-    def may_move(self, peer: Peer | None) -> None:
-        """NotAuthorized unless `peer` may hand this place a moving agent (a `go` meet):
-        only a place of the cluster may (a trip's hop is admitted as the meet it goes on
-        from, and its end is sent to the home it names)."""
-        if self.tls is not None and (peer is None or not peer.is_place):
-            raise NotAuthorized(f"only a place may move an agent here; "
-                                f"{peer.name if peer else 'this peer'} is not one")
+    def side(self, peer: Peer | None) -> Side:
+        """Which side a connection's meets come from: a place, if its certificate is a
+        place's; on an --insecure place nobody is authenticated, so every peer may be one."""
+        if self.tls is None or (peer is not None and peer.is_place):
+            return Side.PLACE
+        return Side.CLIENT
 
-    def authorize(self, principal: Principal, agent: str, address: str,
-                  peer: Peer | None = None, peer_address: str = "") -> None:
-        """NotAuthorized unless `principal` may meet `agent` here (the --allow rules)."""
-        if not self.rules:
+    def check_onward(self, agent: str) -> None:
+        """NotAllowed unless an agent here may meet `agent` at another place. Its place
+        forwards the meet, so the other place sees a place: what only places meet for
+        themselves (a trip's end, a rear guard's questions) no agent may meet anywhere."""
+        door = DOORS.get(agent, ANY_DOOR)
+        if not door.sides & {Side.CLIENT, Side.AGENT}:
+            raise NotAllowed(f"{agent} is met by places for themselves, not by agents")
+
+    def check(self, principal: Principal, agent: str, mode: str, side: Side,
+              address: str, peer_address: str = "") -> None:
+        """NotAllowed or NotAuthorized unless `principal` may meet `agent` here in `mode`,
+        from `side` (the table of doors, then the --allow rules): every meet a place
+        serves, from a client, a place or an agent here, is checked here once."""
+        if principal.via and self.stops(principal.name):
+            raise NotAuthorized(f"{principal.name} is revoked here: place {principal.via} may "
+                                "not meet for it")
+        door = DOORS.get(agent, ANY_DOOR)
+        if side not in door.sides:
+            said = " and ".join(_SAID[s] for s in Side if s in door.sides)
+            raise NotAllowed(f"{agent} is met by {said} only, not by {_SAID[side]}")
+        if mode == "go" and side != Side.PLACE:
+            raise NotAuthorized("only a place may move an agent here; this peer is not one")
+        if not self.rules or door.rules is Rules.NONE:
             return
-        if agent in (HOME_AGENT, TRIP_AGENT) and peer is not None and peer.is_place:
-            return  # a trip's end reaches its home whatever the rules
-        if agent == LAZY_AGENT:
-            return  # lazy folders' data: each is its own principal's alone (see _lazy)
         name = principal.name
         for who, what in self.rules:
-            if fnmatch.fnmatchcase(name, who) and fnmatch.fnmatchcase(agent, what):
+            if fnmatch.fnmatchcase(name, who) and (door.rules is Rules.PRINCIPAL
+                                                   or fnmatch.fnmatchcase(agent, what)):
                 return
-        self.refusals.log(peer_address or f"an agent of {name or 'anonymous'}",
-                          f"{name or 'anonymous'}"
-                          f"{f' (via {principal.via})' if principal.via else ''} may not "
-                          f"meet {agent}")
+        self.refusals.log(peer_address or f"an agent of {shown(name or 'anonymous', 80)}",
+                          f"{shown(name or 'anonymous', 80)}"
+                          f"{f' (via {shown(principal.via, 80)})' if principal.via else ''} "
+                          f"may not meet {shown(agent, 80)}")
         raise NotAuthorized(f"{name or 'an anonymous peer'} may not meet {agent} at place "
                             f"{address}", "its --allow rules do not let it")
 

@@ -35,6 +35,7 @@ from ..wire._names import (
     STATUS_AGENT,
     TRIP_AGENT,
 )
+from ..wire._text import shown
 from ._agents import Agents
 from ._cabinets import Cabinets
 from ._codes import CodeStore
@@ -73,22 +74,27 @@ class BuiltIns:
         self.admin_token = admin_token  # this run's, in the state directory (see _place)
 
     async def serve(self, agent: str, briefcase: Briefcase, who: str | None,
-                    admin: bool = False, principal: str = "") -> Briefcase:
+                    admin: bool = False, principal: str = "",
+                    origins: set[str] | None = None) -> Briefcase:
         """Answer a meet of `agent` made by `who` (None: a client outside the place) for
-        `principal`; `admin`: by an identity with the admin role."""
+        `principal`; `admin`: by an identity with the admin role; `origins`: for an agent
+        here, where the lazy folders handed to it are (the only places it may read from)."""
         if agent == CABINET_AGENT:
             return await self.cabinets.serve(briefcase, who, principal)
         if agent == LAZY_AGENT:
-            return await self.lazy.serve(briefcase, principal, who is not None, self.max_wait)
+            return await self.lazy.serve(briefcase, principal, who is not None, self.max_wait,
+                                         origins or set())
         if agent == HOME_AGENT:
-            late = self.trips.end(briefcase)
+            late = self.trips.end(briefcase, principal)
             if late is not None:  # its caller stopped waiting: the journal keeps the end
                 trip_id, failure = late
                 error = (failure.kind, failure.message, failure.detail) if failure else None
-                meet_id = await self.journal.trip_ended(trip_id, briefcase if not failure
-                                                        else None, error)
+                meet_id = await self.journal.trip_ended(trip_id, principal,
+                                                        briefcase if not failure else None,
+                                                        error)
                 if meet_id is None:
-                    log.warning("trip %s ended, but this place has no record of it", trip_id)
+                    log.warning("trip %s of %s ended, but this place has no record of it",
+                                trip_id, shown(principal, 80))
                 else:
                     log.info("trip %s of meet %s ended after its caller stopped waiting; "
                              "its outcome is recorded", trip_id, meet_id)
@@ -105,8 +111,9 @@ class BuiltIns:
     async def _status(self, request: Briefcase, principal: str, admin: bool) -> Briefcase:
         """ag_status: what became of meet ID (queued, running, done, failed or unknown), for
         the principal it was made for (or an admin identity); with WAIT, wait up to that
-        many seconds for it to end. A meet of another principal is "unknown", as one the
-        place never had: ids say nothing about who else meets here."""
+        many seconds for it to end. Ids are per principal: another principal's meet is
+        never found, as one the place never had (ids say nothing about who else meets
+        here, and cannot hide one's own)."""
         ids = request.text("ID") if "ID" in request else []
         if len(ids) != 1:
             raise MeetError(f"{STATUS_AGENT} needs the meet's id in ID")
@@ -137,21 +144,21 @@ class BuiltIns:
 
     async def _state(self, meet_id: str, principal: str, admin: bool) -> Briefcase:
         answer = Briefcase(STATE=["unknown"], ID=[meet_id])
-        found = self.meets.find(meet_id)
+        whose = None if admin else principal
+        found = self.meets.find(meet_id, whose)
         if found is not None:
             state, meet = found
-            if admin or meet.principal == principal:
-                answer.replace("STATE", [state])
-                answer.replace("AGENT", [meet.agent])
-                answer.replace("RUNS", [str(meet.runs + (state == "running"))])
-                trip = meet.trip
-                where = self.trips.whereabouts.get(trip.id) if trip is not None else None
-                if where is not None:  # a trip under way that began here
-                    answer.replace("HOPS", [str(where[0])])
-                    answer.replace("AT", [where[1]])
+            answer.replace("STATE", [state])
+            answer.replace("AGENT", [meet.agent])
+            answer.replace("RUNS", [str(meet.runs + (state == "running"))])
+            trip = meet.trip
+            where = self.trips.whereabouts.get(trip.id) if trip is not None else None
+            if where is not None:  # a trip under way that began here
+                answer.replace("HOPS", [str(where[0])])
+                answer.replace("AT", [where[1]])
             return answer
-        record = await self.journal.get(meet_id)
-        if record is None or not (admin or record.principal == principal):
+        record = await self.journal.get(meet_id, whose)
+        if record is None:
             return answer
         answer.replace("STATE", [record.state])
         answer.replace("AGENT", [record.agent])
@@ -261,9 +268,10 @@ class BuiltIns:
     def kill(self, name: str) -> str:
         """Stop the agent that is resident as `name`, or runs meet `name`; its meet id."""
         resident = self.residents.get(name)
-        meet = resident.meet if resident is not None else self.meets.running.get(name)
-        if meet is None or meet.worker is None or meet.id not in self.meets.running:
-            running = [*self.residents.by_name, *self.meets.running]
+        found = self.meets.find(name, None)
+        meet = resident.meet if resident is not None else found[1] if found else None
+        if meet is None or meet.worker is None or meet.key not in self.meets.running:
+            running = [*self.residents.by_name, *(m.id for m in self.meets.running.values())]
             close = difflib.get_close_matches(name, running, n=1, cutoff=0.7)
             guess = f"; did you mean {close[0]!r}?" if close else ""
             raise UnknownAgent(f"no agent {name!r} is running at place "

@@ -35,14 +35,14 @@ from ..wire._errors import (
     MeetError,
     MeetTimeout,
     MessageError,
-    NotAllowed,
+    NotAuthorized,
     PlaceUnavailable,
     TacomaError,
 )
 from ..wire._names import BUILT_IN, HOME_AGENT, MAILBOX_AGENT, TRIP_AGENT
 from ..wire._program import program_bytes, program_name
 from ..wire._protocol import Accepted, Event, Meet, Result
-from ._access import Access, Principal
+from ._access import Access, Principal, Side
 from ._agents import Agents
 from ._builds import Builds
 from ._builtins import BuiltIns
@@ -55,6 +55,10 @@ from ._settings import PlaceSettings
 from ._trips import Trips
 
 __all__ = ["Dispatch", "failed"]
+
+#: Seconds before the journal is asked again to write an outcome it could not (doubled up
+#: to 30 s): a full disk frees as outcomes expire.
+RECORD_PAUSE = 0.5
 
 log = logging.getLogger("tacoma.place")
 
@@ -96,6 +100,7 @@ class Dispatch:
         with; a hop of a trip that began elsewhere raises _Moved.
         """
         meet.step("examine")
+        self._not_revoked(meet)
         pool, installed_code = self.agents.resolve(meet.agent)
         meet.step("find agent")
         if pool is None:
@@ -141,6 +146,7 @@ class Dispatch:
         meet.program = program_bytes(briefcase)
         meet.started, meet.deadline = time.time(), time.monotonic() + timeout
         meet.worker = worker
+        meet.note_origins(briefcase)
         hop = meet.trip is not None  # a hop of a trip that began elsewhere
         try:
             try:
@@ -174,6 +180,24 @@ class Dispatch:
         meet.end_trace(result)
         return result
 
+    def _not_revoked(self, meet: RunningMeet) -> None:
+        """NotAuthorized if `meet`'s principal was revoked (its agents make no more meets,
+        and a queued meet of it does not start; see Place.stop_revoked)."""
+        if self.access.stops(meet.principal, meet.serial):
+            raise NotAuthorized(f"{meet.principal or 'this principal'} is revoked at place "
+                                f"{self.address}: its agents' meets are refused")
+
+    def stop_revoked(self) -> int:
+        """Stop the running meets (residents too) of principals the deny list now revokes;
+        how many."""
+        stopped = 0
+        for meet in list(self.meets.running.values()):
+            if meet.principal and self.access.stops(meet.principal, meet.serial) \
+                    and not meet.killed:
+                self.meets.kill(meet, "stopped: its principal's certificate is revoked")
+                stopped += 1
+        return stopped
+
     # ------------------------------------------------------------------ async meets
     async def submit(self, meet: RunningMeet) -> str:
         """Take an async meet: write it to the journal (synced), then start it, or queue it
@@ -203,9 +227,6 @@ class Dispatch:
         finally:
             if reserved:
                 self.meets.unreserve(meet.principal)
-        if outcome == "taken":
-            raise MeetError(f"meet id {meet.id} is taken at place {self.address}: choose "
-                            "another")
         if outcome == "same":
             return meet.id  # sent again: it is taken once
         meet.journaled = True
@@ -240,9 +261,16 @@ class Dispatch:
         """
         try:
             if meet.stored:
-                meet.briefcase = await self.journal.briefcase(meet.id)
+                meet.briefcase = await self.journal.briefcase(meet.id, meet.principal)
                 meet.stored = False
-            meet.runs = await self.journal.started(meet.id) - 1
+            try:
+                meet.runs = await self.journal.started(meet.id, meet.principal) - 1
+            except TacomaError as exc:
+                # The journal cannot count this start (its disk is full): the meet was
+                # accepted, so it runs all the same; it stays unended in the journal until
+                # its outcome is written, and runs again after a restart if it never is.
+                log.warning("async meet %s starts, but the journal cannot count it: %s",
+                            meet.id, exc)
             if meet.runs:
                 meet.briefcase[RERUN] = [str(meet.runs).encode()]
             result = await self.run(meet)
@@ -274,10 +302,26 @@ class Dispatch:
         if exc is not None:
             failure = failed(0, exc)
             error = (failure.kind, failure.message, failure.detail)
-        try:
-            await self.journal.ended(meet_id, agent, principal, via, result, error)
-        except Exception:
-            log.exception("cannot record the outcome of meet %s in the journal", meet_id)
+        pause = RECORD_PAUSE
+        while True:
+            try:
+                await self.journal.ended(meet_id, agent, principal, via, result, error)
+                return
+            except TacomaError as exc:
+                # A full disk, most likely: the outcome is kept here and written once there
+                # is room (its meet holds its slot meanwhile); if the place stops first,
+                # the journal still has the meet unended, and an async one runs again.
+                if self.meets.stopping:
+                    log.error("the outcome of meet %s is lost: the journal cannot write it "
+                              "and the place stops: %s", meet_id, exc)
+                    return
+                log.warning("cannot record the outcome of meet %s yet (trying again in "
+                            "%g s): %s", meet_id, pause, exc)
+            except Exception:
+                log.exception("cannot record the outcome of meet %s in the journal", meet_id)
+                return
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 30.0)
 
     async def resume(self) -> None:
         """At start: take up what the journal says was under way when the place stopped.
@@ -317,7 +361,7 @@ class Dispatch:
         recorded (ag_home, through the journal); if none came by a minute past its deadline,
         its outcome is recorded as unknown."""
         await asyncio.sleep(max(0.0, (record.deadline or 0.0) - time.time()) + 60.0)
-        now = await self.journal.get(record.id)
+        now = await self.journal.get(record.id, record.principal)
         if now is not None and now.ended is None:
             lost = MeetTimeout("the trip did not come home by its deadline (its home "
                                "restarted while it was out): its outcome is unknown")
@@ -398,22 +442,28 @@ class Dispatch:
         """The agent of `meet`, run by `worker`, meets another agent (here, or at another
         place through a client), sends a message (a meet with a resident), uses its
         mailbox, or moves on."""
+        def hand(reply: Event) -> None:  # what reaches the agent: its lazy folders noted
+            if isinstance(reply, Result):
+                meet.note_origins(reply.briefcase)
+            worker.answer(reply)
+
         try:
+            self._not_revoked(meet)
             if meet.went is not None:
                 raise MeetError(f"the agent has gone to {meet.went}")
             if event.mode == "go":
                 await self.hops.go(worker, meet, event)
                 return
             agent, address = split_target(event.agent)
-            if agent in (HOME_AGENT, TRIP_AGENT):  # trips' own business, between places
-                raise NotAllowed(f"{agent} is for places only, not for agents")
             if address is not None:
                 address = canonical_address(address)
                 if address == self.address:
                     address = None  # here, as a bare name
-            if address is None and agent != MAILBOX_AGENT:  # its own mailbox meets nobody
-                # Here, the --allow rules hold for the principal whichever agent meets.
-                self.access.authorize(Principal(meet.principal), agent, self.address)
+            if address is None:
+                self.access.check(Principal(meet.principal), agent, event.mode, Side.AGENT,
+                                  self.address)
+            else:  # the other place checks the rest
+                self.access.check_onward(agent)
             if address is not None:
                 # The other place authorizes it: this place vouches for the principal.
                 client = await self.client(address)
@@ -431,7 +481,8 @@ class Dispatch:
                 # The place's own services (cabinets, ...) run no agent: an admitted agent
                 # may use them even while the place is at --max-meets.
                 answer = await self.builtins.serve(agent, event.briefcase, meet.identity,
-                                                   principal=meet.principal)
+                                                   principal=meet.principal,
+                                                   origins=meet.origins)
             else:
                 # An agent's meets count against --max-meets like anyone's, and can be killed.
                 # Its async ones against its principal's share too (a sync one waits for
@@ -440,6 +491,7 @@ class Dispatch:
                 # Its async ones are journaled and may queue, as a client's.
                 inner = self.meets.new(agent, event.briefcase, event.timeout, meet.principal,
                                        meet.identity)
+                inner.serial = meet.serial
                 if event.mode == "async":
                     # Shielded: once journaled, it is queued or started even if the agent
                     # is killed meanwhile (else its row would wait for a restart).
@@ -448,14 +500,14 @@ class Dispatch:
                     self.meets.admit()
                     # A meet of its own, so that it can be killed.
                     task = self.meets.spawn(inner, self.answered(
-                        event.rid, functools.partial(self.run, inner), inner, worker.answer))
+                        event.rid, functools.partial(self.run, inner), inner, hand))
                     try:
                         await asyncio.shield(task)
                     except asyncio.CancelledError:
                         task.cancel()
                         raise
                     return
-            worker.answer(Accepted(event.rid, answer) if isinstance(answer, str)
-                          else Result(event.rid, answer))
+            hand(Accepted(event.rid, answer) if isinstance(answer, str)
+                 else Result(event.rid, answer))
         except Exception as exc:  # noqa: BLE001 - the agent is waiting for an answer
-            worker.answer(failed(event.rid, exc))
+            hand(failed(event.rid, exc))

@@ -98,7 +98,7 @@ class Hops:
         trip: Trip | None = None
         try:
             if meet.trip is None:  # the trip begins here: its home journals it
-                trip = self.trips.start(time.time() + meet.time_left())
+                trip = self.trips.start(time.time() + meet.time_left(), meet.principal)
                 meet.journaled = True  # first: if cancelled while written, it is recorded
                 await self.journal.trip(meet.id, meet.agent, meet.principal, meet.via,
                                         meet.timeout, trip.id, trip.deadline)
@@ -131,7 +131,7 @@ class Hops:
         except asyncio.CancelledError:
             self.trips.left(trip, "")
             end = ending(trip, None, self.meets.cancelled(meet), self.address)
-            self._in_background(self._send_home(trip, end))
+            self._in_background(self._send_home(trip, meet.principal, end))
             raise
         except Exception as exc:  # noqa: BLE001 - whatever ended the trip, home hears it
             failure = failed(0, exc)
@@ -140,13 +140,14 @@ class Hops:
         else:
             end = ending(trip, result, None, self.address)
         self.trips.left(trip, "")
-        await self._send_home(trip, end)
+        await self._send_home(trip, meet.principal, end)
 
-    async def _send_home(self, trip: Trip, end: Briefcase) -> None:
-        """Deliver a trip's end to its home, trying again while the home is unreachable
-        (restarting, cut off) until a minute after the trip's deadline."""
+    async def _send_home(self, trip: Trip, principal: str, end: Briefcase) -> None:
+        """Deliver the end of `principal`'s trip to its home (which takes it for the trip's
+        own principal only), trying again while the home is unreachable (restarting, cut
+        off) until a minute after the trip's deadline."""
         if trip.home == self.address:
-            await self.builtins.serve(HOME_AGENT, end, None)
+            await self.builtins.serve(HOME_AGENT, end, None, principal=principal)
             self._release_guard(trip)
             return
         left = trip.time_left()
@@ -155,7 +156,8 @@ class Hops:
         while True:
             try:
                 client = await self.clients.get(trip.home, timeout=10.0)
-                await asyncio.wait_for(client.meet(HOME_AGENT, Briefcase(end), "sync", 30.0),
+                await asyncio.wait_for(client.meet(HOME_AGENT, Briefcase(end), "sync", 30.0,
+                                                   principal),
                                        30.0)
                 self._release_guard(trip)
                 return
@@ -331,10 +333,11 @@ class Hops:
             return
         if choice == "skip" and (trip.time_left() or 1) > 0:
             briefcase.remove(ITINERARY)
-            await self._send_home(trip, ending(trip, briefcase, None, self.address))
+            await self._send_home(trip, principal, ending(trip, briefcase, None,
+                                                          self.address))
             return
         failure = PlaceUnavailable(f"the agent was lost at place {target}: {reason}")
-        await self._send_home(trip, ending(trip, None, failure, self.address))
+        await self._send_home(trip, principal, ending(trip, None, failure, self.address))
 
     async def _reach(self, target: str, timeout: float) -> PlaceClient:
         """The connection to hand an agent to `target` over: tried again after a transient

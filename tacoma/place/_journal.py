@@ -12,6 +12,14 @@ One row per meet id, in `STATE/journal.sqlite3` (WAL, synchronous=FULL, the plac
   end and its outcome is recorded, for the caller to ask by id rather than run it again;
 - each one's outcome (result briefcase, or error) for --keep-results seconds after it ended.
 
+Rows are keyed by principal and meet id: a client may choose its meet's id, and one
+principal's id never finds, hides or takes another's meet. Every byte of briefcases and
+results the journal keeps is charged to its principal, who may keep at most its --share
+of --journal-bytes (LimitExceeded, naming the setting, before the disk is full); a result
+that does not fit its principal's share is recorded as a failure saying so. A write the
+disk cannot take is a typed error (LimitExceeded for a full disk, PlaceUnavailable
+otherwise) to its own caller, and leaves the database as it was.
+
 Sync meets whose callers stay connected are not written at all: the meet path pays nothing.
 A meet id the place knows nothing of is *unknown*: wrong, expired, or a sync meet the place
 was killed during (sync meets are at most once and leave no record until answered).
@@ -25,6 +33,7 @@ sqlite3 has no group commit, and aiosqlite (a thread per connection) would not a
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import json
 import os
@@ -38,15 +47,21 @@ from typing import Any
 import msgpack
 
 from ..wire._briefcase import Briefcase
+from ..wire._errors import LimitExceeded, PlaceUnavailable, TacomaError, kind_of
+from ._statedir import Disk, disk_full
 
 __all__ = ["STATES", "Journal", "Record"]
 
 #: What `tacoma status` says of a meet.
 STATES = ("queued", "running", "done", "failed", "unknown")
 
-SCHEMA = """
+#: The schema's version, in SQLite's user_version: 0 was one row per id (before ids were
+#: per principal); 2 keys a row by principal and id.
+SCHEMA_VERSION = 2
+
+_TABLE = """
 CREATE TABLE IF NOT EXISTS meets (
-    id TEXT PRIMARY KEY,
+    id TEXT NOT NULL,
     kind TEXT NOT NULL,          -- async, or sync (a trip from here, or its caller lost)
     agent TEXT NOT NULL,
     principal TEXT NOT NULL,
@@ -61,11 +76,15 @@ CREATE TABLE IF NOT EXISTS meets (
     trip TEXT,                   -- the trip its agent went on from here
     deadline REAL,               -- the trip's, in time.time()
     result BLOB,                 -- the result briefcase, when done
-    error TEXT                   -- [kind, message, detail] in JSON, when failed
-);
+    error TEXT,                  -- [kind, message, detail] in JSON, when failed
+    PRIMARY KEY (principal, id)
+)"""
+SCHEMA = f"""{_TABLE};
 CREATE INDEX IF NOT EXISTS meets_ended ON meets(ended);
 CREATE INDEX IF NOT EXISTS meets_trip ON meets(trip);
 """
+#: What every row holds of briefcases and results, as the shares count it.
+_HELD = "COALESCE(length(briefcase), 0) + COALESCE(length(result), 0)"
 
 
 @dataclass(slots=True)
@@ -124,7 +143,35 @@ class _Store:
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
+        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        old = self.db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                              "name = 'meets'").fetchone()
+        if old is not None and version < SCHEMA_VERSION:
+            self._upgrade()
         self.db.executescript(SCHEMA)
+        self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _upgrade(self) -> None:
+        """A journal of ids shared by all principals, moved to per-principal keys in one
+        transaction (SQLite cannot change a table's key in place)."""
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute("ALTER TABLE meets RENAME TO meets_old")
+            db.execute("DROP INDEX IF EXISTS meets_ended")
+            db.execute("DROP INDEX IF EXISTS meets_trip")
+            db.execute(_TABLE)
+            columns = ("id, kind, agent, principal, via, caller, timeout, briefcase, state, "
+                       "runs, accepted, ended, trip, deadline, result, error")
+            db.execute(f"INSERT INTO meets ({columns}) "  # noqa: S608 - constants only
+                       f"SELECT {columns} FROM meets_old")
+            db.execute("DROP TABLE meets_old")
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
 
 
 class Journal:
@@ -133,6 +180,14 @@ class Journal:
     def __init__(self, path: Path, keep_seconds: float) -> None:
         self.path = path
         self.keep_seconds = keep_seconds
+        #: The bytes of briefcases and results kept (--journal-bytes), any one principal's
+        #: part of them (its --share), and the disk they are on (see `bound`).
+        self.limit = 1 << 62
+        self.share = self.limit
+        self.disk: Disk | None = None
+        self.held: collections.Counter[str] = collections.Counter()  # by principal
+        self.total = 0
+        self._rows: dict[tuple[str, str], int] = {}  # what each row holds, as charged
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "tacoma-journal")
         self._store: _Store | None = None
         self._pending: list[tuple[Callable[[sqlite3.Connection], Any],
@@ -140,6 +195,13 @@ class Journal:
         self._committing = False
         #: Futures of callers waiting for a meet to end (`tacoma status --wait`), by id.
         self._watchers: dict[str, list[asyncio.Future[None]]] = {}
+
+    def bound(self, limit: int, share: float, disk: Disk) -> None:
+        """Keep at most `limit` bytes of briefcases and results, `share` of them for any one
+        principal, and leave `disk`'s reserve free."""
+        self.limit = limit
+        self.share = max(1, int(limit * share))
+        self.disk = disk
 
     # -- the thread
     def _open_store(self) -> _Store:
@@ -149,7 +211,12 @@ class Journal:
 
     def _commit(self, batch: list[Callable[[sqlite3.Connection], Any]]) -> list[Any]:
         """Run a batch of writes in one transaction; each one's value or exception (each in
-        a savepoint of its own, so that one failing write does not undo the others)."""
+        a savepoint of its own, so that one failing write does not undo the others).
+
+        A full disk or an I/O error makes SQLite roll the whole transaction back, the
+        savepoints with it: then each write runs again in a transaction of its own, so
+        that those that fit are kept and each failure reaches its own caller only.
+        """
         db = self._open_store().db
         outcomes: list[Any] = []
         db.execute("BEGIN IMMEDIATE")
@@ -159,15 +226,51 @@ class Journal:
                 try:
                     outcomes.append(write(db))
                 except Exception as exc:  # noqa: BLE001 - handed to that write's caller
+                    if not db.in_transaction:  # rolled back whole: see above
+                        return self._one_by_one(batch)
                     db.execute("ROLLBACK TO one")
                     outcomes.append(exc)
                 db.execute("RELEASE one")
             db.execute("COMMIT")
+        except sqlite3.Error:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            return self._one_by_one(batch)
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
         return outcomes
+
+    def _one_by_one(self, batch: list[Callable[[sqlite3.Connection], Any]]) -> list[Any]:
+        db = self._open_store().db
+        outcomes: list[Any] = []
+        for write in batch:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                outcome = write(db)
+                db.execute("COMMIT")
+            except Exception as exc:  # noqa: BLE001 - handed to that write's caller
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                outcome = exc
+            outcomes.append(outcome)
+        return outcomes
+
+    def _typed(self, exc: BaseException) -> BaseException:
+        """A database error as the place's callers take it (map_exceptions at the journal's
+        boundary): a full disk is LimitExceeded, any other PlaceUnavailable."""
+        if not isinstance(exc, sqlite3.Error):
+            return exc
+        if disk_full(exc):
+            typed: TacomaError = LimitExceeded(
+                f"the place's disk is full: its journal ({self.path}) cannot keep more; try "
+                "again later, or ask the place's operator for room")
+        else:
+            typed = PlaceUnavailable(f"the place's journal ({self.path}) cannot be "
+                                     f"written: {exc}")
+        typed.__cause__ = exc
+        return typed
 
     async def _write(self, write: Callable[[sqlite3.Connection], Any]) -> Any:
         """Run `write` in a transaction; returns once it is durable (group commit)."""
@@ -191,9 +294,10 @@ class Journal:
                 if future.done():
                     continue
                 if outcomes.cancelled() or failure is not None:
-                    future.set_exception(failure or RuntimeError("the journal closed"))
+                    future.set_exception(self._typed(failure) if failure is not None
+                                         else RuntimeError("the journal closed"))
                 elif isinstance(value := outcomes.result()[i], Exception):
-                    future.set_exception(value)
+                    future.set_exception(self._typed(value))
                 else:
                     future.set_result(value)
             self._flush()
@@ -204,13 +308,51 @@ class Journal:
         def in_thread() -> Any:
             return read(self._open_store().db)
 
-        return await asyncio.get_running_loop().run_in_executor(self._executor, in_thread)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor,
+                                                                    in_thread)
+        except sqlite3.Error as exc:
+            raise self._typed(exc) from exc
+
+    # -- what each principal keeps
+    def _charge(self, principal: str, meet_id: str, size: int, what: str) -> None:
+        """Count `size` more bytes of `principal`'s meet against the journal's shares (and
+        the disk's room); LimitExceeded, naming the setting, if they do not fit."""
+        freed = self._rows.get((principal, meet_id), 0)
+        if self.held[principal] - freed + size > self.share:
+            raise LimitExceeded(
+                f"{principal or 'anonymous'} keeps {self.held[principal]:,} bytes of "
+                f"briefcases and results at this place, and {what} ({size:,} bytes) would "
+                f"pass its share of {self.share:,} (--share of --journal-bytes); ask for "
+                "results by id (tacoma status) to let them go, or wait for them to expire")
+        if self.total - freed + size > self.limit:
+            raise LimitExceeded(f"this place keeps its most of {self.limit:,} bytes of "
+                                f"briefcases and results (--journal-bytes): {what} "
+                                f"({size:,} bytes) cannot be kept now; try again later")
+        if self.disk is not None and size > freed:
+            self.disk.room(size - freed, what)
+        self._set(principal, meet_id, size)
+
+    def _set(self, principal: str, meet_id: str, size: int) -> None:
+        key = (principal, meet_id)
+        change = size - self._rows.pop(key, 0)
+        if size:
+            self._rows[key] = size
+        self.total += change
+        self.held[principal] += change
+        if self.held[principal] <= 0:
+            del self.held[principal]
 
     # -- the place's side
     async def open(self) -> list[Record]:
         """Open the journal, forget outcomes older than --keep-results, and return the meets
         that had not ended when the place last stopped (oldest first)."""
         await self.prune()
+        held = await self._read(lambda db: db.execute(
+            f"SELECT principal, id, {_HELD} FROM meets "  # noqa: S608 - constants only
+            f"WHERE {_HELD} > 0").fetchall())
+        for principal, meet_id, size in held:
+            self._set(principal, meet_id, int(size))
         rows = await self._read(lambda db: db.execute(
             f"{_SELECT} WHERE ended IS NULL ORDER BY accepted").fetchall())
         return [Record.from_row(row) for row in rows]
@@ -218,43 +360,64 @@ class Journal:
     async def prune(self) -> None:
         """Forget the outcomes older than --keep-results."""
         cutoff = time.time() - self.keep_seconds
-        await self._write(lambda db: db.execute(
-            "DELETE FROM meets WHERE ended IS NOT NULL AND ended < ?", (cutoff,)))
+
+        def write(db: sqlite3.Connection) -> list[tuple[str, str]]:
+            gone = db.execute("SELECT principal, id FROM meets WHERE ended IS NOT NULL AND "
+                              "ended < ?", (cutoff,)).fetchall()
+            db.execute("DELETE FROM meets WHERE ended IS NOT NULL AND ended < ?", (cutoff,))
+            return gone
+
+        for principal, meet_id in await self._write(write):
+            self._set(principal, meet_id, 0)
 
     async def accept(self, meet_id: str, agent: str, principal: str, via: str,
                      caller: str | None, timeout: float | None, briefcase: Briefcase,
                      state: str) -> str:
-        """Write an accepted async meet: "new", or for an id the journal has, "same" (the
-        same principal sent it again: it is taken once) or "taken" (someone else's)."""
+        """Write an accepted async meet: "new", or "same" if the journal has the id from
+        the same principal (sent again: it is taken once; ids are per principal).
+        LimitExceeded if its briefcase is more than its principal may keep here."""
+        key = (principal, meet_id)
         packed = pack(briefcase)
+        if key in self._rows:
+            return "same"  # charged already: do not charge it twice
+        self._charge(principal, meet_id, len(packed), "an async meet's briefcase")
 
         def write(db: sqlite3.Connection) -> str:
-            row = db.execute("SELECT principal FROM meets WHERE id = ?", (meet_id,)).fetchone()
+            row = db.execute("SELECT 1 FROM meets WHERE principal = ? AND id = ?",
+                             key[::-1]).fetchone()
             if row is not None:
-                return "same" if row[0] == principal else "taken"
+                return "same"
             db.execute("INSERT INTO meets (id, kind, agent, principal, via, caller, timeout, "
                        "briefcase, state, accepted) VALUES (?, 'async', ?, ?, ?, ?, ?, ?, ?, ?)",
                        (meet_id, agent, principal, via, caller, timeout, packed, state,
                         time.time()))
             return "new"
 
-        outcome: str = await self._write(write)
+        try:
+            outcome: str = await self._write(write)
+        except BaseException:
+            self._set(principal, meet_id, 0)
+            raise
+        if outcome == "same":
+            self._set(principal, meet_id, 0)
         return outcome
 
-    async def briefcase(self, meet_id: str) -> Briefcase:
+    async def briefcase(self, meet_id: str, principal: str) -> Briefcase:
         """A journaled async meet's briefcase (empty if it has none any more)."""
         row = await self._read(lambda db: db.execute(
-            "SELECT briefcase FROM meets WHERE id = ?", (meet_id,)).fetchone())
+            "SELECT briefcase FROM meets WHERE principal = ? AND id = ?",
+            (principal, meet_id)).fetchone())
         if row is None or row[0] is None:
             return Briefcase()
         return Briefcase.from_wire(msgpack.unpackb(row[0], raw=False))
 
-    async def started(self, meet_id: str) -> int:
+    async def started(self, meet_id: str, principal: str) -> int:
         """Count one more start of a journaled meet; how many it has had, this one included."""
         def write(db: sqlite3.Connection) -> int:
-            db.execute("UPDATE meets SET state = 'running', runs = runs + 1 WHERE id = ?",
-                       (meet_id,))
-            row = db.execute("SELECT runs FROM meets WHERE id = ?", (meet_id,)).fetchone()
+            db.execute("UPDATE meets SET state = 'running', runs = runs + 1 WHERE "
+                       "principal = ? AND id = ?", (principal, meet_id))
+            row = db.execute("SELECT runs FROM meets WHERE principal = ? AND id = ?",
+                             (principal, meet_id)).fetchone()
             return int(row[0]) if row else 1
 
         runs: int = await self._write(write)
@@ -283,10 +446,27 @@ class Journal:
             "UPDATE meets SET trip = NULL, deadline = NULL WHERE id = ? AND principal = ?",
             (meet_id, principal)))
 
+    def _keep(self, meet_id: str, principal: str, result: Briefcase | None,
+              error: tuple[str, str, str] | None
+              ) -> tuple[str, bytes | None, str | None, int]:
+        """A meet's outcome as its columns (state, result, error), charged to `principal`
+        (and the bytes it held before, to give back if the write fails): a result more
+        than the principal may keep is recorded as a failure saying so."""
+        before = self._rows.get((principal, meet_id), 0)
+        state, packed, failure = _outcome(result, error)
+        try:
+            self._charge(principal, meet_id, len(packed) if packed is not None else 0,
+                         "the meet's result")
+        except LimitExceeded as exc:
+            state, packed, failure = _outcome(None, (
+                kind_of(exc), f"the meet ended, but its result is not kept: {exc}", ""))
+            self._set(principal, meet_id, 0)
+        return state, packed, failure, before
+
     async def ended(self, meet_id: str, agent: str, principal: str, via: str,
                     result: Briefcase | None, error: tuple[str, str, str] | None) -> None:
         """Record how a meet ended (for a sync meet not yet in the journal, its row too)."""
-        state, packed, failure = _outcome(result, error)
+        state, packed, failure, before = self._keep(meet_id, principal, result, error)
 
         def write(db: sqlite3.Connection) -> None:
             now = time.time()
@@ -299,30 +479,36 @@ class Journal:
                            "?, ?, ?, ?)",
                            (meet_id, agent, principal, via, state, now, now, packed, failure))
 
-        await self._write(write)
+        try:
+            await self._write(write)
+        except BaseException:
+            self._set(principal, meet_id, before)
+            raise
         self._ended(meet_id)
 
-    async def trip_ended(self, trip: str, result: Briefcase | None,
+    async def trip_ended(self, trip: str, principal: str, result: Briefcase | None,
                          error: tuple[str, str, str] | None) -> str | None:
-        """Record the end of a trip that began here and that nobody waits for any more (its
-        caller's deadline passed, its connection was lost, or the place restarted): the
-        meet's id, or None if the journal has no such trip. An end that comes after the
-        trip was recorded as failed (timed out, lost) replaces that record: the agent did
-        end, and this is how."""
-        state, packed, failure = _outcome(result, error)
-
-        def write(db: sqlite3.Connection) -> str | None:
-            row = db.execute("SELECT id, state FROM meets WHERE trip = ?", (trip,)).fetchone()
-            if row is None or row[1] == "done":
-                return row[0] if row else None
-            db.execute("UPDATE meets SET state = ?, ended = ?, result = ?, error = ?, "
-                       "briefcase = NULL WHERE id = ?",
-                       (state, time.time(), packed, failure, row[0]))
-            return str(row[0])
-
-        meet_id: str | None = await self._write(write)
-        if meet_id is not None:
-            self._ended(meet_id)
+        """Record the end of `principal`'s trip that began here and that nobody waits for
+        any more (its caller's deadline passed, its connection was lost, or the place
+        restarted): the meet's id, or None if the journal has no such trip of that
+        principal's. An end that comes after the trip was recorded as failed (timed out,
+        lost) replaces that record: the agent did end, and this is how."""
+        row = await self._read(lambda db: db.execute(
+            "SELECT id, state FROM meets WHERE trip = ? AND principal = ?",
+            (trip, principal)).fetchone())
+        if row is None or row[1] == "done":
+            return str(row[0]) if row else None
+        meet_id = str(row[0])
+        state, packed, failure, before = self._keep(meet_id, principal, result, error)
+        try:
+            await self._write(lambda db: db.execute(
+                "UPDATE meets SET state = ?, ended = ?, result = ?, error = ?, briefcase = NULL "
+                "WHERE principal = ? AND id = ? AND state != 'done'",
+                (state, time.time(), packed, failure, principal, meet_id)))
+        except BaseException:
+            self._set(principal, meet_id, before)
+            raise
+        self._ended(meet_id)
         return meet_id
 
     def _ended(self, meet_id: str) -> None:
@@ -331,9 +517,14 @@ class Journal:
             if not watcher.done():
                 watcher.set_result(None)
 
-    async def get(self, meet_id: str) -> Record | None:
-        row = await self._read(lambda db: db.execute(
-            f"{_SELECT} WHERE id = ?", (meet_id,)).fetchone())
+    async def get(self, meet_id: str, principal: str | None) -> Record | None:
+        """Meet `meet_id` of `principal` (None: of anyone's, for an administrator)."""
+        if principal is None:
+            row = await self._read(lambda db: db.execute(
+                f"{_SELECT} WHERE id = ? ORDER BY accepted DESC", (meet_id,)).fetchone())
+        else:
+            row = await self._read(lambda db: db.execute(
+                f"{_SELECT} WHERE principal = ? AND id = ?", (principal, meet_id)).fetchone())
         return Record.from_row(row) if row is not None else None
 
     def watch(self, meet_id: str) -> asyncio.Future[None]:

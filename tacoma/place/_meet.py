@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import hashlib
 import itertools
 import logging
@@ -28,6 +29,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from ..wire._address import canonical_address
 from ..wire._briefcase import Briefcase
 from ..wire._errors import (
     AgentKilled,
@@ -83,11 +85,13 @@ class RunningMeet:
         "installed_as",
         "journaled",
         "killed",
+        "origins",
         "orphaned",
         "principal",
         "program",
         "resident",
         "runs",
+        "serial",
         "started",
         "stored",
         "timeout",
@@ -129,7 +133,19 @@ class RunningMeet:
         self.stored = False  # its briefcase waits in the journal (queued), not here
         self.runs = 0  # how many times it started before (re-runs after a restart)
         self.chosen_id = False  # its client chose its id (and can ask for it by id)
+        #: The places that hold the data of the lazy folders handed to its agent (in its
+        #: briefcase, and in answers and messages since): the only origins this place
+        #: fetches from for it (see _lazy). None until one is handed over.
+        self.origins: set[str] | None = None
+        #: The serial of the certificate that launched it, if this place saw it (a client's
+        #: meet, and its agents' meets): revoking that certificate stops it.
+        self.serial = ""
         self._identity: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """How the place's books know it: ids are per principal."""
+        return self.principal, self.id
 
     @property
     def identity(self) -> str:
@@ -141,6 +157,17 @@ class RunningMeet:
         if self._identity is None:
             self._identity = "code:" + hashlib.sha256(self.program).hexdigest()
         return self._identity
+
+    def note_origins(self, briefcase: Briefcase) -> None:
+        """Remember where the lazy folders in `briefcase`, on its way to the agent, are."""
+        refs = briefcase.lazy_refs()
+        if not refs:
+            return
+        if self.origins is None:
+            self.origins = set()
+        for ref in refs:
+            with contextlib.suppress(ValueError):  # a malformed one is never fetched
+                self.origins.add(canonical_address(ref.origin))
 
     def time_left(self) -> float:
         """Seconds left before the deadline; MeetTimeout if none are."""
@@ -188,7 +215,7 @@ class Meets:
         self.queued: collections.deque[RunningMeet] = collections.deque()
         self.queue_share = max(1, int(max_queued * share))
         self.queued_by_principal: collections.Counter[str] = collections.Counter()
-        self._queued_ids: set[str] = set()
+        self._queued_ids: set[tuple[str, str]] = set()
         self._reserved: collections.Counter[str] = collections.Counter()
         self._reserved_total = 0
         #: Called when a meet ends and frees a slot (the dispatcher starts queued meets).
@@ -197,9 +224,11 @@ class Meets:
         self.share = max(1, int(max_meets * share))
         self.by_principal: collections.Counter[str] = collections.Counter()
         self.address = address
-        self.running: dict[str, RunningMeet] = {}
+        #: By principal and id: a client may choose its meet's id, and ids are per principal
+        #: (one principal's id never finds, hides or blocks another's meet).
+        self.running: dict[tuple[str, str], RunningMeet] = {}
         self.stopping = False
-        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._ids = itertools.count(1)
         # Meet ids are this run's random prefix and a counter: a place restarted within the
         # same second (the prefix was the time's low bits) gave the ids of its last run.
@@ -257,7 +286,7 @@ class Meets:
         meet.stored = True
         meet.briefcase = Briefcase()
         self.queued.append(meet)
-        self._queued_ids.add(meet.id)
+        self._queued_ids.add(meet.key)
         self.queued_by_principal[meet.principal] += 1
 
     def next_queued(self) -> RunningMeet | None:
@@ -268,7 +297,7 @@ class Meets:
         for meet in self.queued:
             if not meet.principal or self.by_principal[meet.principal] < self.share:
                 self.queued.remove(meet)
-                self._queued_ids.discard(meet.id)
+                self._queued_ids.discard(meet.key)
                 left = self.queued_by_principal[meet.principal] - 1
                 if left:
                     self.queued_by_principal[meet.principal] = left
@@ -277,13 +306,22 @@ class Meets:
                 return meet
         return None
 
-    def find(self, meet_id: str) -> tuple[str, RunningMeet] | None:
-        """A meet this place holds now, by id: ("running", meet) or ("queued", meet)."""
-        meet = self.running.get(meet_id)
+    def find(self, meet_id: str, principal: str | None) -> tuple[str, RunningMeet] | None:
+        """A meet of `principal` (None: anyone's, for an administrator) this place holds
+        now, by id: ("running", meet) or ("queued", meet)."""
+        if principal is None:
+            for state, meets in (("running", self.running.values()),
+                                 ("queued", self.queued)):
+                found = next((meet for meet in meets if meet.id == meet_id), None)
+                if found is not None:
+                    return state, found
+            return None
+        key = (principal, meet_id)
+        meet = self.running.get(key)
         if meet is not None:
             return "running", meet
-        if meet_id in self._queued_ids:
-            return "queued", next(q for q in self.queued if q.id == meet_id)
+        if key in self._queued_ids:
+            return "queued", next(q for q in self.queued if q.key == key)
         return None
 
     def new(self, agent: str, briefcase: Briefcase, timeout: float | None,
@@ -292,7 +330,7 @@ class Meets:
         """A RunningMeet with the id its client chose, or a new one (not yet counted:
         `spawn` counts it). MeetError if a meet with the chosen id is held here now."""
         if meet_id:
-            if meet_id in self.running or meet_id in self._queued_ids:
+            if (principal, meet_id) in self.running or (principal, meet_id) in self._queued_ids:
                 raise MeetError(f"a meet with id {meet_id} is already at place "
                                 f"{self.address}: ids must be unique")
             chosen = True
@@ -332,8 +370,8 @@ class Meets:
                         self.by_principal[principal] = left
                     else:
                         del self.by_principal[principal]
-                self.running.pop(meet.id, None)
-                self._tasks.pop(meet.id, None)
+                self.running.pop(meet.key, None)
+                self._tasks.pop(meet.key, None)
                 if self.queued and self.on_free is not None:
                     self.on_free()
 
@@ -344,8 +382,8 @@ class Meets:
                 uncount()
 
         task = asyncio.ensure_future(tracked())
-        self.running[meet.id] = meet
-        self._tasks[meet.id] = task
+        self.running[meet.key] = meet
+        self._tasks[meet.key] = task
 
         def cancelled_early(_: object) -> None:
             uncount()
@@ -360,7 +398,7 @@ class Meets:
     def kill(self, meet: RunningMeet, why: str = "killed by tacoma kill") -> None:
         """Stop a meet's agent: its task is cancelled, and its caller told AgentKilled."""
         meet.killed = why
-        task = self._tasks.get(meet.id)
+        task = self._tasks.get(meet.key)
         if task is not None:
             task.cancel()
 

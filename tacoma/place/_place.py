@@ -60,7 +60,7 @@ from ._pool import WorkerPool
 from ._residents import Residents
 from ._sessions import Session
 from ._settings import PlaceSettings
-from ._statedir import StateDir
+from ._statedir import Disk, StateDir
 from ._trips import Trips
 from ._uids import AgentUids
 
@@ -78,7 +78,7 @@ class Place:
         self.settings = settings or PlaceSettings()
         self.address = ""
         self.sessions: set[Session] = set()
-        self.cabinets = Cabinets(self.settings.state_dir / "cabinets.sqlite3")
+        self.cabinets = Cabinets(self.settings.state_dir / "cabinets.sqlite3", self.settings)
         self.journal = Journal(self.settings.state_dir / "journal.sqlite3",
                                self.settings.keep_results)
         self.cgroups: Cgroups | None = None
@@ -92,6 +92,7 @@ class Place:
         self._stopping = False
         self._stopped = asyncio.Event()
         self.state = StateDir(self.settings.state_dir)
+        self.disk: Disk | None = None  # its state directory's file system, once claimed
 
     async def start(self) -> str:
         """Listen, start the worker pools, and return the address meets are accepted on.
@@ -120,6 +121,10 @@ class Place:
         # Held from here until the place stops: nothing in the directory is touched before,
         # and a place refused here says nothing of the layers it will never apply.
         self.state.claim(enterable)
+        self.disk = Disk(settings.state_dir)
+        self.journal.bound(settings.journal_bytes if settings.journal_bytes is not None
+                           else max(1 << 20, min(1 << 30, self.disk.size // 4)),
+                           settings.share if not settings.insecure else 1.0, self.disk)
         applied = [layer.name for layer in layers.report if layer.applied]
         missing = [f"{layer.name} ({layer.detail})" for layer in layers.report
                    if not layer.applied]
@@ -188,10 +193,12 @@ class Place:
         meets = Meets(settings.max_meets, address,
                       settings.share if not settings.insecure else 1.0, settings.max_queued)
         trips = Trips(address)
+        assert self.access is not None
         builtins = BuiltIns(self.cabinets, trips, meets, residents, admin_token, self.journal,
                             settings.limits.meet_seconds, agents=agents,
                             layers=containment.layers.report, settings=settings,
-                            codes=CodeStore(), lazy=LazyStore(address, settings))
+                            codes=CodeStore(),
+                            lazy=LazyStore(address, settings, self.access.seals))
         builds = Builds(containment, cache_mode)
         for agent, interpreter in interpreters.items():
             problem = interpreter.check()
@@ -204,7 +211,6 @@ class Place:
                 extras = functools.partial(builds.worker_plan, interpreter)
             agents.pools[agent] = pool = WorkerPool(interpreter, containment, extras)
             pool.fill()
-        assert self.access is not None
         return Dispatch(settings, agents, meets, builtins, builds, residents, trips,
                         self.access, self.journal)
 
@@ -216,7 +222,8 @@ class Place:
         """A new connection: a Session on a Channel, inside TLS unless --insecure.
 
         Connections still in their TLS handshake count against --max-connections (and the
-        handshake is bounded), so peers that stall in it cannot hold the place's slots.
+        handshake is bounded in time), so peers that stall in it cannot hold the place's
+        slots: at most half of them, and a quarter of a principal's share from one host.
         """
         # The server serves only once the parts are made.
         assert self.dispatch is not None
@@ -225,14 +232,16 @@ class Place:
         session = Session(self.dispatch, self.sessions, self.access)
         refuse = ""
         handshaking = tls.handshaking if tls else 0
+        if tls is not None and handshaking >= tls.most:
+            # A flood of handshakes: refusing each with a handshake and a Bye would hold a
+            # descriptor per peer for the handshake's time, and authenticated peers must
+            # keep room. Close at once (one host's flood stops earlier: see ServerTLS).
+            self.access.refusals.log("a peer", f"{tls.most} TLS handshakes are under way; "
+                                               "closed at once")
+            return _Closed()
         if len(self.sessions) + handshaking >= self.settings.max_connections:
             refuse = (f"place {self.address} has its maximum of "
                       f"{self.settings.max_connections} connections; try again later")
-            if handshaking >= self.settings.max_connections:
-                # A flood of handshakes: refusing each with a handshake and a Bye would
-                # hold a descriptor per peer for the handshake's time. Close at once.
-                self.access.refusals.log("a peer", refuse)
-                return _Closed()
         if tls is None:
             session.channel = Channel(Role.PLACE, session, self.settings.max_frame,
                                       _SOFTWARE, refuse, admit=session.admit,
@@ -263,6 +272,9 @@ class Place:
                     log.warning("closing the connection of %s from %s: its certificate is "
                                 "now revoked", peer.name, session.channel.peer)
                     session.channel.close(f"not authorized: identity {peer.name} is revoked")
+            if self.dispatch is not None and (stopped := self.dispatch.stop_revoked()):
+                log.warning("stopped %d meets of principals whose certificates are now "
+                            "revoked", stopped)
             clients = self.dispatch.clients.clients if self.dispatch is not None else {}
             for address, client in list(clients.items()):
                 place = client.channel.identity if client.channel is not None else None

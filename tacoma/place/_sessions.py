@@ -31,7 +31,7 @@ from ..wire._errors import (
     error_from_wire,
     kind_of,
 )
-from ..wire._names import ECHO_AGENT, LAZY_AGENT, TRIP_AGENT
+from ..wire._names import ECHO_AGENT, LAZY_AGENT
 from ..wire._protocol import Accepted, Cancel, Event, Failed, Meet, Result
 from ._access import Access, Principal
 from ._codes import named_in_reply
@@ -165,16 +165,11 @@ class Session:
         try:
             principal = (self.access.principal(peer, event.principal) if event.principal
                          else self.own)
-            self.access.authorize(principal, event.agent, self.dispatch.address, peer,
-                                  self.channel.peer)
-            if event.mode == "go" or event.agent == TRIP_AGENT:
-                self.access.may_move(peer)
+            self.access.check(principal, event.agent, event.mode, self.access.side(peer),
+                              self.dispatch.address, self.channel.peer)
             digest = self.dispatch.codes.take(principal.name, event.briefcase)
             if any(not ref.origin for ref in event.briefcase.lazy_refs()):
-                # The client's lazy folders: this place is their origin, and relays.
-                relay = functools.partial(self.dispatch.builtins.lazy.relay, self,
-                                          principal.name)
-                event.briefcase.with_origin(self.dispatch.address, relay)
+                self._take_lazy(event.briefcase, principal)
         except (MeetError, ProtocolError, LimitExceeded) as exc:
             self._reply(failed(event.rid, exc))
             return
@@ -213,8 +208,7 @@ class Session:
             if event.mode != "async":  # async meets are admitted, or queued, by submit
                 self.meets.admit(event.agent if event.mode == "sync" else "",
                                  principal.name if shared else "")
-            elif event.meet_id and (found := self.meets.find(event.meet_id)) is not None \
-                    and found[1].principal == principal.name:
+            elif event.meet_id and self.meets.find(event.meet_id, principal.name):
                 self._reply(Accepted(event.rid, event.meet_id))  # sent again: taken once
                 return
             if trip is not None:  # answered before it runs: refuse it now if it cannot
@@ -229,6 +223,8 @@ class Session:
             self._reply(failed(event.rid, exc))
             return
         meet.admin = self.admin and not principal.via
+        if peer is not None and not principal.via:
+            meet.serial = peer.serial
         if log.isEnabledFor(logging.DEBUG):
             log.debug("meet %s: %s (%s) for %s%s from %s", meet.id, event.agent, event.mode,
                       principal.name or "anonymous",
@@ -245,6 +241,13 @@ class Session:
             self._track(event.rid, task, meet)
             if meet.chosen_id:
                 self.chosen[event.rid] = meet
+
+    def _take_lazy(self, briefcase: Briefcase, principal: Principal) -> None:
+        """A client's own lazy folders in a meet from this connection (no origin yet): this
+        place is their origin, seals them, and relays (asks the client for the chunks)."""
+        lazy = self.dispatch.builtins.lazy
+        relay = functools.partial(lazy.relay, self, principal.name)
+        briefcase.with_origin(self.dispatch.address, relay, lazy.seal)
 
     def _serve_trusted(self, event: Meet, agent: TrustedAgent, principal: str) -> None:
         """A sync meet with a trusted agent whose meet is a plain function: answered here and

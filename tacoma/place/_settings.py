@@ -126,6 +126,10 @@ class PlaceSettings:
         max_meets (each principal its share of them); more are refused (PlaceUnavailable).
     keep_results: seconds the journal keeps a meet's outcome after it ended (for `tacoma
         status`).
+    journal_bytes: the most bytes of async meets' briefcases and meets' results the
+        journal keeps at once, of which any one principal may keep its `share` (more are
+        refused with LimitExceeded); None: a quarter of the state directory's file system,
+        at most 1 GiB.
     lazy_bytes: the most bytes of lazy folders' data the place keeps for its agents (and
         relays for its clients' connections) at once; a folder that would pass it is sent
         as data instead of made lazy (LimitExceeded to the agent).
@@ -167,6 +171,7 @@ class PlaceSettings:
     max_receiving: int = 256 * 1024 * 1024
     max_queued: int = 1024
     keep_results: float = 24 * 3600.0
+    journal_bytes: int | None = None
 
     def __post_init__(self) -> None:
         # Absolute: agents' working directories are below it, and they start elsewhere.
@@ -203,6 +208,10 @@ class PlaceSettings:
             raise ValueError(f"max_frame must be at least 65536 bytes, got {self.max_frame!r}")
         if not isinstance(self.max_queued, int) or self.max_queued < 0:
             raise ValueError(f"max_queued must be at least 0, got {self.max_queued!r}")
+        if self.journal_bytes is not None and (not isinstance(self.journal_bytes, int)
+                                               or self.journal_bytes < 1024 * 1024):
+            raise ValueError(f"journal_bytes must be at least 1 MiB, got "
+                             f"{self.journal_bytes!r}")
         if not isinstance(self.keep_results, int | float) or not self.keep_results > 0:
             raise ValueError(f"keep_results must be above 0 seconds, got "
                              f"{self.keep_results!r}")

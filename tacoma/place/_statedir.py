@@ -17,15 +17,16 @@ silently.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
 import stat
 from pathlib import Path
 
-from ..wire._errors import PlaceUnavailable
+from ..wire._errors import LimitExceeded, PlaceUnavailable
 
-__all__ = ["LOCK_NAME", "StateDir"]
+__all__ = ["LOCK_NAME", "Disk", "StateDir", "disk_full"]
 
 log = logging.getLogger("tacoma.place")
 
@@ -125,3 +126,54 @@ def _read(fd: int) -> str:
             return f"a place that is starting (pid {text[2]})"
         return f"the place at {text[0]} (pid {text[2]})"
     return "another place"
+
+
+class Disk:
+    """The file system of a place's state directory: room for what the place keeps.
+
+    Async meets, their results, cabinets and compiled programs all go to one disk, which
+    other users' meets fill as well. A write that would leave less than `reserve` free is
+    refused (LimitExceeded) before the disk is full, so that what the place has already
+    promised (an accepted meet's start and its outcome, a journal's own pages) still
+    finds room, and the place can always start again. The reserve is a tenth of the file
+    system, at most 64 MiB: statvfs is a system call of a microsecond, asked per write.
+    """
+
+    RESERVE_FRACTION = 0.1
+    RESERVE_MOST = 64 * 1024 * 1024
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            info = os.statvfs(path)
+            self.size = info.f_blocks * info.f_frsize
+        except OSError:
+            self.size = 0
+        self.reserve = min(self.RESERVE_MOST, int(self.size * self.RESERVE_FRACTION))
+
+    def free(self) -> int:
+        """Bytes free for the place (its user's: statvfs's f_bavail)."""
+        try:
+            info = os.statvfs(self.path)
+        except OSError:
+            return 0
+        return info.f_bavail * info.f_frsize
+
+    def room(self, needed: int, what: str) -> None:
+        """LimitExceeded unless `needed` bytes more (of `what`) leave the reserve free."""
+        free = self.free()
+        if free - needed < self.reserve:
+            raise LimitExceeded(
+                f"the place's disk is nearly full: {what} ({needed:,} bytes) would leave less "
+                f"than the {self.reserve:,} bytes it keeps free ({free:,} free in "
+                f"{self.path}); try again later, or ask the place's operator for room")
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether an OSError or a SQLite error means the disk is full."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF == 13  # SQLITE_FULL, and its extended codes
+    return "database or disk is full" in str(exc)

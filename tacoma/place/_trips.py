@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -79,6 +80,8 @@ SILENT_AFTER = 30.0
 REPORT_EVERY = 1.0
 #: The longest a place remembers a hop it took (seconds past the trip's deadline, at most).
 TAKEN_AT_MOST = 3600.0
+#: A trip's id, as its home makes it (see Trips.start).
+TRIP_ID = re.compile(rb"[0-9a-f]{32}")
 #: What an agent may choose in RECOVERY (the first is the default).
 RECOVERIES = ("fail", "retry", "skip")
 
@@ -157,7 +160,10 @@ class Trips:
 
     def __init__(self, address: str) -> None:
         self.address = address
+        #: The trips that began here, by id: the end their meet waits for, and whose trip
+        #: it is (an end is taken only for the trip's own principal).
         self.waiting: dict[str, asyncio.Future[Briefcase]] = {}
+        self.owners: dict[str, str] = {}
         #: Hops running here, by (trip id, hop).
         self.here: dict[tuple[str, int], object] = {}
         #: Hops this place handed on or ended: where they went ("" if ended here), kept
@@ -174,9 +180,11 @@ class Trips:
         #: again after its answer was lost is taken once.
         self.taken: dict[tuple[str, int], tuple[str, tuple[str, str], float]] = {}
 
-    def start(self, deadline: float) -> Trip:
+    def start(self, deadline: float, principal: str) -> Trip:
+        """A trip of `principal`'s agent begins here."""
         trip = Trip(self.address, secrets.token_hex(16), deadline, reported=time.time())
         self.waiting[trip.id] = asyncio.get_running_loop().create_future()
+        self.owners[trip.id] = principal
         self.whereabouts[trip.id] = (0, self.address)
         return trip
 
@@ -204,24 +212,29 @@ class Trips:
     def forget(self, trip_id: str) -> None:
         """Trip `trip_id`, which began here, is over (or never began): nobody waits for it."""
         self.waiting.pop(trip_id, None)
+        self.owners.pop(trip_id, None)
         self.whereabouts.pop(trip_id, None)
 
-    def end(self, briefcase: Briefcase) -> tuple[str, MeetError | None] | None:
-        """Deliver a trip's end (a meet of ag_home): None if the trip's meet here took it;
-        else nobody here waits for it any more (its caller's deadline passed, or the place
-        restarted), and the trip id and failure (None: `briefcase` is its result) are
-        returned for the journal."""
+    def end(self, briefcase: Briefcase, principal: str) -> tuple[str, MeetError | None] | None:
+        """Deliver a trip's end (a meet of ag_home) for `principal`: None if the trip's meet
+        here took it; else nobody here waits for it (its caller's deadline passed, the place
+        restarted, or it is not `principal`'s trip), and the trip id and failure (None:
+        `briefcase` is its result) are returned for the journal, which checks the principal
+        again. An end for another principal's trip is never taken: the two look alike to
+        its sender, so that ids cannot be probed either."""
         home = briefcase.folder(HOME)
         briefcase.remove(HOME)
         if not home or len(home) not in (1, 4):
             raise MeetError("ag_home takes a trip's end: HOME must hold the trip id")
-        trip_id = home[0].decode("ascii", "replace")
+        if not TRIP_ID.fullmatch(home[0]):
+            raise MeetError("ag_home takes a trip's end: its HOME folder is malformed")
+        trip_id = home[0].decode("ascii")
         failure = None
         if len(home) == 4:
             kind, message, detail = (part.decode("utf-8", "replace") for part in home[1:])
             failure = error_from_wire(kind, message, detail)
         future = self.waiting.get(trip_id)
-        if future is None or future.done():
+        if future is None or future.done() or self.owners.get(trip_id) != principal:
             return trip_id, failure
         if failure is not None:
             future.set_exception(failure)

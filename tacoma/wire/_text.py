@@ -14,12 +14,15 @@ Standard library only: every side imports this (the place's log, the CLI, the no
 
 from __future__ import annotations
 
+import logging
 import unicodedata
 
-__all__ = ["LOG_VALUE", "escape", "shown"]
+__all__ = ["LOG_LINE", "LOG_VALUE", "SafeFormatter", "escape", "shown"]
 
 #: Characters of one peer-supplied value that a log line shows; the rest is counted.
 LOG_VALUE = 200
+#: Characters of one log message at most (its traceback apart), whatever it holds.
+LOG_LINE = 4000
 
 
 _NAMED = {"\n": "\\n", "\r": "\\r"}
@@ -63,3 +66,19 @@ def shown(value: object, limit: int = LOG_VALUE) -> str:
     if len(text) > limit:
         return f"'{escape(text[:limit])}...' ({len(text):,} characters)"
     return f"'{escape(text)}'"
+
+
+class SafeFormatter(logging.Formatter):
+    """A log formatter for a place: every message escaped (one line, whatever a peer put
+    in it) and cut at LOG_LINE characters; a traceback keeps its lines, escaped. The
+    backstop behind `shown` at the call sites: a value a call site forgot to bound still
+    cannot forge a line, drive the terminal, or fill the disk."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        text = escape(super().formatMessage(record))
+        if len(text) > LOG_LINE:
+            text = f"{text[:LOG_LINE]}... ({len(text):,} characters)"
+        return text
+
+    def formatException(self, ei: object) -> str:
+        return escape(super().formatException(ei), newlines=True)  # type: ignore[arg-type]

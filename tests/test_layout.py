@@ -1,7 +1,8 @@
 """The layout is the architecture: each package is one process image with its own rules.
 
     wire     imported by every process: standard library and msgpack, nothing else of tacoma
-    display  tables and progress for terminals and notebooks: standard library (and rich)
+    display  tables and progress for terminals and notebooks: wire (its text escaping), the
+             standard library (and rich)
     agent    the agent's worker image: wire and itself; never asyncio
     trust    wire and itself (certificates, TLS contexts, the deny list)
     client   wire, trust, display and itself; never the place, never `cryptography`
@@ -29,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Which tacoma packages each package may import (besides itself).
 MAY_IMPORT: dict[str, set[str]] = {
     "wire": set(),
-    "display": set(),
+    "display": {"wire"},
     "agent": {"wire"},
     "trust": {"wire"},
     "client": {"wire", "trust", "display"},

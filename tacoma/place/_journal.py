@@ -36,6 +36,7 @@ import asyncio
 import collections
 import concurrent.futures
 import json
+import logging
 import os
 import sqlite3
 import time
@@ -51,6 +52,8 @@ from ..wire._errors import LimitExceeded, PlaceUnavailable, TacomaError, kind_of
 from ._statedir import Disk, disk_full
 
 __all__ = ["STATES", "Journal", "Record"]
+
+log = logging.getLogger("tacoma.place")
 
 #: What `tacoma status` says of a meet.
 STATES = ("queued", "running", "done", "failed", "unknown")
@@ -346,8 +349,12 @@ class Journal:
     # -- the place's side
     async def open(self) -> list[Record]:
         """Open the journal, forget outcomes older than --keep-results, and return the meets
-        that had not ended when the place last stopped (oldest first)."""
-        await self.prune()
+        that had not ended when the place last stopped (oldest first). On a full disk the
+        old outcomes stay until a later prune."""
+        try:
+            await self.prune()
+        except LimitExceeded as exc:
+            log.warning("cannot forget old outcomes now: %s", exc)
         held = await self._read(lambda db: db.execute(
             f"SELECT principal, id, {_HELD} FROM meets "  # noqa: S608 - constants only
             f"WHERE {_HELD} > 0").fetchall())

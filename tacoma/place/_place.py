@@ -40,7 +40,7 @@ from .._version import __version__
 from ..agent._interpreter import Interpreter, discover_interpreters, module_file
 from ..client._transport import Channel, ReceiveBudget
 from ..wire._address import parse_address
-from ..wire._errors import PlaceUnavailable
+from ..wire._errors import PlaceUnavailable, TacomaError
 from ..wire._names import BUILT_IN
 from ..wire._protocol import Role
 from ._access import Access
@@ -60,7 +60,7 @@ from ._pool import WorkerPool
 from ._residents import Residents
 from ._sessions import Session
 from ._settings import PlaceSettings
-from ._statedir import Disk, StateDir
+from ._statedir import Disk, StateDir, disk_full
 from ._trips import Trips
 from ._uids import AgentUids
 
@@ -132,10 +132,18 @@ class Place:
         if missing:
             log.warning("sandbox layers NOT applied here: %s (tacoma doctor says more)",
                         "; ".join(missing))
+        if self.disk.free() < self.disk.reserve:
+            log.warning("the disk of the state directory %s is full (%s bytes free, less than "
+                        "the %s it keeps free): sync meets are served; async meets, results, "
+                        "cabinet writes and new programs are refused until there is room",
+                        settings.state_dir, f"{self.disk.free():,}", f"{self.disk.reserve:,}")
         for sub, mode in ((settings.work_dir, enterable),
                           (settings.cache_dir, enterable), (settings.agents_dir, 0o700),
                           (settings.trusted_dir, 0o700), (settings.data_dir, 0o755)):
-            sub.mkdir(parents=True, exist_ok=True, mode=mode)
+            try:
+                sub.mkdir(parents=True, exist_ok=True, mode=mode)
+            except OSError as exc:
+                raise PlaceUnavailable(f"cannot make {sub}: {exc.strerror or exc}") from None
             sub.chmod(mode)
         for leftover in settings.work_dir.iterdir():  # from a place that was killed
             if leftover.is_dir():
@@ -152,9 +160,12 @@ class Place:
         admin_token = write_admin_token(settings.admin_token_file)
         try:
             await self.cabinets.open()
-        except sqlite3.Error as exc:
-            raise PlaceUnavailable(f"cannot open the cabinets in {self.cabinets.path}: {exc}") \
-                from exc
+        except (sqlite3.Error, TacomaError) as exc:
+            if not self._disk_is_full(exc):
+                raise PlaceUnavailable(f"cannot open the cabinets in {self.cabinets.path}: "
+                                       f"{exc}") from exc
+            log.warning("the cabinets cannot be opened while the disk is full (%s): ag_cabinet "
+                        "meets fail until there is room", exc)
         # Bound but not yet serving: the parts below are made knowing the address, and
         # only then does the place accept a connection.
         self._server = await asyncio.get_running_loop().create_server(
@@ -168,9 +179,14 @@ class Place:
         self.dispatch = self._parts(interpreters, containment, enterable, admin_token)
         try:
             await self.dispatch.resume()
-        except sqlite3.Error as exc:
-            raise PlaceUnavailable(f"cannot open the journal {self.journal.path}: {exc}") \
-                from exc
+        except (sqlite3.Error, TacomaError) as exc:
+            if not self._disk_is_full(exc):
+                raise PlaceUnavailable(f"cannot open the journal {self.journal.path}: "
+                                       f"{exc}") from exc
+            # What it holds waits for a start with room: nothing of it is lost.
+            log.warning("the journal cannot be opened while the disk is full (%s): async "
+                        "meets are refused, and the meets it holds run again when the place "
+                        "starts again with room", exc)
         await self._server.start_serving()
         self.state.announce(address)
         self._recheck_revoked()
@@ -213,6 +229,12 @@ class Place:
             pool.fill()
         return Dispatch(settings, agents, meets, builtins, builds, residents, trips,
                         self.access, self.journal)
+
+    def _disk_is_full(self, exc: BaseException) -> bool:
+        """Whether `exc` (or what caused it) says the state directory's disk is full."""
+        causes = [exc, exc.__cause__]
+        full = any(c is not None and disk_full(c) for c in causes)
+        return full or (self.disk is not None and self.disk.free() < self.disk.reserve)
 
     def agent_names(self) -> list[str]:
         """Every agent this place can meet now: built-in, interpreters, installed."""
@@ -349,12 +371,28 @@ class _Closed(asyncio.Protocol):
 
 def write_admin_token(path: Path) -> str:
     """A new admin token for this run (for ag_admin: tacoma ps and kill), in a file only the
-    place's user can read."""
+    place's user can read. On a full disk, the last run's token if its file holds one (it
+    is as secret, and tacoma ps finds it there), else one in memory only (admin
+    identities still work)."""
     token = secrets.token_hex(32)
     temporary = path.with_suffix(".tmp")
     temporary.unlink(missing_ok=True)
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(token + "\n")
-    os.replace(temporary, path)
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(token + "\n")
+        os.replace(temporary, path)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        if not disk_full(exc):
+            raise
+        try:
+            kept = path.read_text().strip()
+        except OSError:
+            kept = ""
+        if len(kept) == 64 and all(c in "0123456789abcdef" for c in kept):
+            log.warning("the disk is full: the admin token of the last run stays in %s", path)
+            return kept
+        log.warning("the disk is full: no admin token can be written to %s; tacoma ps and "
+                    "kill need an admin identity until the place starts with room", path)
     return token

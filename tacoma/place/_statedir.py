@@ -101,10 +101,15 @@ class StateDir:
         self._write(f"{address} pid {os.getpid()}")
 
     def _write(self, text: str) -> None:
+        """Say who holds the lock: best effort (on a full disk the lock holds all the same,
+        and a second place is still refused; it only cannot say whose it is)."""
         if self._fd is None:
             return
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, (text + "\n").encode(), 0)
+        try:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, (text + "\n").encode(), 0)
+        except OSError as exc:
+            log.warning("cannot write %s: %s", self.path / LOCK_NAME, exc.strerror or exc)
 
     def release(self) -> None:
         if self._fd is None:

@@ -91,8 +91,7 @@ def ps(place: str | None, state_dir: Path | None, token_file: Path | None,
     """
     place = checked_place(place)
     try:
-        rows = [json.loads(e) for e in _admin(place, state_dir, token_file,
-                                              OP=["ps"]).folder("AGENTS")]
+        rows = _rows(place, _admin(place, state_dir, token_file, OP=["ps"]).folder("AGENTS"))
     except tacoma.TacomaError as exc:
         fail(exc, place=place)
     if as_json:
@@ -102,6 +101,29 @@ def ps(place: str | None, state_dir: Path | None, token_file: Path | None,
         click.echo(f"no agents running at {place}")
         return
     agents_table(rows)
+
+
+#: What every row of `tacoma ps` holds, and its type.
+_ROW: dict[str, type | tuple[type, ...]] = {
+    "meet": str, "name": str, "agent": str, "language": str, "pid": int, "processes": int,
+    "age": (int, float), "cpu": (int, float), "rss": int}
+
+
+def _rows(place: str, elements: list[bytes]) -> list[dict[str, Any]]:
+    """The place's rows for `tacoma ps`, checked: a broken or hostile place gets a protocol
+    error, not a traceback."""
+    try:
+        rows = [json.loads(e) for e in elements]
+        for row in rows:
+            if not isinstance(row, dict) or not all(isinstance(row.get(k), t)
+                                                    for k, t in _ROW.items()):
+                raise ValueError(f"a row is not one of ps: {str(row)[:200]}")
+            if not (row.get("mailbox") is None or isinstance(row["mailbox"], int)):
+                raise ValueError("a row's mailbox is not a count")
+    except ValueError as exc:
+        raise tacoma.RemoteProtocolError(f"place {place} answered ps with what tacoma cannot "
+                                         f"read: {exc}") from None
+    return rows
 
 
 def agents_table(rows: list[dict[str, Any]]) -> None:
@@ -130,5 +152,9 @@ def kill(target: str, state_dir: Path | None, token_file: Path | None) -> None:
         killed = _admin(place, state_dir, token_file, OP=["kill"], NAME=[name])
     except tacoma.TacomaError as exc:
         fail(exc, place=place)
+    said = killed.text("KILLED") if killed.folder("KILLED") else []
+    if len(said) != 1:
+        fail(tacoma.RemoteProtocolError(f"place {place} answered kill without the meet it "
+                                        "stopped"), place=place)
     # The meet id is the place's word, and the name was typed (or pasted): both escaped.
-    click.echo(escape(f"killed {name} (meet {killed.text('KILLED')[0]}) at {place}"))
+    click.echo(escape(f"killed {name} (meet {said[0]}) at {place}"))

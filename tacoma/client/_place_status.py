@@ -24,6 +24,7 @@ from typing import IO, Any
 
 from ..display import human_duration, human_size
 from ..wire._briefcase import Briefcase
+from ..wire._errors import RemoteProtocolError
 from ..wire._names import ADMIN_AGENT
 from ..wire._text import escape
 from ._client import connection, meet_deadline, place_of
@@ -254,8 +255,13 @@ async def aplace_status(place: str | None = None, *, token: str | None = None,
         client = await connection(address, connect_timeout, deadline.until)
         answer = await client.meet(ADMIN_AGENT, request, "sync", timeout)
     assert isinstance(answer, Briefcase)
-    data: dict[str, Any] = json.loads(answer.folder("STATUS")[0])
-    return PlaceStatus.from_json(data)
+    try:
+        data: dict[str, Any] = json.loads(answer.folder("STATUS")[0])
+        return PlaceStatus.from_json(data)
+    except (ValueError, LookupError, TypeError, AttributeError) as exc:
+        # A place's words: a broken or hostile one gets a protocol error, not a traceback.
+        raise RemoteProtocolError(f"place {address} sent a status tacoma cannot read "
+                                  f"({type(exc).__name__}: {exc})") from None
 
 
 def place_status(place: str | None = None, *, token: str | None = None,

@@ -26,6 +26,7 @@ from ..display import Progress, html_table
 from ..wire._briefcase import Briefcase
 from ..wire._errors import MeetError, MeetTimeout, UnknownMeet, error_from_wire
 from ..wire._names import STATUS_AGENT
+from ..wire._text import escape
 from ._client import connection, place_of
 
 __all__ = ["MeetStatus", "aresult", "aresults", "astatus", "result", "results", "status"]
@@ -62,9 +63,10 @@ class MeetStatus:
                 else f", error={type(self.error).__name__}: {self.error}"
                 if self.error is not None else "")
         trip = f", hop {self.hops} at {self.at}" if self.hops is not None else ""
-        return (f"MeetStatus({self.id}@{self.place}: {self.state}"
-                f"{', ' + self.agent if self.agent else ''}, runs={self.runs}{trip}{took}"
-                f"{what})")
+        # Escaped: the agent's name, the place it is at and the error are a place's words.
+        return escape(f"MeetStatus({self.id}@{self.place}: {self.state}"
+                      f"{', ' + self.agent if self.agent else ''}, runs={self.runs}{trip}"
+                      f"{took}{what})")
 
     def _repr_html_(self) -> str:
         def when(stamp: float | None) -> str:
@@ -83,8 +85,9 @@ class MeetStatus:
             detail = self.error.detail[:_DETAIL_CHARS]
             more = "\n..." if len(self.error.detail) > _DETAIL_CHARS else ""
             shown += (f"<div><b>{html.escape(type(self.error).__name__)}</b>: "
-                      f"{html.escape(str(self.error))}</div>"
-                      + (f"<pre>{html.escape(detail + more)}</pre>" if detail else ""))
+                      f"{html.escape(escape(str(self.error)))}</div>"
+                      + (f"<pre>{html.escape(escape(detail + more, newlines=True))}</pre>"
+                         if detail else ""))
         return f"<div>{shown}</div>"
 
     def no_record(self) -> UnknownMeet:

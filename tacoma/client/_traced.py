@@ -16,6 +16,7 @@ from typing import IO
 
 from ..display import html_table, table
 from ..wire._briefcase import TRACE, Briefcase
+from ..wire._text import escape
 from ..wire._trace import read
 from ._api import Folders, make_briefcase
 from ._client import connection, meet_deadline, place_of
@@ -72,7 +73,7 @@ class Traced:
             y = i * row
             length = max(1.0, width * seconds / longest)
             colour = _SIDE_COLOURS.get(side, "#7f7f7f")
-            label = html.escape(f"{side} {step}")
+            label = html.escape(escape(f"{side} {step}"))  # a place's and a worker's words
             parts.append(
                 f"<text x='{bar_x - 6}' y='{y + 13}' text-anchor='end'>{label}</text>"
                 f"<rect x='{bar_x}' y='{y + 3}' width='{length:.1f}' height='{row - 6}' "

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMappin
 
 from ._errors import LazyFolderError
 from ._lazy import LAZY, Lazy, Ref
+from ._text import escape
 
 __all__ = ["CODE", "CODE_HASH", "CODE_NAME", "ENVELOPE", "HOME", "ITINERARY", "LAZY", "RECOVERY",
            "RERUN", "RESERVED_FOLDERS", "TRACE", "Briefcase", "attach_lazy",
@@ -283,13 +284,14 @@ class Briefcase(MutableMapping[str, list[bytes]]):
         for name, elements in list(self._folders.items())[:self._REPR_FOLDERS]:
             if name in lazy:
                 ref = lazy[name]
-                parts.append(f"{name}=<lazy: {_human_size(ref.size)} at "
-                             f"{ref.origin or 'the client'}>")
+                parts.append(f"{escape(name)}=<lazy: {_human_size(ref.size)} in "
+                             f"{ref.count:,} element{'s' if ref.count != 1 else ''} at "
+                             f"{escape(ref.origin) or 'the client'}>")
                 continue
             shown = [element(name, e) for e in elements[:self._REPR_ELEMENTS]]
             if len(elements) > self._REPR_ELEMENTS:
                 shown.append(f"... {len(elements) - self._REPR_ELEMENTS:,} more")
-            parts.append(f"{name}=[{', '.join(shown)}]")
+            parts.append(f"{escape(name)}=[{', '.join(shown)}]")
         if len(self._folders) > self._REPR_FOLDERS:
             parts.append(f"... {len(self._folders) - self._REPR_FOLDERS:,} more folders")
         return f"Briefcase({', '.join(parts)})"
@@ -316,7 +318,8 @@ class Briefcase(MutableMapping[str, list[bytes]]):
         def program(elements: list[bytes]) -> str:
             source = b"\n".join(elements)
             name = self._folders.get(CODE_NAME, [b""])
-            label = name[0].decode("utf-8", "replace")[:self._HTML_CHARS] if name else ""
+            label = escape(name[0].decode("utf-8", "replace")[:self._HTML_CHARS]) if name \
+                else ""
             text = source[:self._HTML_PROGRAM * 4].decode("utf-8", "replace")
             shown = text[:self._HTML_PROGRAM]
             more = "\n..." if len(shown.encode("utf-8")) < len(source) else ""
@@ -330,8 +333,10 @@ class Briefcase(MutableMapping[str, list[bytes]]):
         for name, elements in list(self._folders.items())[:self._HTML_FOLDERS]:
             if name in lazy:
                 ref = lazy[name]
-                cell = (f"<span style='color:#666'>lazy: {_human_size(ref.size)} at "
-                        f"{html.escape(ref.origin or 'the client')}, fetched as read</span>")
+                cell = (f"<span style='color:#666'>lazy: {_human_size(ref.size)} in "
+                        f"{ref.count:,} element{'s' if ref.count != 1 else ''} at "
+                        f"{html.escape(escape(ref.origin) or 'the client')}, fetched as "
+                        "read</span>")
             elif name == CODE:
                 cell = program(elements)
             else:
@@ -341,7 +346,7 @@ class Briefcase(MutableMapping[str, list[bytes]]):
                     cell += (f"<div style='color:#666'>and "
                              f"{len(elements) - self._HTML_ELEMENTS:,} more</div>")
             rows.append(f"<tr><td style='text-align:left;vertical-align:top'><b>"
-                        f"{html.escape(name)}</b></td><td style='text-align:right;"
+                        f"{html.escape(escape(name))}</b></td><td style='text-align:right;"
                         f"vertical-align:top'>{len(elements):,}</td>"
                         f"<td style='text-align:left'>{cell}</td></tr>")
         if len(self._folders) > self._HTML_FOLDERS:

@@ -82,6 +82,8 @@ class TacomaError(Exception):
         import sysconfig
         import traceback
 
+        from ._text import escape
+
         hidden = tuple(os.path.join(os.path.realpath(p), "") for p in (
             os.path.dirname(os.path.dirname(__file__)),  # tacoma itself
             *{sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}))
@@ -96,10 +98,11 @@ class TacomaError(Exception):
             lines += "".join(traceback.format_list(frames)).rstrip("\n").splitlines()
         # The public class's name: the remote limit and protocol failures are private.
         name = next(c.__name__ for c in type(self).__mro__ if not c.__name__.startswith("_"))
-        lines.append(f"{name}: {self}")
+        # Escaped: the message and the detail are what an agent or a place said.
+        lines.append(f"{name}: {escape(str(self))}")
         detail = getattr(self, "detail", "")
         if detail:
-            lines += detail.rstrip("\n").splitlines()
+            lines += escape(detail.rstrip("\n"), newlines=True).split("\n")
         return lines
 
 

@@ -429,10 +429,11 @@ class Dispatch:
             what = "take the message" if meet.mode == "ack" else "reply"
             raise MeetTimeout(f"{meet.agent} did not {what} within {timeout:g} s") from None
 
-    async def message(self, name: str, meet: Meet, sender: str) -> Briefcase | str:
-        """Deliver a message to resident `name` here: the message id (one-way), or the
-        resident's answer."""
-        message = self.residents.deliver(name, meet.mode, meet.briefcase, sender)
+    async def message(self, name: str, meet: Meet, sender: str,
+                      principal: str) -> Briefcase | str:
+        """Deliver a message from `principal`'s meet to resident `name` here: the message id
+        (one-way), or the resident's answer."""
+        message = self.residents.deliver(name, meet.mode, meet.briefcase, sender, principal)
         if message.answer is None:
             return message.id
         return await self.answer_of(meet, message.answer)
@@ -473,7 +474,7 @@ class Dispatch:
                 answer = await self.residents.serve(meet, event.briefcase)
             elif self.residents.get(agent) is not None:
                 sender = f"{meet.resident}@{self.address}" if meet.resident else meet.identity
-                answer = await self.message(agent, event, sender)
+                answer = await self.message(agent, event, sender, meet.principal)
             elif event.mode == "ack":
                 raise MessageError(f"the ack mode is for messages to resident agents, and "
                                    f"{agent} is not one here")

@@ -204,10 +204,10 @@ class Place:
         agents = Agents(settings.agents_dir, interpreters, address,
                         lambda: list(residents.by_name), settings.trusted_dir,
                         settings.max_frame)
+        share = settings.share if not settings.insecure else 1.0
         residents = Residents(settings.mailbox_messages, settings.mailbox_bytes,
-                              settings.mailbox_total_bytes, agents.has)
-        meets = Meets(settings.max_meets, address,
-                      settings.share if not settings.insecure else 1.0, settings.max_queued)
+                              settings.mailbox_total_bytes, agents.has, share)
+        meets = Meets(settings.max_meets, address, share, settings.max_queued)
         trips = Trips(address)
         assert self.access is not None
         builtins = BuiltIns(self.cabinets, trips, meets, residents, admin_token, self.journal,

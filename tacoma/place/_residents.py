@@ -25,7 +25,9 @@ kind (oneway, ack or request) and who sent it: `NAME@PLACE` for a resident at th
 another agent here by its identity, and "client" for whatever arrives over the network
 (agents at other places included: a place vouches only for its own agents).
 
-All mailboxes of a place together are bounded too (`mailbox_total_bytes`), and a resident
+All mailboxes of a place together are bounded too (`mailbox_total_bytes`), and so are the
+bytes waiting that any one principal sent (its `share` of them: one principal cannot fill
+the place's mailboxes, its own residents' included, against everyone else's), and a resident
 holds at most `mailbox_messages` requests it took but did not answer yet (their briefcases
 are dropped once taken; a request whose sender gave up is forgotten).
 """
@@ -33,6 +35,7 @@ are dropped once taken; a request whose sender gave up is forgotten).
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import re
 import time
@@ -64,6 +67,7 @@ class Message:
     sender: str
     briefcase: Briefcase
     size: int
+    principal: str  # whose meet sent it: its bytes count against that principal's share
     #: Set when the sender hears back: on taking (ack) or on the reply (request).
     answer: asyncio.Future[Briefcase] | None = None
 
@@ -89,11 +93,15 @@ class Residents:
     """The resident agents of one place, by name, and their mailboxes."""
 
     def __init__(self, max_messages: int, max_bytes: int, max_total_bytes: int,
-                 is_agent: Callable[[str], bool]) -> None:
+                 is_agent: Callable[[str], bool], share: float = 1.0) -> None:
         self.max_messages = max_messages
         self.max_bytes = max_bytes
         self.max_total_bytes = max_total_bytes
         self.total_bytes = 0
+        #: Bytes waiting in mailboxes by the principal that sent them, and the most any one
+        #: principal may have waiting.
+        self.by_principal: collections.Counter[str] = collections.Counter()
+        self.principal_share = max(1, int(max_total_bytes * share))
         self.is_agent = is_agent  # a name the place has an agent by: not for residents
         self.by_name: dict[str, Resident] = {}
         self.closing = False
@@ -107,8 +115,10 @@ class Residents:
         return resident if resident is not None and resident.meet is meet else None
 
     # ------------------------------------------------------------------ senders
-    def deliver(self, name: str, mode: str, briefcase: Briefcase, sender: str) -> Message:
-        """Put a message for `name` in its mailbox; raises UnknownAgent or MailboxFull."""
+    def deliver(self, name: str, mode: str, briefcase: Briefcase, sender: str,
+                principal: str = "") -> Message:
+        """Put a message from `principal`'s meet for `name` in its mailbox; raises
+        UnknownAgent or MailboxFull."""
         resident = self.by_name.get(name)
         if resident is None:
             raise UnknownAgent(f"no resident agent {name!r} here")
@@ -124,12 +134,19 @@ class Residents:
         if self.total_bytes + size > self.max_total_bytes:
             raise MailboxFull(f"the mailboxes at this place hold {self.total_bytes:,} bytes, "
                               f"their limit is {self.max_total_bytes:,}: try again later")
+        if self.by_principal[principal] + size > self.principal_share:
+            raise MailboxFull(f"{principal or 'anonymous'} has {self.by_principal[principal]:,} "
+                              f"bytes of messages waiting at this place, which lets any one "
+                              f"principal have {self.principal_share:,} (--share of "
+                              "--mailbox-total-bytes): try again when some are taken")
         kind = KIND_OF_MODE[mode]
         answer = asyncio.get_running_loop().create_future() if kind != "oneway" else None
-        message = Message(f"{name}.{next(self._ids)}", kind, sender, briefcase, size, answer)
+        message = Message(f"{name}.{next(self._ids)}", kind, sender, briefcase, size, principal,
+                          answer)
         resident.queue.append(message)
         resident.bytes += size
         self.total_bytes += size
+        self.by_principal[principal] += size
         if resident.waiter is not None and not resident.waiter.done():
             resident.waiter.set_result(None)
         return message
@@ -196,6 +213,7 @@ class Residents:
         message = resident.queue.popleft()
         resident.bytes -= message.size
         self.total_bytes -= message.size
+        self._taken(message)
         resident.received += 1
         taken = message.briefcase
         message.briefcase = Briefcase()  # the resident has it now: the place keeps nothing
@@ -222,6 +240,14 @@ class Residents:
             message.answer.set_result(reply)
         return Briefcase()
 
+    def _taken(self, message: Message) -> None:
+        """A message left the mailbox: its bytes no longer count against its sender."""
+        left = self.by_principal[message.principal] - message.size
+        if left > 0:
+            self.by_principal[message.principal] = left
+        else:
+            del self.by_principal[message.principal]
+
     def leave(self, meet: RunningMeet) -> None:
         """The resident of `meet` ends: free its name, tell everyone still waiting."""
         resident = self.of(meet)
@@ -234,6 +260,8 @@ class Residents:
                                         "answering")
         if self.closing:
             ended = PlaceUnavailable(f"resident agent {resident.name} stopped with its place")
+        for message in resident.queue:
+            self._taken(message)
         for message in [*resident.queue, *resident.unanswered.values()]:
             if message.answer is not None and not message.answer.done():
                 message.answer.set_exception(ended)

@@ -176,7 +176,7 @@ class Session:
         if digest is not None and event.mode == "sync":
             self._programs[event.rid] = (event.briefcase[CODE], digest)
         if event.mode != "go" and self.dispatch.residents.get(event.agent) is not None:
-            self._accept_message(event)
+            self._accept_message(event, principal.name)
             return
         if event.mode == "sync" and not accepted and not self.meets.stopping:
             if event.agent == ECHO_AGENT:
@@ -279,11 +279,11 @@ class Session:
         else:
             self._reply(Accepted(rid, meet_id))
 
-    def _accept_message(self, event: Meet) -> None:
-        """A meet with a resident agent: a message to it (see _residents)."""
+    def _accept_message(self, event: Meet, principal: str) -> None:
+        """A meet with a resident agent: a message to it from `principal` (see _residents)."""
         try:
             message = self.dispatch.residents.deliver(event.agent, event.mode,
-                                                      event.briefcase, "client")
+                                                      event.briefcase, "client", principal)
         except MeetError as exc:
             self._reply(failed(event.rid, exc))
             return

@@ -135,10 +135,10 @@ _SETTINGS = tacoma.PlaceSettings()
               default=format_size(_SETTINGS.lazy_bytes), show_default=True,
               help="Bytes of lazy folders' data the place keeps for its agents at once "
                    "(bc.lazy); past it, making a folder lazy is refused (LimitExceeded).")
-@click.option("--cabinet-bytes", type=ByteSize(0),
-              default=format_size(_SETTINGS.cabinet_bytes), show_default=True,
+@click.option("--cabinet-bytes", type=ByteSize(0), default=None,
               help="Bytes of cabinets the place keeps, of which any one identity may write "
-                   "its --share; past either, a write is refused (LimitExceeded).")
+                   "its --share; past either, a write is refused (LimitExceeded). [default: "
+                   "a quarter of the state directory's disk, at most 1G]")
 @click.option("--lazy-seconds", type=Duration(1),
               default=format_duration(_SETTINGS.lazy_seconds), show_default=True,
               help="How long the place keeps (or relays for its client) a lazy folder's "

@@ -60,6 +60,7 @@ from ..wire._briefcase import CABINET_REQUEST_FOLDERS, Briefcase
 from ..wire._errors import CabinetError, LimitExceeded
 from ..wire._text import shown
 from ._settings import PlaceSettings
+from ._statedir import Disk, disk_full
 
 __all__ = ["Cabinet", "Cabinets", "Caller", "Store"]
 
@@ -415,8 +416,16 @@ class Cabinets:
         settings = settings or PlaceSettings(state_dir=path.parent)
         self.limit = settings.cabinet_bytes
         self.share = settings.share
+        self.disk: Disk | None = None  # the state directory's, once the place knows it
         self._executor = concurrent.futures.ThreadPoolExecutor(1, "tacoma-cabinets")
         self._store: Store | None = None
+
+    def bound(self, disk: Disk) -> None:
+        """The disk the cabinets are on: writes leave its reserve free, and without a
+        --cabinet-bytes the place keeps a quarter of it at most (1 GiB at most)."""
+        self.disk = disk
+        if self.limit is None:
+            self.limit = max(1 << 20, min(1 << 30, disk.size // 4))
 
     async def _run(self, call: Callable[[Store], T]) -> T:
         def in_thread() -> T:
@@ -424,7 +433,16 @@ class Cabinets:
                 self._store = Store(self.path, self.limit, self.share)
             return call(self._store)
 
-        return await asyncio.get_running_loop().run_in_executor(self._executor, in_thread)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, in_thread)
+        except sqlite3.OperationalError as exc:
+            # On a full disk SQLite cannot even open its shared-memory file: "disk I/O
+            # error" then means a full disk, and says so.
+            if disk_full(exc) or (self.disk is not None and self.disk.free() < self.disk.reserve):
+                raise LimitExceeded(f"the disk of this place's cabinets ({self.path.parent}) "
+                                    "is full: try again once the place's administrator has "
+                                    "freed space there") from exc
+            raise
 
     async def open(self) -> None:
         """Open the database (upgrading its layout), and say which private cabinets wait
@@ -472,6 +490,8 @@ class Cabinets:
             data = {check_name(name, "folder"): briefcase.folder(name)
                     for name in briefcase.folders() if name not in CABINET_REQUEST_FOLDERS}
             private = bool(briefcase.get("PRIVATE"))
+            if self.disk is not None:
+                self.disk.room(sum(len(e) for f in data.values() for e in f), "a cabinet write")
             await self._run(lambda s: s.write(cabinet, data, op == "replace", caller, private))
         else:  # remove
             await self._run(lambda s: s.remove(cabinet, wanted, caller))

@@ -125,6 +125,7 @@ class Place:
         self.journal.bound(settings.journal_bytes if settings.journal_bytes is not None
                            else max(1 << 20, min(1 << 30, self.disk.size // 4)),
                            settings.share if not settings.insecure else 1.0, self.disk)
+        self.cabinets.bound(self.disk)
         applied = [layer.name for layer in layers.report if layer.applied]
         missing = [f"{layer.name} ({layer.detail})" for layer in layers.report
                    if not layer.applied]
@@ -134,8 +135,8 @@ class Place:
                         "; ".join(missing))
         if self.disk.free() < self.disk.reserve:
             log.warning("the disk of the state directory %s is full (%s bytes free, less than "
-                        "the %s it keeps free): sync meets are served; async meets, results, "
-                        "cabinet writes and new programs are refused until there is room",
+                        "the %s it keeps free): sync meets are served; async meets, results "
+                        "and cabinet writes are refused until there is room",
                         settings.state_dir, f"{self.disk.free():,}", f"{self.disk.reserve:,}")
         for sub, mode in ((settings.work_dir, enterable),
                           (settings.cache_dir, enterable), (settings.agents_dir, 0o700),

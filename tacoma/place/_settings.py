@@ -140,7 +140,8 @@ class PlaceSettings:
         lacks (Accent's prefetch: one always paid there).
     cabinet_bytes: the most bytes of cabinets the place keeps (each element charged to the
         principal whose meet wrote it), of which any one principal may write its share; a
-        write that would pass either is refused whole (LimitExceeded).
+        write that would pass either is refused whole (LimitExceeded). None: a quarter of
+        the state directory's file system, at most 1 GiB.
     """
 
     listen: str = DEFAULT_LISTEN
@@ -151,7 +152,7 @@ class PlaceSettings:
     lazy_bytes: int = 256 * 1024 * 1024
     lazy_seconds: float = 600.0
     prefetch: int = 1
-    cabinet_bytes: int = 1024 * 1024 * 1024
+    cabinet_bytes: int | None = None
     max_meets: int = 256
     max_connections: int = 1024
     grace_seconds: float = 10.0
@@ -226,8 +227,9 @@ class PlaceSettings:
                 raise ValueError(f"{name} must be at least 1, got {value!r}")
         if self.grace_seconds < 0:
             raise ValueError("grace_seconds must be >= 0")
-        if not isinstance(self.cabinet_bytes, int) or isinstance(self.cabinet_bytes, bool) \
-                or self.cabinet_bytes < 0:
+        if self.cabinet_bytes is not None and (not isinstance(self.cabinet_bytes, int)
+                                               or isinstance(self.cabinet_bytes, bool)
+                                               or self.cabinet_bytes < 0):
             raise ValueError(f"cabinet_bytes must be at least 0, got {self.cabinet_bytes!r}")
 
     @property

@@ -12,7 +12,7 @@ mailbox. The meet's mode says what kind of message it is and when the sender hea
 So sending is meeting, at this place or another, from a client or an agent, with nothing new
 on the wire but the `ack` mode. The resident takes messages with `receive` and answers
 requests with `reply`: meets of the built-in `ag_mailbox` over its own worker channel, which
-only a worker can reach (a client meeting ag_mailbox gets UnknownAgent).
+only a worker can reach (a client or a place meeting ag_mailbox is refused: NotAllowed).
 
 Mailboxes are bounded in messages and bytes (`PlaceSettings.mailbox_messages`,
 `mailbox_bytes`): a full mailbox refuses the message with MailboxFull, so a slow resident

@@ -385,9 +385,6 @@ class Journal:
         LimitExceeded if its briefcase is more than its principal may keep here."""
         key = (principal, meet_id)
         packed = pack(briefcase)
-        if key in self._rows:
-            return "same"  # charged already: do not charge it twice
-        self._charge(principal, meet_id, len(packed), "an async meet's briefcase")
 
         def write(db: sqlite3.Connection) -> str:
             row = db.execute("SELECT 1 FROM meets WHERE principal = ? AND id = ?",
@@ -400,12 +397,20 @@ class Journal:
                         time.time()))
             return "new"
 
+        if key in self._rows:
+            # Sent again while (or after) the first is written: writes run in order, so
+            # this one finds the first's row, unless the first failed.
+            again: str = await self._write(write)
+            if again == "new":
+                self._set(principal, meet_id, len(packed))
+            return again
+        self._charge(principal, meet_id, len(packed), "an async meet's briefcase")
         try:
             outcome: str = await self._write(write)
         except BaseException:
             self._set(principal, meet_id, 0)
             raise
-        if outcome == "same":
+        if outcome == "same":  # a row without a briefcase any more: nothing held
             self._set(principal, meet_id, 0)
         return outcome
 

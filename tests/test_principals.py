@@ -531,8 +531,12 @@ def test_a_revoked_principals_agents_stop(start_place: Callable[..., RunningPlac
     _revoke(victim)
     wait_until(lambda: not [a for a in p.agents() if a["principal"] == principal], 30,
                "the revoked principal's agents to stop")
-    rows = journal_rows(p, "WHERE principal = ? AND id = ?", principal, meet_id)
-    assert rows and rows[0][2] == "failed" and "revoked" in str(rows[0][4]), rows
+    def recorded() -> list[tuple[object, ...]]:
+        return journal_rows(p, "WHERE principal = ? AND id = ? AND state = 'failed'",
+                            principal, meet_id)
+
+    wait_until(lambda: bool(recorded()), 30, "its meet's end in the journal")
+    assert "revoked" in str(recorded()[0][4])
     # A place that forwards a meet for it is refused too.
     with pytest.raises(tacoma.NotAuthorized, match="revoked"):
         meet_as(rogue, p.address, "ag_echo", OK, principal=principal)

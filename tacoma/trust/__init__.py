@@ -5,8 +5,10 @@
              place's wrapping of accepted connections (standard library `ssl`)
     _certs   making certificates (the `cryptography` package): `tacoma trust`, and a
              place making its user's local identities on first start
+    _seal    a place's signature on what only it may say (a lazy folder's reference), and
+             its check of other places' (the `cryptography` package: places only)
 
-May import: wire. The client imports `_store` and `_tls` only, never `_certs`.
+May import: wire. The client imports `_store` and `_tls` only, never `_certs` nor `_seal`.
 """
 
 from ._store import IDENTITY_ENV as IDENTITY_ENV

@@ -31,11 +31,11 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..client._client import PlaceClient
 from ..client._identity import Credentials
 from ..client._transport import Channel
-from ..trust._seal import Seals
 from ..trust._store import LOCAL_PLACE, Bundle, TrustStore, check_name
 from ..trust._tls import DenyList, Peer, RateLimitedLog, ServerTLS
 from ..wire._errors import NotAllowed, NotAuthorized, TrustError
@@ -51,6 +51,9 @@ from ..wire._names import (
 )
 from ..wire._text import shown
 from ._settings import PlaceSettings
+
+if TYPE_CHECKING:
+    from ..trust._seal import Seals
 
 __all__ = ["DOORS", "Access", "Door", "Principal", "Rules", "Side"]
 
@@ -165,6 +168,8 @@ class Access:
         # The place meets other places (agents' meets, moves, trips' ends) as itself, and
         # seals what only it may say (its lazy folders' references).
         self.credentials = Credentials(bundle)
+        from ..trust._seal import Seals  # cryptography, as for the identity above
+
         self.seals = Seals(bundle, self.tls.deny_list)
 
     def _identity(self, store: TrustStore, host: str) -> Bundle:

@@ -23,10 +23,9 @@ import collections
 import logging
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..client._client import ClientCache
-from ..trust._seal import Seals
 from ..wire._address import canonical_address
 from ..wire._briefcase import Briefcase
 from ..wire._errors import (
@@ -42,6 +41,9 @@ from ..wire._lazy import CHUNK, MAX_COUNT, Ref, Source, new_id
 from ..wire._names import LAZY_AGENT
 from ..wire._text import shown
 from ._settings import PlaceSettings
+
+if TYPE_CHECKING:
+    from ..trust._seal import Seals
 
 __all__ = ["LazyStore"]
 

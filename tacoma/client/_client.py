@@ -8,12 +8,20 @@ id. The place uses the same cache for its agents' meets to other places.
 A target is `agent@HOST:PORT`. A bare agent name meets at the *default place*, which the
 client does not provide itself (it never imports the place): whoever has one sets it with
 `set_default_place`; the public `tacoma` package sets the embedded place there.
+
+A place that goes silent (stopped, hung, or cut off without a reset) must not hold a meet
+without a timeout for ever: a client with meets outstanding that has heard nothing from the
+place for HEARTBEAT_SECONDS asks whether it is there, with a null meet of ag_echo (answered
+at once, taking no slot: any answer will do), and if the place still says nothing
+SILENCE_SECONDS later, the connection is dropped and its meets fail with ConnectionLost. A
+long meet at a place that answers is left alone, however long it runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 import time
@@ -35,7 +43,7 @@ from ..wire._errors import (
     TacomaError,
     error_from_wire,
 )
-from ..wire._names import LAZY_AGENT
+from ..wire._names import ECHO_AGENT, LAZY_AGENT
 from ..wire._program import CODE_BY_HASH_MIN, code_digest
 from ..wire._protocol import (
     DEFAULT_MAX_FRAME,
@@ -71,12 +79,23 @@ REUSE_SECONDS = 0.75 * MIN_IDLE_SECONDS
 #: How many times a connection that broke on the way (TacomaError.transient) is tried, while
 #: the caller's deadline leaves room (see ClientCache.get).
 CONNECT_ATTEMPTS = 3
+#: A client waiting for meets that has heard nothing from the place for this long asks
+#: whether it is there (a null meet of ag_echo); if nothing comes for SILENCE_SECONDS more,
+#: the place is taken to be gone. Generous: a place busy with a large briefcase of this
+#: client's answers the probe a few seconds late, a lossy path retransmits.
+HEARTBEAT_SECONDS = 30.0
+SILENCE_SECONDS = 30.0
 
 
 class PlaceClient:
-    """One connection to a place, carrying many concurrent meets."""
+    """One connection to a place, carrying many concurrent meets.
 
-    def __init__(self, address: str) -> None:
+    `heartbeat` and `silence`: how long the place may say nothing while meets wait before
+    it is asked whether it is there, and then before it is taken to be gone (see the
+    module's header)."""
+
+    def __init__(self, address: str, heartbeat: float = HEARTBEAT_SECONDS,
+                 silence: float = SILENCE_SECONDS) -> None:
         self.address = address
         self.channel: Channel | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
@@ -85,13 +104,21 @@ class PlaceClient:
         self.name_programs = True
         #: (principal, digest) of the programs the place has had from this client.
         self.named: set[tuple[str, bytes]] = set()
+        self.heartbeat = heartbeat
+        self.silence = silence
+        #: How many times the place was asked whether it is there (see _probe).
+        self.probes = 0
+        self._watch: asyncio.TimerHandle | None = None
+        self._probed = 0.0  # loop.time() of the probe not yet answered, or 0
 
     @classmethod
     async def connect(cls, address: str, timeout: float | None = 10.0,
                       max_frame: int = DEFAULT_MAX_FRAME,
-                      credentials: Credentials | None = None) -> PlaceClient:
+                      credentials: Credentials | None = None,
+                      heartbeat: float = HEARTBEAT_SECONDS,
+                      silence: float = SILENCE_SECONDS) -> PlaceClient:
         """Connect to the place at `address` as `credentials` (this process's if None)."""
-        client = cls(address)
+        client = cls(address, heartbeat, silence)
         context = (credentials or process_credentials()).context(address)
         client.channel = await connect(address, Role.CLIENT, client, max_frame, timeout,
                                        _SOFTWARE, context)
@@ -147,17 +174,27 @@ class PlaceClient:
         channel = self._open()
         rid = channel.conn.new_rid()
         lazy_folders.sending(briefcase, self.address)
+        meet = Meet(rid, agent, briefcase, mode, timeout, principal, meet_id)
+        reply = self._expect(rid)
         if TRACE not in briefcase:
-            channel.send(Meet(rid, agent, briefcase, mode, timeout, principal, meet_id))
-            answer: Briefcase | str = await self._reply(channel, rid)
+            try:
+                # A large briefcase is encoded on a thread: what cannot be sent fails reply.
+                sending = channel.send(meet, functools.partial(self._not_sent, rid))
+            except BaseException:
+                self._pending.pop(rid, None)
+                raise
+            answer: Briefcase | str = await self._reply(channel, rid, reply, sending)
             return answer
-        started = time.perf_counter_ns()
-        data = channel.conn.send(Meet(rid, agent, briefcase, mode, timeout, principal,
-                                      meet_id))
-        marshalled = time.perf_counter_ns()
-        channel.write(data)
-        sent = time.perf_counter_ns()
-        answer = await self._reply(channel, rid)
+        try:
+            started = time.perf_counter_ns()
+            data = channel.conn.send(meet)
+            marshalled = time.perf_counter_ns()
+            channel.write(data)
+            sent = time.perf_counter_ns()
+        except BaseException:
+            self._pending.pop(rid, None)
+            raise
+        answer = await self._reply(channel, rid, reply)
         if isinstance(answer, Briefcase):
             waited = time.perf_counter_ns() - sent
             # The place may start before the write returns: the send overlaps its span.
@@ -174,21 +211,73 @@ class PlaceClient:
             raise ConnectionLost(f"connection to place {self.address} is closed")
         return channel
 
-    async def _reply(self, channel: Channel, rid: int) -> Any:
-        """Wait for the answer to meet `rid`; cancel the meet at the place if given up."""
+    def _expect(self, rid: int) -> asyncio.Future[Any]:
+        """The future the answer to meet `rid` will be put in (see event_received)."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
         self._active = time.monotonic()
+        if self._watch is None and self.heartbeat > 0:
+            self._watch = asyncio.get_running_loop().call_later(self.heartbeat, self._check)
+        return future
+
+    def _not_sent(self, rid: int, exc: TacomaError) -> None:
+        future = self._pending.get(rid)
+        if future is not None and not future.done():
+            future.set_exception(exc)
+
+    async def _reply(self, channel: Channel, rid: int, future: asyncio.Future[Any],
+                     sending: asyncio.Future[None] | None = None) -> Any:
+        """Wait for the answer to meet `rid`; cancel the meet at the place if given up
+        (withdraw it, if it is still being encoded: `sending`, see Channel.send)."""
         try:
             return await future
         finally:
             self._pending.pop(rid, None)
             given_up = future.cancelled() or not future.done()
-            if given_up and not channel.is_closing and rid in channel.conn.awaiting:
+            if given_up and sending is not None and not sending.done():
+                sending.cancel()  # never sent
+            elif given_up and not channel.is_closing and rid in channel.conn.awaiting:
                 # Given up on (cancelled, timed out): the place stops the agent now rather
                 # than at the meet's own timeout.
                 with contextlib.suppress(TacomaError):
                     channel.send(Cancel(rid))
+
+    def _check(self) -> None:
+        """While meets wait: is the place still there? (See the module's header.)"""
+        self._watch = None
+        channel = self.channel
+        if channel is None or channel.is_closing or not self._pending:
+            self._probed = 0.0
+            return
+        loop = asyncio.get_running_loop()
+        quiet = channel.quiet_for()
+        now = loop.time()
+        if self._probed and channel.heard >= self._probed:
+            self._probed = 0.0  # it spoke since it was asked (the answer, or anything)
+        if quiet < self.heartbeat:
+            self._watch = loop.call_later(self.heartbeat - quiet, self._check)
+            return
+        if not self._probed:
+            self._probe(channel)
+            self._probed = now
+        elif now - self._probed >= self.silence:
+            channel.close_reason = (
+                f"the place said nothing for {quiet:.0f} s, not even to a null meet "
+                f"(ag_echo) sent {now - self._probed:.0f} s ago to see whether it is there: "
+                "it may be stopped or overloaded, or the network path to it is down")
+            log.warning("place %s: %s; dropping the connection", self.address,
+                        channel.close_reason)
+            channel.abort()
+            return
+        self._watch = loop.call_later(min(self.heartbeat, self.silence - (now - self._probed)),
+                                      self._check)
+
+    def _probe(self, channel: Channel) -> None:
+        """A null meet whose answer (a Result, or a Failed: any answer) shows the place is
+        there; a place answers ag_echo at once, without taking a slot."""
+        with contextlib.suppress(TacomaError):
+            channel.send(Meet(channel.conn.new_rid(), ECHO_AGENT, Briefcase(), "sync"))
+            self.probes += 1
 
     def close(self) -> None:
         if self.channel is not None:
@@ -227,18 +316,24 @@ class PlaceClient:
         except OSError as exc:  # the file went away, or cannot be read
             reply = Failed(event.rid, LazyFolderError.kind, f"the client cannot read the "
                            f"lazy folder's data: {exc}", "")
-        if not channel.is_closing:
-            try:
-                channel.send(reply)
-            except TacomaError as exc:  # the chunks do not fit the place's frames
+
+        def refused(exc: TacomaError) -> None:  # the chunks do not fit the place's frames
+            if not channel.is_closing:
                 channel.send(Failed(event.rid, LazyFolderError.kind, str(exc), ""))
 
+        if not channel.is_closing:
+            channel.send(reply, refused)  # encoded on a thread if large
+
     def channel_closed(self, channel: Channel, exc: BaseException | None) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
         reason = channel.close_reason or (str(exc) if exc else "closed")
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(ConnectionLost(
-                    f"place {self.address} closed the connection during the meet: {reason}"))
+                    f"the connection to place {self.address} ended during the meet: "
+                    f"{reason}"))
 
 
 def new_meet_id() -> str:

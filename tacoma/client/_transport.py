@@ -6,6 +6,12 @@ connected, feeds received bytes to the `Connection`, and hands every event after
 Hello to an `EventHandler`. A protocol error from the peer is answered with a Bye naming the
 fault and the connection is closed; nothing else on the place is touched.
 
+One large briefcase must not hold up everyone else on the event loop: a large frame is
+decoded on a thread, and a large event sent with `send(event, refused)` is encoded on one,
+its frame and those sent after it kept in order in an outbox. What a place holds for a
+peer is let go of when the connection ends, the memory freed is given back to the system
+(`_Trim`), and a close that the peer does not complete is cut short (CLOSE_SECONDS).
+
 The same Channel serves TCP connections (client <-> place) and the socketpair between a place
 and an agent's worker process (host <-> worker).
 """
@@ -13,9 +19,15 @@ and an agent's worker process (host <-> worker).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
+import logging
 import os
 import socket
 import ssl
+import struct
+import termios
+from collections import deque
 from collections.abc import Callable
 from typing import Protocol, cast
 
@@ -24,15 +36,28 @@ from ..wire._address import parse_address
 from ..wire._errors import (
     ConnectError,
     ConnectionLost,
+    LimitExceeded,
+    LocalProtocolError,
     NotAuthorized,
     ProtocolError,
     RemoteProtocolError,
     TacomaError,
     map_transport_errors,
 )
-from ..wire._protocol import NEED_DATA, Bye, Connection, Event, Role, decoded
+from ..wire._protocol import (
+    NEED_DATA,
+    Bye,
+    Connection,
+    Event,
+    Role,
+    decoded,
+    heavy,
+    pieces_of,
+)
 
-__all__ = ["Channel", "EventHandler", "ReceiveBudget", "connect"]
+__all__ = ["Channel", "EventHandler", "ReceiveBudget", "Refused", "connect"]
+
+log = logging.getLogger("tacoma.client")
 
 #: Seconds a place waits for a new connection's Hello (a client sends it at once).
 HELLO_TIMEOUT = 10.0
@@ -53,6 +78,143 @@ Admission = Callable[["Channel"], str]
 STALL_SECONDS = 30.0
 #: Frames of this many bytes or more are decoded on a thread (see Channel._process).
 DECODE_ELSEWHERE = 1 << 20
+#: A large frame is written this many bytes at a time, as the transport has room: TLS
+#: encrypts what it is given at once, on the event loop (60 MB took it 0.1 s).
+WRITE_PIECE = 1 << 18
+#: A connection being closed whose peer takes none of what is still to be sent, nor
+#: completes the close (TLS waits for the peer's close_notify), for this long is dropped:
+#: its meets fail now rather than at TLS's own limit of 30 s.
+CLOSE_SECONDS = 2.0
+#: The memory freed once a large frame is let go of, or connections have closed, is given
+#: back to the system this long after (at most this often: a burst of closes, one trim).
+TRIM_SECONDS = 1.0
+
+#: Told what `Channel.send` would have raised for an event (LimitExceeded, a
+#: ProtocolError), when it was sent to be encoded on a thread.
+Refused = Callable[[TacomaError], None]
+
+
+class _Trim:
+    """Gives the memory the C library keeps after a process frees it back to the system:
+    glibc's malloc_trim(0); elsewhere nothing.
+
+    glibc keeps freed memory for the process's next allocations: after a burst of TLS
+    connections (each with buffers of its own) or a frame of tens of megabytes, a place
+    that had freed the memory stayed as large as at the peak. (A connection's objects are
+    freed as it ends, see Channel.connection_lost, so that there is memory to hand back.) A
+    trim hands the free pages back; it walks the heap, so it runs on a thread, TRIM_SECONDS
+    after it is first asked for since the last one: what is freed meanwhile (the rest of a
+    burst of closes) is taken by that one, and what is freed after it asks for the next.
+    """
+
+    def __init__(self) -> None:
+        self._function: Callable[[int], int] | None = None
+        self._looked = False
+        self._scheduled: asyncio.AbstractEventLoop | None = None
+
+    def after_large(self, loop: asyncio.AbstractEventLoop) -> None:
+        """A large frame was let go of (decoded, written, or dropped unfinished)."""
+        self._ask(loop)
+
+    def after_close(self, loop: asyncio.AbstractEventLoop) -> None:
+        """A connection ended (its buffers, and for TLS its session's, are freed)."""
+        self._ask(loop)
+
+    def _ask(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._scheduled is not None and not self._scheduled.is_closed():
+            return  # one is coming; it will take this too
+        if self._trim() is None:
+            return
+        self._scheduled = loop
+        loop.call_later(TRIM_SECONDS, self._run, loop)
+
+    def _run(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._scheduled = None
+        trim = self._trim()
+        if trim is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is shutting its executor down
+                loop.run_in_executor(None, trim, 0)
+
+    def _trim(self) -> Callable[[int], int] | None:
+        if not self._looked:
+            self._looked = True
+            self._function = _malloc_trim()
+        return self._function
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's malloc_trim, or None where the C library is another (it has none)."""
+    try:
+        if not os.confstr("CS_GNU_LIBC_VERSION"):
+            return None
+    except (ValueError, OSError):  # not glibc: the name is unknown here
+        return None
+    import ctypes  # only here: a client that never trims does not load it
+
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    function: Callable[[int], int] = trim
+    return function
+
+
+_trim = _Trim()
+
+
+def _kernel_unsent(transport: asyncio.BaseTransport) -> int:
+    """Bytes written to the socket that its peer has not acknowledged yet (Linux's
+    TIOCOUTQ); 0 where that cannot be asked."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return 0
+    try:
+        answer = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+    except (OSError, ValueError, AttributeError):
+        return 0
+    unsent: int = struct.unpack("i", answer)[0]
+    return unsent
+
+
+class _Frame:
+    """A large frame in a Channel's outbox: its pieces (its header, then its body in one
+    piece or in those a thread encoded), written as the transport has room."""
+
+    __slots__ = ("pieces", "started")
+
+    def __init__(self, pieces: list[bytes | memoryview]) -> None:
+        self.pieces = deque(memoryview(piece) for piece in pieces)
+        self.started = False  # some of it is written: nothing else may come before the rest
+
+    def next_piece(self) -> memoryview:
+        """At most WRITE_PIECE bytes of it, taken off the front."""
+        self.started = True
+        piece = self.pieces[0]
+        if len(piece) <= WRITE_PIECE:
+            return self.pieces.popleft()
+        self.pieces[0] = piece[WRITE_PIECE:]
+        return piece[:WRITE_PIECE]
+
+
+class _Encoding:
+    """An event waiting its turn in a Channel's outbox while a thread encodes its body (in
+    pieces); who to tell if it cannot be sent, and the future `send` returned."""
+
+    __slots__ = ("body", "event", "refused", "sent")
+
+    def __init__(self, event: Event, body: asyncio.Future[list[bytes | memoryview]],
+                 refused: Refused, sent: asyncio.Future[None]) -> None:
+        self.event = event
+        self.body = body
+        self.refused = refused
+        self.sent = sent
+
+    @property
+    def waiting(self) -> bool:
+        """Still being encoded (and not withdrawn): the frames behind it wait."""
+        return not self.body.done() and not self.sent.cancelled()
 
 
 class ReceiveBudget:
@@ -82,6 +244,19 @@ class ReceiveBudget:
         return True
 
 
+class _Gone:
+    """The handler of a channel whose connection is over: it hears nothing more."""
+
+    def event_received(self, channel: Channel, event: Event) -> None:
+        pass
+
+    def channel_closed(self, channel: Channel, exc: BaseException | None) -> None:
+        pass
+
+
+_GONE = _Gone()
+
+
 class Channel(asyncio.Protocol):
     def __init__(self, role: Role, handler: EventHandler, max_frame: int,
                  software: str = "", refuse: str = "",
@@ -90,7 +265,7 @@ class Channel(asyncio.Protocol):
         self.conn = Connection(role, max_frame, software)
         self.handler = handler
         self.transport: asyncio.Transport | None = None
-        loop = asyncio.get_running_loop()
+        self._loop = loop = asyncio.get_running_loop()
         self.ready: asyncio.Future[None] = loop.create_future()
         self.closed: asyncio.Future[None] = loop.create_future()
         self.close_reason = ""
@@ -104,6 +279,17 @@ class Channel(asyncio.Protocol):
         self._budget = budget
         self._stall_timer: asyncio.TimerHandle | None = None
         self._decoding: asyncio.Future[Event | ValueError] | None = None  # a large frame
+        #: loop.time() when the peer last showed it is there (see quiet_for).
+        self.heard = loop.time()
+        self._unsent = 0  # what waited unsent when quiet_for last looked
+        #: What waits its turn to be written, in order (see send and write): frames,
+        #: large ones in pieces, events a thread is encoding.
+        self._outbox: deque[bytes | _Frame | _Encoding] = deque()
+        self._outbox_bytes = 0
+        self._paused = False  # the transport's buffer is full (pause_writing)
+        self._close_after: str | None = None  # close, saying Bye with it, once they are out
+        self._close_timer: asyncio.TimerHandle | None = None
+        self._unsent_at_close = 0
 
     # -- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -120,7 +306,7 @@ class Channel(asyncio.Protocol):
             self._refuse = self._admit(self)
         if self._refuse:
             self.transport.write(self.conn.send(Bye(self._refuse)))
-            self.transport.close()
+            self._end()
             return
         self.transport.write(self.conn.send(self.conn.hello()))
         if self.conn.role == Role.PLACE:
@@ -134,6 +320,9 @@ class Channel(asyncio.Protocol):
             self.abort()
 
     def data_received(self, data: bytes) -> None:
+        self.heard = self._loop.time()
+        if self.is_closing:  # over (refused, broken, closed): what comes now is not read
+            return
         self.conn.receive_data(data)
         if self._decoding is None:
             self._process()
@@ -148,7 +337,7 @@ class Channel(asyncio.Protocol):
                 if body is NEED_DATA:
                     self._holding()
                     return
-                assert isinstance(body, bytes)
+                assert isinstance(body, bytes | bytearray)
                 if len(body) >= DECODE_ELSEWHERE:
                     self._decode_elsewhere(body)
                     return
@@ -157,16 +346,18 @@ class Channel(asyncio.Protocol):
         except ProtocolError as exc:
             self._protocol_error(exc)
 
-    def _decode_elsewhere(self, body: bytes) -> None:
+    def _decode_elsewhere(self, body: bytes | bytearray) -> None:
         assert self.transport is not None
+        if not self._holding(len(body)):  # the frame still counts against the budget
+            return
         self.transport.pause_reading()
-        self._holding(len(body))  # the frame still counts against the budget
-        future = asyncio.get_running_loop().run_in_executor(None, decoded, body)
+        future = self._loop.run_in_executor(None, decoded, body)
         self._decoding = future
         future.add_done_callback(self._decoded)
 
     def _decoded(self, future: asyncio.Future[Event | ValueError]) -> None:
         self._decoding = None
+        _trim.after_large(self._loop)  # the frame's bytes are gone (and, later, the event)
         if self.transport is None or self.transport.is_closing() or future.cancelled():
             return
         try:
@@ -187,6 +378,7 @@ class Channel(asyncio.Protocol):
                     NotAuthorized(event.reason.removeprefix(NotAuthorized.BYE_PREFIX))
                     if event.reason.startswith(NotAuthorized.BYE_PREFIX)
                     else ConnectError(f"refused: {event.reason}"))
+            self._drop_outbox()  # the peer has gone: nothing more is sent to it
             self.close()
             return False
         if not self.ready.done():
@@ -200,30 +392,44 @@ class Channel(asyncio.Protocol):
     def _protocol_error(self, exc: ProtocolError) -> None:
         self.close_reason = str(exc)
         self._error = exc
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(self.conn.fail_bytes(str(exc)))
-        self._fail(exc)
+        self._fail(str(exc))
 
-    def _holding(self, decoding: int = 0) -> None:
+    def _fail(self, why: str) -> None:
+        """End the connection after a fault: what waits to be sent is dropped, a Bye says
+        `why` (unless a frame was cut short: the peer could not read it), and it closes."""
+        cut = self._drop_outbox()
+        if self.transport is not None and not self.transport.is_closing():
+            if not cut:
+                self.transport.write(self.conn.fail_bytes(why))
+            self._end()
+
+    def _holding(self, decoding: int = 0) -> bool:
         """Account for the incomplete frame now buffered (and one being decoded): within
-        the budget, and arriving."""
+        the budget, and arriving. False if over the budget: the connection is closed, and
+        what it held let go of at once, for the others."""
         if self._budget is None:
-            return
+            return True
         held = self.conn.buffered + decoding
         if not self._budget.hold(self, held):
             self.close_reason = (f"over the place's budget for incoming briefcases "
                                  f"({self._budget.limit:,} bytes being received at once)")
-            if self.transport is not None and not self.transport.is_closing():
-                self.transport.write(self.conn.fail_bytes(
-                    f"{self.close_reason}; send again later"))
-                self.transport.close()
-            return
+            self._budget.hold(self, 0)
+            self._let_go()
+            self._fail(f"{self.close_reason}; send again later")
+            return False
         if self._stall_timer is not None:
             self._stall_timer.cancel()
             self._stall_timer = None
         if held:
-            self._stall_timer = asyncio.get_running_loop().call_later(STALL_SECONDS,
-                                                                      self._stalled)
+            self._stall_timer = self._loop.call_later(STALL_SECONDS, self._stalled)
+        return True
+
+    def _let_go(self) -> None:
+        """Drop what was received and not taken (the connection is over), and have the
+        memory given back if that was a large frame."""
+        if self.conn.buffered >= DECODE_ELSEWHERE:
+            _trim.after_large(self._loop)
+        self.conn.discard_received()
 
     def _stalled(self) -> None:
         if self.conn.buffered:
@@ -235,6 +441,11 @@ class Channel(asyncio.Protocol):
             self._budget.hold(self, 0)
         if self._stall_timer is not None:
             self._stall_timer.cancel()
+        if self._close_timer is not None:
+            self._close_timer.cancel()
+        self._let_go()
+        self._drop_outbox()
+        _trim.after_close(self._loop)
         reason = self.close_reason or (str(exc) if exc else "connection closed by peer")
         lost = ConnectionLost(reason)
         if self._hello_timer is not None:
@@ -244,46 +455,242 @@ class Channel(asyncio.Protocol):
             self.ready.exception()  # mark retrieved: nobody may be waiting any more
         if not self.closed.done():
             self.closed.set_result(None)
-        self.handler.channel_closed(self, exc if exc is not None else lost)
+        handler, self.handler = self.handler, _GONE
+        handler.channel_closed(self, exc if exc is not None else lost)
+        # Let go of the transport (for TLS, its session and buffers: a quarter megabyte), of
+        # the handler and of the admission, which hold this channel in turn: freed now, not
+        # when the garbage collector next looks for cycles (an idle place may not for long).
+        self.transport = None
+        self._admit = None
 
     # -- ours
     @property
     def is_closing(self) -> bool:
-        return self.transport is None or self.transport.is_closing()
+        return (self.transport is None or self.transport.is_closing()
+                or self._close_after is not None)
 
-    def send(self, event: Event) -> None:
-        """Encode and write an event (raises LocalProtocolError or LimitExceeded first).
+    def quiet_for(self) -> float:
+        """Seconds since the peer last showed it is there: it sent a byte, or took some of
+        what this end wrote (less waits unsent than when this was last asked); none while
+        this end is itself busy with a large frame (decoding one, or encoding one)."""
+        now = self._loop.time()
+        unsent = self._unsent_now()
+        if unsent < self._unsent or self._decoding is not None or self._encoding:
+            self.heard = now
+        self._unsent = unsent
+        return now - self.heard
+
+    @property
+    def _encoding(self) -> bool:
+        """A thread is encoding an event of ours."""
+        return any(isinstance(out, _Encoding) and out.waiting for out in self._outbox)
+
+    def _unsent_now(self) -> int:
+        """Bytes written and not yet taken by the peer: ours, and the kernel's."""
+        if self.transport is None:
+            return 0
+        return (self._outbox_bytes + self.transport.get_write_buffer_size()
+                + _kernel_unsent(self.transport))
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self._outbox:
+            self._flush()
+
+    def send(self, event: Event, refused: Refused | None = None) -> asyncio.Future[None] | None:
+        """Encode and write an event.
+
+        Without `refused`, at once: LocalProtocolError or LimitExceeded is raised if it
+        cannot be sent. With `refused`, an event with a large briefcase (see
+        wire._protocol.heavy) is encoded on a thread, so that the event loop serves others
+        meanwhile, and what would have been raised, now or once it is encoded, goes to
+        `refused` instead; the future returned then is done once its frame is on its way
+        (booked as sent, and being written), or cancelled if it never is (cancelling it
+        before withdraws the event: it is not sent). Either way, frames go out in the order
+        they were sent, and a large one a piece at a time (WRITE_PIECE).
 
         A peer that does not read what it is sent would make us buffer without bound; past
         two of its largest frames unsent, it is disconnected instead.
         """
+        if refused is None:
+            self._send_now(event)
+            return None
+        try:
+            if heavy(event):
+                return self._send_heavy(event, refused)
+            self._send_now(event)
+        except (LimitExceeded, ProtocolError) as exc:
+            refused(exc)
+        return None
+
+    def _send_now(self, event: Event) -> None:
+        if self.is_closing:
+            raise ConnectionLost(self.close_reason or "connection is closed")
         self.write(self.conn.send(event))
 
+    def _send_heavy(self, event: Event, refused: Refused) -> asyncio.Future[None]:
+        if self.is_closing:
+            raise ConnectionLost(self.close_reason or "connection is closed")
+        self.conn.check(event)
+        body = self._loop.run_in_executor(None, pieces_of, event, self.conn.peer_max_frame)
+        sent: asyncio.Future[None] = self._loop.create_future()
+        self._outbox.append(_Encoding(event, body, refused, sent))
+        body.add_done_callback(self._flush)
+        return sent
+
+    def _flush(self, _: object = None) -> None:
+        """Write what waits in the outbox, in order, while the transport has room, up to an
+        event still being encoded; then close, if a close waited for them."""
+        outbox = self._outbox
+        try:
+            while outbox:
+                out = outbox[0]
+                if isinstance(out, _Encoding):
+                    if out.waiting:
+                        return
+                    outbox.popleft()
+                    self._encoded(out)
+                    continue
+                if self._paused:
+                    return  # resume_writing goes on
+                if isinstance(out, bytes):
+                    outbox.popleft()
+                    data: bytes | memoryview = out
+                else:
+                    data = out.next_piece()
+                    if not out.pieces:  # all of it is out, and its memory free
+                        outbox.popleft()
+                        _trim.after_large(self._loop)
+                self._outbox_bytes -= len(data)
+                self._put(data)
+        except ConnectionLost:  # dropped on the way (the peer is not reading)
+            self._drop_outbox()
+            return
+        if self._close_after is not None:
+            reason, self._close_after = self._close_after, None
+            self.close(reason)
+
+    def _encoded(self, out: _Encoding) -> None:
+        """An event's body is encoded: book the event as sent, and its frame goes first."""
+        if out.sent.cancelled():  # withdrawn
+            return
+        try:
+            pieces = out.body.result()
+            size = sum(map(len, pieces))
+            header = self.conn.commit(out.event, size)
+        except (LimitExceeded, ProtocolError) as exc:
+            out.sent.cancel()
+            self._tell(out.refused, exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - the encoder failed otherwise (memory): it
+            # is refused like any event that cannot be sent, not left waiting for ever.
+            out.sent.cancel()
+            self._tell(out.refused, LocalProtocolError(
+                f"cannot encode {type(out.event).__name__}: {type(exc).__name__}: {exc}"))
+            return
+        self._outbox.appendleft(_Frame([header, *pieces]))
+        self._outbox_bytes += len(header) + size
+        out.sent.set_result(None)
+
+    @staticmethod
+    def _tell(refused: Refused, exc: TacomaError) -> None:
+        try:
+            refused(exc)
+        except Exception:  # the sender's callback: its fault is logged, the loop goes on
+            log.exception("telling that an event could not be sent (%s) failed", exc)
+
+    def _drop_outbox(self) -> bool:
+        """Send nothing more of what waits (the connection is over); True if that cut a
+        frame short."""
+        cut = bool(self._outbox) and isinstance(self._outbox[0], _Frame) and \
+            self._outbox[0].started
+        for out in self._outbox:
+            if isinstance(out, _Encoding):
+                out.sent.cancel()
+        self._outbox.clear()
+        self._outbox_bytes = 0
+        self._close_after = None
+        return cut
+
     def write(self, data: bytes) -> None:
-        """Write an encoded event (`conn.send`'s bytes): `send` in two steps, for tracing."""
+        """Write an encoded event (`conn.send`'s bytes): `send` in two steps, for tracing.
+        It waits its turn behind frames sent before it (see send); a large one is written
+        a piece at a time."""
+        if self.transport is None or self.transport.is_closing():
+            raise ConnectionLost(self.close_reason or "connection is closed")
+        if not self._outbox and len(data) <= WRITE_PIECE:
+            self._put(data)
+            return
+        self._outbox.append(data if len(data) <= WRITE_PIECE else _Frame([data]))
+        self._outbox_bytes += len(data)
+        if len(self._outbox) == 1:  # first in line (else what is ahead of it is waiting)
+            self._flush()
+        elif self.transport is not None:
+            self._check_reading(self.transport)
+
+    def _put(self, data: bytes | memoryview) -> None:
         if self.transport is None or self.transport.is_closing():
             raise ConnectionLost(self.close_reason or "connection is closed")
         self.transport.write(data)
-        unsent = self.transport.get_write_buffer_size()
+        self._check_reading(self.transport)
+
+    def _check_reading(self, transport: asyncio.Transport) -> None:
+        unsent = transport.get_write_buffer_size() + self._outbox_bytes
         # The peer's own max_frame is its word, so it is capped by ours.
         if unsent > 2 * min(self.conn.peer_max_frame, self.conn.max_frame):
             self.close_reason = f"peer is not reading: {unsent:,} bytes unsent"
-            self.transport.abort()
+            transport.abort()
 
     def close(self, reason: str = "") -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            if reason and self.conn.our_state == "OPEN":
-                self.transport.write(self.conn.send(Bye(reason)))
-            self.transport.close()
+        """Close the connection, saying Bye with `reason` if one is given, once the frames
+        already sent are written (see send)."""
+        if self.transport is None or self.is_closing:
+            return
+        if self._outbox:
+            self._close_after = reason
+            self._bound_close()
+            return
+        if reason and self.conn.our_state == "OPEN":
+            self.transport.write(self.conn.send(Bye(reason)))
+        self._end()
 
     def abort(self) -> None:
         """Drop the connection now, without flushing what the peer has not read."""
         if self.transport is not None:
+            self._drop_outbox()
             self.transport.abort()
 
-    def _fail(self, exc: BaseException) -> None:
-        if self.transport is not None:
-            self.transport.close()
+    def _end(self) -> None:
+        """Close the transport: what was written is flushed, and the close completed (for
+        TLS, the peer's close_notify awaited), but not for ever: once CLOSE_SECONDS pass in
+        which the peer took nothing of what is still unsent, it is dropped."""
+        assert self.transport is not None
+        self.transport.close()
+        if self._close_timer is not None:  # it waited for the outbox: from now, the close
+            self._close_timer.cancel()
+            self._close_timer = None
+        self._bound_close()
+
+    def _bound_close(self) -> None:
+        if self._close_timer is None:
+            self._unsent_at_close = self._unsent_now()
+            self._close_timer = self._loop.call_later(CLOSE_SECONDS, self._close_overdue)
+
+    def _close_overdue(self) -> None:
+        self._close_timer = None
+        if self.transport is None or self.closed.done():
+            return
+        unsent = self._unsent_now()
+        if 0 < unsent < self._unsent_at_close or self._encoding:  # not stuck yet
+            self._unsent_at_close = unsent
+            self._close_timer = self._loop.call_later(CLOSE_SECONDS, self._close_overdue)
+            return
+        self.close_reason = self.close_reason or (
+            f"the peer did not complete the close within {CLOSE_SECONDS:g} s")
+        self.abort()
 
 
 async def connect(address: str, role: Role, handler: EventHandler, max_frame: int,

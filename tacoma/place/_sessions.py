@@ -310,7 +310,8 @@ class Session:
         task.add_done_callback(done)
 
     def _reply(self, event: Event) -> None:
-        """Send a reply, if the client is still there to get it."""
+        """Send a reply, if the client is still there to get it. A large result is encoded
+        on a thread (see Channel.send): the place serves others meanwhile."""
         channel = self.channel
         program = self._programs.pop(event.rid, None) if isinstance(event, Result | Failed) \
             else None
@@ -320,11 +321,13 @@ class Session:
         if program is not None and isinstance(event, Result):
             # The caller has the program: a result that still holds it names it instead.
             event = Result(event.rid, named_in_reply(event.briefcase, *program))
-        try:
-            channel.send(event)
-        except (LimitExceeded, ProtocolError) as exc:
-            if isinstance(event, Result):
-                channel.send(Failed(event.rid, kind_of(exc),
+        reply = event
+
+        def refused(exc: TacomaError) -> None:  # LimitExceeded or a ProtocolError
+            if not isinstance(reply, Result):
+                log.error("cannot send %s: %s", type(reply).__name__, exc)
+            elif not channel.is_closing:
+                channel.send(Failed(reply.rid, kind_of(exc),
                                     f"the result briefcase cannot be sent: {exc}"))
-            else:
-                log.error("cannot send %s: %s", type(event).__name__, exc)
+
+        channel.send(reply, refused)

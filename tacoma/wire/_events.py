@@ -55,8 +55,9 @@ else:
         return lambda function: function
 
 __all__ = [
-    "EVENTS", "FIELD_TYPES", "LOG_LEVELS", "MODES", "Accepted", "Bye", "Cancel", "Event",
-    "Failed", "FieldType", "Hello", "Log", "Meet", "Result", "Role", "decode", "encode",
+    "EVENTS", "FIELD_TYPES", "LOG_LEVELS", "MODES", "PIECE_BYTES", "PIECE_ELEMENTS", "Accepted",
+    "Bye", "Cancel", "Event", "Failed", "FieldType", "Hello", "Log", "Meet", "Result", "Role",
+    "decode", "encode", "encode_in_pieces",
 ]
 
 #: The largest request id: one msgpack int64, so every peer can hold it.
@@ -359,26 +360,100 @@ class Cancel(Event):
 
 
 # ---------------------------------------------------------------------------------- codec
+#: A large body is coded a piece at a time, this many array elements or bytes per msgpack
+#: call (see `encode` and `decode`): msgpack holds the GIL for the whole of a call, so one
+#: call over a briefcase of millions of elements would stop every other thread, the event
+#: loop's among them, for as long as it takes (half a second for 20,000,000 elements);
+#: pieces this size take a few milliseconds each.
+PIECE_ELEMENTS: Final = 1 << 15
+PIECE_BYTES: Final = 1 << 20
+
+
 def encode(event: Event) -> bytes:
     """The msgpack body that carries `event`; TypeError or ValueError if it cannot."""
     body: bytes = msgpack.packb([event.tag, *event.fields()], use_bin_type=True)
     return body
 
 
+def encode_in_pieces(event: Event, piece: int = PIECE_ELEMENTS) -> list[bytes | memoryview]:
+    """`encode(event)`, in pieces (joined end to end, they are its bytes), made `piece`
+    array elements at a time: for a thread that encodes a large briefcase while an event
+    loop runs beside it. Left in pieces, so that tens of megabytes are not copied once
+    more to be joined."""
+    pieces: list[bytes | memoryview] = []
+    _pack([event.tag, *event.fields()], pieces, piece, outer=True)
+    return pieces
+
+
+def _container_header(size: int, fix: int, wide: bytes, wider: bytes) -> bytes:
+    """msgpack's header of an array or map of `size` items, as small as msgpack makes it."""
+    if size < 16:
+        return bytes((fix | size,))
+    return wide + size.to_bytes(2, "big") if size < 1 << 16 else wider + size.to_bytes(4, "big")
+
+
+def _pack(value: object, pieces: list[bytes | memoryview], piece: int,
+          outer: bool = False) -> None:
+    """Append to `pieces` what msgpack.packb makes of `value`: maps (the briefcase) and the
+    event's `outer` array item by item, a long array (a folder) `piece` items at a time,
+    anything else in one call."""
+    if type(value) is dict:
+        pieces.append(_container_header(len(value), 0x80, b"\xde", b"\xdf"))
+        for key, item in value.items():
+            pieces.append(msgpack.packb(key, use_bin_type=True))
+            _pack(item, pieces, piece)
+    elif type(value) is list and (outer or len(value) > piece):
+        pieces.append(_container_header(len(value), 0x90, b"\xdc", b"\xdd"))
+        if outer:
+            for item in value:
+                _pack(item, pieces, piece)
+            return
+        for start in range(0, len(value), piece):
+            items = value[start:start + piece]
+            # packb makes the items an array of their own: they follow its header.
+            packed = msgpack.packb(items, use_bin_type=True)
+            skip = len(_container_header(len(items), 0x90, b"\xdc", b"\xdd"))
+            pieces.append(memoryview(packed)[skip:])
+    else:
+        pieces.append(msgpack.packb(value, use_bin_type=True))
+
+
 def _reject_ext(code: int, data: bytes) -> object:
     raise ValueError(f"msgpack extension type {code} is not allowed")
 
 
-def decode(body: bytes) -> Event:
+def _unpack_in_pieces(body: bytes | bytearray, piece: int) -> object:
+    """msgpack.unpackb(body) (with decode's options), fed `piece` bytes at a time: msgpack's
+    Unpacker takes up a value where the last piece left it."""
+    unpacker = msgpack.Unpacker(raw=False, use_list=True, strict_map_key=True,
+                                ext_hook=_reject_ext, timestamp=0,
+                                max_buffer_size=len(body))
+    view = memoryview(body)
+    for start in range(0, len(body), piece):
+        unpacker.feed(view[start:start + piece])
+        try:
+            value = unpacker.unpack()
+        except msgpack.OutOfData:
+            continue
+        if unpacker.tell() != len(body):
+            raise ValueError(f"{len(body) - unpacker.tell():,} bytes after the event")
+        return value
+    raise ValueError("the frame ends before the event does")
+
+
+def decode(body: bytes | bytearray, piece: int = PIECE_BYTES) -> Event:
     """The event a msgpack body carries; ValueError, saying what is wrong, for anything else.
 
     msgpack decodes with every extension type refused, so only nil, bool, int, float, str,
     bytes, arrays and maps can arrive (the one extension msgpack decodes itself, Timestamp,
-    is a type no field accepts); the event's class then checks each field.
+    is a type no field accepts); the event's class then checks each field. A body over
+    `piece` bytes is decoded that many at a time (see PIECE_BYTES: it is decoded on a
+    thread).
     """
     try:
-        value = msgpack.unpackb(body, raw=False, use_list=True, strict_map_key=True,
-                                ext_hook=_reject_ext, timestamp=0)
+        value = (_unpack_in_pieces(body, piece) if len(body) > piece else
+                 msgpack.unpackb(body, raw=False, use_list=True, strict_map_key=True,
+                                 ext_hook=_reject_ext, timestamp=0))
     except Exception as exc:  # noqa: BLE001 - msgpack raises many unrelated types on garbage
         raise ValueError(f"undecodable frame ({type(exc).__name__}: {exc})") from None
     if not isinstance(value, list) or not value or not _is_int(value[0]):

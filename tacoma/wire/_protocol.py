@@ -9,6 +9,9 @@ tested whole with an in-memory pair (`tacoma.testing`).
 Framing: a 4-byte big-endian length, then the event as one msgpack array `[tag, field, ...]`
 (the events, their checks and their one codec are in `_events`; never pickle). Length
 prefixes let a receiver refuse an oversized frame from its header, before buffering it.
+Both directions come in two halves for a driver that codes a large briefcase on a thread:
+`next_frame` and `take` (what `next_event` does), `check`, `body_of` (or `pieces_of`) and
+`commit` (what `send` does); `heavy` says, cheaply, which events are worth it.
 
 One connection carries many concurrent meets: every Meet has a request id (rid) chosen by its
 sender, and exactly one reply ends it: Result or Failed for a sync meet, Accepted or Failed
@@ -31,6 +34,7 @@ import enum
 from ._briefcase import Briefcase
 from ._errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
 from ._events import MODES as MODES
+from ._events import PIECE_ELEMENTS, decode, encode, encode_in_pieces
 from ._events import Accepted as Accepted
 from ._events import Bye as Bye
 from ._events import Cancel as Cancel
@@ -41,7 +45,6 @@ from ._events import Log as Log
 from ._events import Meet as Meet
 from ._events import Result as Result
 from ._events import Role as Role
-from ._events import decode, encode
 
 # typing costs a worker ~9 ms to import; annotations are strings (PEP 563) anyway.
 TYPE_CHECKING = False
@@ -67,7 +70,10 @@ __all__ = [
     "Meet",
     "Result",
     "Role",
+    "body_of",
     "decoded",
+    "heavy",
+    "pieces_of",
 ]
 
 #: Bumped on any incompatible change to framing or events; peers must agree exactly.
@@ -137,7 +143,12 @@ ENDS: Final[dict[str, frozenset[type[Event]]]] = {
 }
 
 
-def decoded(body: bytes) -> Event | ValueError:
+#: An event whose briefcase holds this many bytes or more, or PIECE_ELEMENTS elements or
+#: more, is `heavy`: coding it takes a millisecond or more.
+HEAVY_BYTES: Final = 1 << 20
+
+
+def decoded(body: bytes | bytearray) -> Event | ValueError:
     """The event a frame's body carries, or the ValueError saying what is wrong with it
     (returned, not raised, so that it can be decoded on another thread and handed to
     `Connection.take`)."""
@@ -145,6 +156,58 @@ def decoded(body: bytes) -> Event | ValueError:
         return decode(body)
     except ValueError as exc:
         return exc
+
+
+def heavy(event: Event) -> bool:
+    """Whether `event` carries a briefcase large enough (HEAVY_BYTES, or PIECE_ELEMENTS
+    elements) that encoding it would hold up an event loop: worth doing on a thread.
+
+    Cheap whatever the size: the elements are counted per folder, and their bytes summed
+    only below PIECE_ELEMENTS of them; a lazy folder is not fetched to be counted."""
+    briefcase = getattr(event, "briefcase", None)
+    if not isinstance(briefcase, Briefcase):
+        return False
+    # The lists as they are: Briefcase's own accessors fetch a lazy folder that is not here.
+    folders = briefcase._folders.values()
+    if sum(map(len, folders)) >= PIECE_ELEMENTS:
+        return True
+    return sum(len(element) for folder in folders for element in folder) >= HEAVY_BYTES
+
+
+def body_of(event: Event, limit: int) -> bytes:
+    """The encoded body of `event` (a frame without its header), at most `limit` bytes (the
+    peer's max_frame): LimitExceeded if larger, naming the largest folder; LocalProtocolError
+    if it cannot be encoded."""
+    try:
+        body = encode(event)
+    except (TypeError, ValueError) as exc:
+        raise LocalProtocolError(f"cannot encode {type(event).__name__}: {exc}") from exc
+    _within(event, len(body), limit)
+    return body
+
+
+def pieces_of(event: Event, limit: int) -> list[bytes | memoryview]:
+    """`body_of`, in pieces (see _events.encode_in_pieces): a pure function, for a driver
+    to run on a thread and then `Connection.commit` the event with the pieces' length."""
+    try:
+        pieces = encode_in_pieces(event)
+    except (TypeError, ValueError) as exc:
+        raise LocalProtocolError(f"cannot encode {type(event).__name__}: {exc}") from exc
+    _within(event, sum(map(len, pieces)), limit)
+    return pieces
+
+
+def _within(event: Event, size: int, limit: int) -> None:
+    if size > limit:
+        what = type(event).__name__
+        briefcase = getattr(event, "briefcase", None)
+        if isinstance(briefcase, Briefcase) and briefcase:
+            name = max(briefcase, key=briefcase.folder_size)
+            folder = briefcase.folder_size(name)
+            what = f"the briefcase (largest folder {name}: {folder:,} bytes)"
+        raise LimitExceeded(
+            f"{what} is {size:,} bytes encoded; the peer accepts frames of "
+            f"at most {limit:,} bytes")
 
 
 class Connection:
@@ -186,35 +249,34 @@ class Connection:
 
     # -- outgoing
     def send(self, event: Event) -> bytes:
-        """The bytes that carry `event`; raises LocalProtocolError if it may not be sent now."""
+        """The bytes that carry `event`; raises LocalProtocolError if it may not be sent now,
+        LimitExceeded if it is larger than the peer accepts."""
+        self.check(event)
+        body = body_of(event, self.peer_max_frame)
+        return self.commit(event, len(body)) + body
+
+    def check(self, event: Event) -> None:
+        """Raise LocalProtocolError if `event` may not be sent now (what `send` checks before
+        it encodes)."""
         kind = type(event)
         if kind not in MAY_SEND[self.role]:
             raise LocalProtocolError(f"a {self.role.value} may not send {kind.__name__}")
-        new_state = TRANSITIONS.get((self.our_state, kind))
-        if new_state is None:
+        if (self.our_state, kind) not in TRANSITIONS:
             raise LocalProtocolError(f"cannot send {kind.__name__} in state {self.our_state}")
         if isinstance(event, Cancel) and event.rid not in self.awaiting:
             raise LocalProtocolError(f"Cancel for request id {event.rid}, which has no meet "
                                      "outstanding")
         self._track(event, self.awaiting, self.owed, LocalProtocolError, commit=False)
-        try:
-            body = encode(event)
-        except (TypeError, ValueError) as exc:
-            raise LocalProtocolError(f"cannot encode {kind.__name__}: {exc}") from exc
-        limit = self.peer_max_frame
-        if len(body) > limit:
-            what = kind.__name__
-            briefcase = getattr(event, "briefcase", None)
-            if isinstance(briefcase, Briefcase) and briefcase:
-                name = max(briefcase, key=lambda n: sum(len(e) for e in briefcase[n]))
-                size = sum(len(e) for e in briefcase[name])
-                what = f"the briefcase (largest folder {name}: {size:,} bytes)"
-            raise LimitExceeded(
-                f"{what} is {len(body):,} bytes encoded; the peer accepts frames of "
-                f"at most {limit:,} bytes")
+
+    def commit(self, event: Event, size: int) -> bytes:
+        """Book `event`, whose body of `size` bytes `body_of` or `pieces_of` made (with this
+        end's peer_max_frame), as sent: the frame's 4-byte header, to write just before the
+        body. Checked again first (LocalProtocolError): between a check and a body made
+        elsewhere, other events may have been sent."""
+        self.check(event)
         self._track(event, self.awaiting, self.owed, LocalProtocolError, commit=True)
-        self.our_state = new_state
-        return len(body).to_bytes(_HEADER, "big") + body
+        self.our_state = TRANSITIONS[self.our_state, type(event)]
+        return size.to_bytes(_HEADER, "big")
 
     def start_meet(self, agent: str, briefcase: Briefcase, mode: MeetMode = "sync",
                    timeout: float | None = None, principal: str = "") -> tuple[int, bytes]:
@@ -233,20 +295,26 @@ class Connection:
         next_event said NEED_DATA)."""
         return len(self._buffer)
 
+    def discard_received(self) -> None:
+        """Let go of the bytes received and not taken (the connection is over): a frame that
+        never ended can be tens of megabytes."""
+        self._buffer = bytearray()
+
     def next_event(self) -> Event | _Need:
         """The next complete event from the peer, or NEED_DATA."""
         body = self.next_frame()
         if body is NEED_DATA:
             return NEED_DATA
-        assert isinstance(body, bytes)
+        assert not isinstance(body, _Need)
         return self.take(decoded(body))
 
-    def next_frame(self) -> bytes | _Need:
+    def next_frame(self) -> bytes | bytearray | _Need:
         """The body of the next complete frame, not yet decoded, or NEED_DATA.
 
         With `take`, the two halves of next_event, for a driver that decodes a large
         body elsewhere (`decoded` is a pure function) and then hands what it returned to
-        `take`; frames must be taken in order.
+        `take`; frames must be taken in order. A frame that is all that was received is
+        handed over as it lies (no copy of a large frame), and the buffer starts anew.
         """
         if self.their_state == ERROR:
             raise RemoteProtocolError("connection already failed")
@@ -259,7 +327,12 @@ class Connection:
             self._fail(f"frame of {size:,} bytes exceeds the limit of {limit:,} bytes")
         if len(buf) < _HEADER + size:
             return NEED_DATA
-        body = bytes(buf[_HEADER:_HEADER + size])
+        if len(buf) == _HEADER + size:
+            self._buffer = bytearray()
+            del buf[:_HEADER]  # from the front of a bytearray: no copy
+            return buf
+        with memoryview(buf) as view:
+            body = bytes(view[_HEADER:_HEADER + size])
         del buf[:_HEADER + size]
         return body
 

@@ -289,7 +289,7 @@ def test_two_residents_cannot_share_a_name(pair: list[RunningPlace]) -> None:
 def test_clients_cannot_reach_the_mailbox_or_ack_ordinary_agents(
         pair: list[RunningPlace]) -> None:
     a, _ = pair
-    with pytest.raises(tacoma.UnknownAgent):
+    with pytest.raises(tacoma.NotAllowed, match="ag_mailbox is met by agents"):
         tacoma.meet(f"ag_mailbox@{a.address}", {"OP": ["receive"]})
     with pytest.raises(ValueError, match="not a resident's"):
         tacoma.send(f"ag_echo@{a.address}", ack=True)

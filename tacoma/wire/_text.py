@@ -22,7 +22,7 @@ __all__ = ["LOG_LINE", "LOG_VALUE", "SafeFormatter", "escape", "shown"]
 #: Characters of one peer-supplied value that a log line shows; the rest is counted.
 LOG_VALUE = 200
 #: Characters of one log message at most (its traceback apart), whatever it holds.
-LOG_LINE = 4000
+LOG_LINE = 8192
 
 
 _NAMED = {"\n": "\\n", "\r": "\\r"}

@@ -80,7 +80,7 @@ def test_a_lazy_folder_travels_as_its_reference() -> None:
     back = Briefcase.from_wire(wire)
     assert back.is_lazy("DATA") and back.folders() == ["X", "DATA"]
     assert back.folder_size("DATA") == 150 and back.size() == 151
-    assert "DATA=<lazy: 150 B at p:1>" in repr(back)
+    assert "DATA=<lazy: 150 B in 2 elements at p:1>" in repr(back)
     copy = back.copy()
     assert copy.is_lazy("DATA") and copy == back
     # Read whole where the data is, it still travels by reference while unchanged...

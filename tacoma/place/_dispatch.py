@@ -56,10 +56,6 @@ from ._trips import Trips
 
 __all__ = ["Dispatch", "failed"]
 
-#: Seconds before the journal is asked again to write an outcome it could not (doubled up
-#: to 30 s): a full disk frees as outcomes expire.
-RECORD_PAUSE = 0.5
-
 log = logging.getLogger("tacoma.place")
 
 
@@ -187,17 +183,6 @@ class Dispatch:
             raise NotAuthorized(f"{meet.principal or 'this principal'} is revoked at place "
                                 f"{self.address}: its agents' meets are refused")
 
-    def stop_revoked(self) -> int:
-        """Stop the running meets (residents too) of principals the deny list now revokes;
-        how many."""
-        stopped = 0
-        for meet in list(self.meets.running.values()):
-            if meet.principal and self.access.stops(meet.principal, meet.serial) \
-                    and not meet.killed:
-                self.meets.kill(meet, "stopped: its principal's certificate is revoked")
-                stopped += 1
-        return stopped
-
     # ------------------------------------------------------------------ async meets
     async def submit(self, meet: RunningMeet) -> str:
         """Take an async meet: write it to the journal (synced), then start it, or queue it
@@ -238,15 +223,6 @@ class Dispatch:
         else:
             self.meets.spawn(meet, self.run_async(meet))
         return meet.id
-
-    async def prune_journal(self) -> None:
-        """Forget outcomes older than --keep-results, every so often, while the place runs."""
-        while True:
-            await asyncio.sleep(min(3600.0, max(1.0, self.journal.keep_seconds / 4)))
-            try:
-                await self.journal.prune()
-            except Exception:
-                log.exception("pruning the journal failed")
 
     def _start_queued(self) -> None:
         """Start the queued async meets that may start now (called when a slot frees)."""
@@ -302,26 +278,8 @@ class Dispatch:
         if exc is not None:
             failure = failed(0, exc)
             error = (failure.kind, failure.message, failure.detail)
-        pause = RECORD_PAUSE
-        while True:
-            try:
-                await self.journal.ended(meet_id, agent, principal, via, result, error)
-                return
-            except TacomaError as exc:
-                # A full disk, most likely: the outcome is kept here and written once there
-                # is room (its meet holds its slot meanwhile); if the place stops first,
-                # the journal still has the meet unended, and an async one runs again.
-                if self.meets.stopping:
-                    log.error("the outcome of meet %s is lost: the journal cannot write it "
-                              "and the place stops: %s", meet_id, exc)
-                    return
-                log.warning("cannot record the outcome of meet %s yet (trying again in "
-                            "%g s): %s", meet_id, pause, exc)
-            except Exception:
-                log.exception("cannot record the outcome of meet %s in the journal", meet_id)
-                return
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 30.0)
+        await self.journal.ended_when_room(meet_id, agent, principal, via, result, error,
+                                           lambda: self.meets.stopping)
 
     async def resume(self) -> None:
         """At start: take up what the journal says was under way when the place stopped.
@@ -354,7 +312,7 @@ class Dispatch:
                      sum(1 for r in records if r.trip is not None))
         self._start_queued()
         # Not a background task: settle() waits for those, and this one never ends.
-        self._watching.add(asyncio.ensure_future(self.prune_journal()))
+        self._watching.add(asyncio.ensure_future(self.journal.prune_while_open()))
 
     async def _adopt(self, record: Record) -> None:
         """A trip that was out when the place stopped: its end, when it comes home, is

@@ -55,6 +55,10 @@ __all__ = ["STATES", "Journal", "Record"]
 
 log = logging.getLogger("tacoma.place")
 
+#: Seconds before the journal is asked again to write an outcome it could not (doubled up
+#: to 30 s).
+RECORD_PAUSE = 0.5
+
 #: What `tacoma status` says of a meet.
 STATES = ("queued", "running", "done", "failed", "unknown")
 
@@ -457,6 +461,40 @@ class Journal:
         await self._write(lambda db: db.execute(
             "UPDATE meets SET trip = NULL, deadline = NULL WHERE id = ? AND principal = ?",
             (meet_id, principal)))
+
+    async def ended_when_room(self, meet_id: str, agent: str, principal: str, via: str,
+                              result: Briefcase | None, error: tuple[str, str, str] | None,
+                              stopping: Callable[[], bool]) -> None:
+        """`ended`, tried again while the journal cannot write it (a full disk, most
+        likely, that frees as outcomes expire): the outcome is kept in memory meanwhile (its
+        meet holds its slot), and if the place stops first (`stopping`), the journal still
+        has the meet unended: an async one runs again at the next start."""
+        pause = RECORD_PAUSE
+        while True:
+            try:
+                await self.ended(meet_id, agent, principal, via, result, error)
+                return
+            except TacomaError as exc:
+                if stopping():
+                    log.error("the outcome of meet %s is lost: the journal cannot write it "
+                              "and the place stops: %s", meet_id, exc)
+                    return
+                log.warning("cannot record the outcome of meet %s yet (trying again in "
+                            "%g s): %s", meet_id, pause, exc)
+            except Exception:
+                log.exception("cannot record the outcome of meet %s in the journal", meet_id)
+                return
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 30.0)
+
+    async def prune_while_open(self) -> None:
+        """Forget outcomes older than --keep-results, every so often, until cancelled."""
+        while True:
+            await asyncio.sleep(min(3600.0, max(1.0, self.keep_seconds / 4)))
+            try:
+                await self.prune()
+            except Exception:
+                log.exception("pruning the journal failed")
 
     def _keep(self, meet_id: str, principal: str, result: Briefcase | None,
               error: tuple[str, str, str] | None

@@ -402,6 +402,15 @@ class Meets:
         if task is not None:
             task.cancel()
 
+    def kill_where(self, stops: Callable[[RunningMeet], bool], why: str) -> int:
+        """Stop every running meet (residents too) that `stops` says must stop; how many."""
+        stopped = 0
+        for meet in list(self.running.values()):
+            if not meet.killed and stops(meet):
+                self.kill(meet, why)
+                stopped += 1
+        return stopped
+
     def cancelled(self, meet: RunningMeet | None) -> MeetError:
         """Why a meet's task was cancelled, as the error its caller gets."""
         if meet is not None and meet.killed:

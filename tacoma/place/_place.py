@@ -295,7 +295,11 @@ class Place:
                     log.warning("closing the connection of %s from %s: its certificate is "
                                 "now revoked", peer.name, session.channel.peer)
                     session.channel.close(f"not authorized: identity {peer.name} is revoked")
-            if self.dispatch is not None and (stopped := self.dispatch.stop_revoked()):
+            access = self.access
+            if self.dispatch is not None and (stopped := self.dispatch.meets.kill_where(
+                    lambda meet: bool(meet.principal) and access.stops(meet.principal,
+                                                                       meet.serial),
+                    "stopped: its principal's certificate is revoked")):
                 log.warning("stopped %d meets of principals whose certificates are now "
                             "revoked", stopped)
             clients = self.dispatch.clients.clients if self.dispatch is not None else {}

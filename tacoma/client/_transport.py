@@ -21,14 +21,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import gc
 import logging
 import os
 import socket
 import ssl
 import struct
+import sys
 import termios
+import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol, cast
 
 from ..trust._tls import HANDSHAKE_TIMEOUT, Peer, peer_of
@@ -88,6 +91,10 @@ CLOSE_SECONDS = 2.0
 #: The memory freed once a large frame is let go of, or connections have closed, is given
 #: back to the system this long after (at most this often: a burst of closes, one trim).
 TRIM_SECONDS = 1.0
+
+#: While a thread codes a large frame, the event loop's thread gets the GIL back this soon
+#: (Python's own switch interval is 5 ms; see _coding).
+SWITCH_SECONDS = 0.001
 
 #: Told what `Channel.send` would have raised for an event (LimitExceeded, a
 #: ProtocolError), when it was sent to be encoded on a thread.
@@ -162,6 +169,72 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 _trim = _Trim()
+
+
+def _young_collected() -> None:
+    """Collect the garbage collector's young generations before a large frame is coded on
+    a thread, so that what `_promote` then moves holds no garbage (see there)."""
+    if gc.isenabled() and not gc.get_freeze_count():
+        gc.collect(1)
+
+
+def _promote() -> None:
+    """Move the objects just made into the garbage collector's oldest generation: a
+    briefcase's folder of millions of elements, decoded or copied to be encoded on a
+    thread, would otherwise be walked whole by the young collections that run every few
+    hundred allocations (a tenth of a second, holding the GIL, for 20,000,000 elements,
+    twice). gc.freeze then unfreeze does it at no cost (the doc: unfreeze puts the objects
+    "back into the oldest generation"). The young generations were collected just before
+    (`_young_collected`), so little else is moved with them, and no garbage of the loop's
+    waits there for a full collection. Not where a program froze objects itself (one that
+    forks): unfreeze would undo that."""
+    if gc.isenabled() and not gc.get_freeze_count():
+        gc.freeze()
+        gc.unfreeze()
+
+
+_coding_lock = threading.Lock()
+_coding_threads = 0
+_switch_interval = 0.0
+
+
+@contextlib.contextmanager
+def _coding() -> Iterator[None]:
+    """While a thread codes a large frame, Python's switch interval is SWITCH_SECONDS: the
+    thread keeps the GIL for up to the interval each time the event loop's thread wants
+    it back, and the loop wants it back at every step (each read, each write; a new
+    client's connection and meet take a dozen), so at 5 ms a step a client beside a large
+    briefcase waited a tenth of a second more. Set by the first such thread, and put back
+    by the last."""
+    global _coding_threads, _switch_interval
+    with _coding_lock:
+        if not _coding_threads:
+            _switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(min(_switch_interval, SWITCH_SECONDS))
+        _coding_threads += 1
+    try:
+        yield
+    finally:
+        with _coding_lock:
+            _coding_threads -= 1
+            if not _coding_threads:
+                sys.setswitchinterval(_switch_interval)
+
+
+def _decoded_elsewhere(body: bytes | bytearray) -> Event | ValueError:
+    """`decoded`, on a thread (see _coding and _promote)."""
+    with _coding():
+        _young_collected()
+        event = decoded(body)
+        _promote()
+    return event
+
+
+def _pieces_elsewhere(event: Event, limit: int) -> list[bytes | memoryview]:
+    """`pieces_of`, on a thread (see _coding and _promote)."""
+    with _coding():
+        _young_collected()
+        return pieces_of(event, limit, _promote)
 
 
 def _kernel_unsent(transport: asyncio.BaseTransport) -> int:
@@ -351,7 +424,7 @@ class Channel(asyncio.Protocol):
         if not self._holding(len(body)):  # the frame still counts against the budget
             return
         self.transport.pause_reading()
-        future = self._loop.run_in_executor(None, decoded, body)
+        future = self._loop.run_in_executor(None, _decoded_elsewhere, body)
         self._decoding = future
         future.add_done_callback(self._decoded)
 
@@ -535,7 +608,8 @@ class Channel(asyncio.Protocol):
         if self.is_closing:
             raise ConnectionLost(self.close_reason or "connection is closed")
         self.conn.check(event)
-        body = self._loop.run_in_executor(None, pieces_of, event, self.conn.peer_max_frame)
+        body = self._loop.run_in_executor(None, _pieces_elsewhere, event,
+                                          self.conn.peer_max_frame)
         sent: asyncio.Future[None] = self._loop.create_future()
         self._outbox.append(_Encoding(event, body, refused, sent))
         body.add_done_callback(self._flush)

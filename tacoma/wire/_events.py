@@ -366,7 +366,7 @@ class Cancel(Event):
 #: loop's among them, for as long as it takes (half a second for 20,000,000 elements);
 #: pieces this size take a few milliseconds each.
 PIECE_ELEMENTS: Final = 1 << 15
-PIECE_BYTES: Final = 1 << 20
+PIECE_BYTES: Final = 1 << 18
 
 
 def encode(event: Event) -> bytes:
@@ -375,13 +375,18 @@ def encode(event: Event) -> bytes:
     return body
 
 
-def encode_in_pieces(event: Event, piece: int = PIECE_ELEMENTS) -> list[bytes | memoryview]:
+def encode_in_pieces(event: Event, piece: int = PIECE_ELEMENTS,
+                     made: Callable[[], object] | None = None) -> list[bytes | memoryview]:
     """`encode(event)`, in pieces (joined end to end, they are its bytes), made `piece`
     array elements at a time: for a thread that encodes a large briefcase while an event
     loop runs beside it. Left in pieces, so that tens of megabytes are not copied once
-    more to be joined."""
+    more to be joined. `made`, if given, is called once the fields are in their wire form
+    (copies of the folders' lists), before they are packed."""
+    fields = [event.tag, *event.fields()]
+    if made is not None:
+        made()
     pieces: list[bytes | memoryview] = []
-    _pack([event.tag, *event.fields()], pieces, piece, outer=True)
+    _pack(fields, pieces, piece, outer=True)
     return pieces
 
 

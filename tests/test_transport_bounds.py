@@ -49,9 +49,12 @@ def _rss_kib(pid: int) -> int:
 
 async def _until(predicate: Callable[[], bool], what: str) -> None:
     """Wait, on the event loop, until `predicate` holds (at most GUARD seconds)."""
-    async with asyncio.timeout(GUARD):
-        while not predicate():
-            await asyncio.sleep(0.01)
+    try:
+        async with asyncio.timeout(GUARD):
+            while not predicate():
+                await asyncio.sleep(0.01)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None
 
 
 @pytest.fixture

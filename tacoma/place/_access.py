@@ -75,6 +75,9 @@ class Side(enum.StrEnum):
     CLIENT = "client"  # a program that is not a place: `tacoma meet`, tacoma.meet
     PLACE = "place"  # another place of the cluster, for itself or for one of its agents
     AGENT = "agent"  # an agent at this place, over its worker's channel
+    #: A peer of an --insecure place, where nobody is authenticated: a client or a place,
+    #: who can tell. It may meet what either may.
+    ANYONE = "anyone"
 
 
 class Rules(enum.Enum):
@@ -93,7 +96,7 @@ class Door:
     rules: Rules = Rules.AGENT
 
 
-_EVERY_SIDE = frozenset(Side)
+_EVERY_SIDE = frozenset({Side.CLIENT, Side.PLACE, Side.AGENT})
 #: The place's own agents' doors; every other agent (an interpreter's, an installed or a
 #: trusted one, a resident) has `ANY_DOOR`. A trip's end and a rear guard's questions come
 #: from places only (a client that could meet ag_home would end another principal's trip
@@ -112,7 +115,9 @@ DOORS: Mapping[str, Door] = {
 }
 ANY_DOOR = Door(_EVERY_SIDE)
 _SAID = {Side.CLIENT: "clients", Side.PLACE: "places of the cluster",
-         Side.AGENT: "agents at the place"}
+         Side.AGENT: "agents at the place", Side.ANYONE: "unauthenticated peers"}
+#: The sides an unauthenticated peer may be.
+_PEERS = frozenset({Side.CLIENT, Side.PLACE})
 
 
 def is_loopback(host: str) -> bool:
@@ -293,10 +298,11 @@ class Access:
 
     def side(self, peer: Peer | None) -> Side:
         """Which side a connection's meets come from: a place, if its certificate is a
-        place's; on an --insecure place nobody is authenticated, so every peer may be one."""
-        if self.tls is None or (peer is not None and peer.is_place):
-            return Side.PLACE
-        return Side.CLIENT
+        place's, else a client; anyone on an --insecure place, where nobody is
+        authenticated."""
+        if self.tls is None:
+            return Side.ANYONE
+        return Side.PLACE if peer is not None and peer.is_place else Side.CLIENT
 
     def check_onward(self, agent: str) -> None:
         """NotAllowed unless an agent here may meet `agent` at another place. Its place
@@ -315,10 +321,10 @@ class Access:
             raise NotAuthorized(f"{principal.name} is revoked here: place {principal.via} may "
                                 "not meet for it")
         door = DOORS.get(agent, ANY_DOOR)
-        if side not in door.sides:
+        if side not in door.sides and not (side is Side.ANYONE and door.sides & _PEERS):
             said = " and ".join(_SAID[s] for s in Side if s in door.sides)
             raise NotAllowed(f"{agent} is met by {said} only, not by {_SAID[side]}")
-        if mode == "go" and side != Side.PLACE:
+        if mode == "go" and side not in (Side.PLACE, Side.ANYONE):
             raise NotAuthorized("only a place may move an agent here; this peer is not one")
         if not self.rules or door.rules is Rules.NONE:
             return

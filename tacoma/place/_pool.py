@@ -43,8 +43,9 @@ from ..wire._errors import (
     ConnectionLost,
     MeetTimeout,
     PlaceUnavailable,
-    ProtocolError,
+    TacomaError,
     error_from_wire,
+    kind_of,
 )
 from ..wire._protocol import Event, Failed, Log, Meet, Result, Role
 from ._cgroups import Group
@@ -124,7 +125,14 @@ class Worker:
         self._reply = reply
         exited = self.exited
         meet.mark()
-        self.channel.send(Meet(1, meet.agent, meet.briefcase, "sync", timeout, meet.principal))
+
+        def refused(exc: TacomaError) -> None:  # the briefcase cannot reach the worker
+            if not reply.done():
+                reply.set_exception(exc)
+
+        # A large briefcase is encoded on a thread (see Channel.send): others go on meanwhile.
+        self.channel.send(Meet(1, meet.agent, meet.briefcase, "sync", timeout, meet.principal),
+                          refused)
         meet.step("hand to worker")
         waits: set[asyncio.Future[Any]] = {reply, exited}
         watch = self._watch_cpu() if self.group is not None and self.group.accounts_cpu \
@@ -265,13 +273,17 @@ class Worker:
             self._reply.exception()
 
     def answer(self, event: Result | Failed | Event) -> None:
-        """Send the reply to a nested meet, if the worker is still there to get it."""
-        if self.channel is not None and not self.channel.is_closing:
-            try:
-                self.channel.send(event)
-            except (ProtocolError, ValueError) as exc:
-                if isinstance(event, Result | Failed):
-                    self.channel.send(Failed(event.rid, "limit-exceeded", str(exc)))
+        """Send the reply to a nested meet, if the worker is still there to get it (a large
+        one encoded on a thread; one that cannot be sent is answered with a Failed)."""
+        channel = self.channel
+        if channel is None or channel.is_closing:
+            return
+
+        def refused(exc: TacomaError) -> None:
+            if isinstance(event, Result | Failed) and not channel.is_closing:
+                channel.send(Failed(event.rid, kind_of(exc), str(exc)))
+
+        channel.send(event, refused)
 
     async def destroy(self) -> None:
         """Kill everything this worker started and remove its files."""

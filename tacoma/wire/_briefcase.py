@@ -437,6 +437,16 @@ class Briefcase(MutableMapping[str, list[bytes]]):
                     for name, folder in self._folders.items() if name not in refs)
                 + sum(len(name) + len(ref.pack()) for name, ref in refs.items()))
 
+    def at_least(self, elements: int, nbytes: int) -> bool:
+        """Whether it holds at least `elements` elements, or `nbytes` bytes in them, as they
+        are here (a lazy folder not read is not fetched to be counted). Cheap whatever the
+        size: elements are counted per folder, and their bytes summed only below
+        `elements` of them."""
+        folders = self._folders.values()
+        if sum(map(len, folders)) >= elements:
+            return True
+        return sum(len(element) for folder in folders for element in folder) >= nbytes
+
     def size(self) -> int:
         """Total bytes held in elements (not counting names or framing; a lazy folder not
         yet read counts its whole size, as if it were here)."""
@@ -521,8 +531,11 @@ class Briefcase(MutableMapping[str, list[bytes]]):
                 continue
             if not isinstance(elements, list):
                 raise TypeError(f"folder {name!r} must be a list, got {type(elements).__name__}")
-            if all(type(e) is bytes for e in elements):  # as usual: a copy, no conversion
-                out[name] = elements[:]
+            if all(type(e) is bytes for e in elements):
+                # As usual: the list itself, no conversion and no copy (a copy of twenty
+                # million elements held the GIL for 85 ms). What takes the wire form only
+                # reads it, and a briefcase being sent is not changed meanwhile.
+                out[name] = elements
             else:
                 out[name] = [_as_bytes(e, name, i) for i, e in enumerate(elements)]
         if refs:

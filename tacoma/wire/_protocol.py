@@ -166,13 +166,7 @@ def heavy(event: Event) -> bool:
     Cheap whatever the size: the elements are counted per folder, and their bytes summed
     only below PIECE_ELEMENTS of them; a lazy folder is not fetched to be counted."""
     briefcase = getattr(event, "briefcase", None)
-    if not isinstance(briefcase, Briefcase):
-        return False
-    # The lists as they are: Briefcase's own accessors fetch a lazy folder that is not here.
-    folders = briefcase._folders.values()
-    if sum(map(len, folders)) >= PIECE_ELEMENTS:
-        return True
-    return sum(len(element) for folder in folders for element in folder) >= HEAVY_BYTES
+    return isinstance(briefcase, Briefcase) and briefcase.at_least(PIECE_ELEMENTS, HEAVY_BYTES)
 
 
 def body_of(event: Event, limit: int) -> bytes:

@@ -18,6 +18,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -270,3 +271,81 @@ def forward(down: socket.socket, up: socket.socket,
                     seen(sock, data)
                 with contextlib.suppress(OSError):
                     other.sendall(data)
+
+
+# ------------------------------------------------------------------ every language
+#: The agent of each language the tests run programs in.
+AGENT = {"python": "ag_python", "tcl": "ag_tcl", "scheme": "ag_scheme", "c": "ag_c"}
+
+
+def language_params(agents: bool = False) -> list[object]:
+    """A pytest parameter per language (its name, or with `agents` its agent's), skipped
+    with the reason where its interpreter cannot run here."""
+    from tacoma.agent._interpreter import discover_interpreters
+
+    installed = {i.language: i for i in discover_interpreters().values()}
+    params = []
+    for name, agent in AGENT.items():
+        interpreter = installed.get(name)
+        problem = "not installed" if interpreter is None else interpreter.check()
+        params.append(pytest.param(agent if agents else name,
+                                   marks=pytest.mark.skipif(problem is not None,
+                                                            reason=f"{name}: {problem}")))
+    return params
+
+
+#: Each language's agent: read 4 bytes of lazy folder DATA into GOT, or write the error's
+#: kind and message to ERR if it cannot.
+LAZY_READER = {
+    "ag_python": textwrap.dedent("""
+        try:
+            bc["GOT"] = [bc.read("DATA", 0, 4)]
+        except LazyFolderError as exc:
+            bc["ERR"] = [f"{exc.kind}: {exc}"]
+    """),
+    "ag_tcl": textwrap.dedent("""
+        if {[catch {bc_read DATA 0 4} message options]} {
+            bc_append_text ERR "[lindex [dict get $options -errorcode] 1]: $message"
+        }
+    """),
+    "ag_scheme": textwrap.dedent("""
+        (catch 'tacoma
+          (lambda () (bc-append "GOT" (bc-read "DATA" 0 4)))
+          (lambda (key kind message) (bc-append "ERR" (string-append kind ": " message))))
+    """),
+    "ag_c": textwrap.dedent("""
+        #include <tacoma.h>
+        int main(void) {
+            tc_list got;
+            if (tc_read(TC_SELF, "DATA", 0, 4, &got) != 0)
+                tc_append_textf(TC_SELF, "ERR", "%s: %s", tc_error_kind(), tc_error());
+            return 0;
+        }
+    """),
+}
+
+
+# ---------------------------------------------------------------------- a small disk
+@contextlib.contextmanager
+def small_disk(path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` mounted at `path` (made), unmounted at the end: a place's state
+    directory on a disk the test can fill (its log goes beside it, on the test's disk).
+    Root only."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs",
+                    str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=True)
+
+
+def fill(path: Path) -> None:
+    """Write file `path` until its file system is full."""
+    with open(path, "wb") as f:
+        while (free := os.statvfs(path)).f_bavail:
+            try:
+                f.write(bytes(min(free.f_bavail * free.f_frsize, 2**20)))
+                f.flush()
+            except OSError:
+                return

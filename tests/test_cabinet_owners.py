@@ -9,7 +9,6 @@ attacker is an agent, written in each language, that runs alice's very program.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import os
@@ -17,31 +16,26 @@ import sqlite3
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import tacoma
 from tacoma import Briefcase
-from tacoma.agent._interpreter import discover_interpreters
 from tacoma.client import PlaceClient
 from tacoma.client._identity import Credentials
 from tacoma.place._cabinets import Store
 
-from conftest import RunningPlace, issue_identity, launch_place
+from conftest import (
+    AGENT,
+    RunningPlace,
+    fill,
+    issue_identity,
+    language_params,
+    launch_place,
+    small_disk,
+)
 
-AGENT = {"python": "ag_python", "tcl": "ag_tcl", "scheme": "ag_scheme", "c": "ag_c"}
-_INTERPRETERS = {i.language: i for i in discover_interpreters().values()}
-
-
-def _language(name: str) -> pytest.param:
-    interpreter = _INTERPRETERS.get(name)
-    problem = "not installed" if interpreter is None else interpreter.check()
-    return pytest.param(name, marks=pytest.mark.skipif(problem is not None,
-                                                       reason=f"{name}: {problem}"))
-
-
-LANGUAGES = [_language(name) for name in AGENT]
+LANGUAGES = language_params()
 
 #: One program per language, run by alice and by mallory alike (so both run the same
 #: program, `code:SHA256` of it): DO=write makes cabinet C private with DAY=[rain];
@@ -375,30 +369,12 @@ def test_cabinet_bytes_is_checked() -> None:
 
 
 # ------------------------------------------------------------------------- a full disk
-@contextlib.contextmanager
-def small_disk(path: Path, size: str) -> Iterator[Path]:
-    path.mkdir(mode=0o700)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs",
-                    str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=True)
-
-
-def fill(path: Path) -> None:
-    """Write `path` until its file system is full."""
-    with open(path, "wb") as f:
-        while (free := os.statvfs(path)).f_bavail:
-            f.write(bytes(min(free.f_bavail * free.f_frsize, 2**20)))
-            f.flush()
-
-
 @pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
 def test_a_full_disk_refuses_a_write_and_the_place_serves_on(tmp_path: Path) -> None:
     with small_disk(tmp_path / "state", "24m") as state:
-        place = launch_place(state, "--pool-size", "0")
+        # The disk stops the write, not the principal's share of the cabinets.
+        place = launch_place(state, "--pool-size", "0", "--cabinet-bytes", "1G")
         try:
             kept = [os.urandom(1000)]
             tacoma.meet(place.target("ag_cabinet"), {"OP": ["append"], "CABINET": ["kept"],

@@ -42,7 +42,9 @@ from tacoma import Briefcase
 from tacoma.agent._interpreter import discover_interpreters
 
 from conftest import (
+    AGENT,
     RunningPlace,
+    language_params,
     launch_place,
     pid_alive,
     process_status,
@@ -66,18 +68,7 @@ FILE_SIZE = 1 * MiB
 SECRET_NAME = "TACOMA_HOSTILE_SECRET"  # noqa: S105 - bait planted by the test itself
 SECRET_VALUE = "hunter2-" + uuid.uuid4().hex
 
-AGENT = {"python": "ag_python", "tcl": "ag_tcl", "scheme": "ag_scheme", "c": "ag_c"}
-_INTERPRETERS = {i.language: i for i in discover_interpreters().values()}
-
-
-def _language(name: str) -> pytest.param:
-    interpreter = _INTERPRETERS.get(name)
-    problem = "not installed" if interpreter is None else interpreter.check()
-    return pytest.param(name, marks=pytest.mark.skipif(problem is not None,
-                                                       reason=f"{name}: {problem}"))
-
-
-LANGUAGES = [_language(name) for name in AGENT]
+LANGUAGES = language_params()
 
 
 @pytest.fixture(scope="module")
@@ -1236,7 +1227,8 @@ def _trust_dir() -> Path:
 def _cached_binary(place: RunningPlace) -> Path | None:
     """A program in the place's compile cache (compiling the trivial C agent if need be),
     or None where C agents cannot run."""
-    interpreter = _INTERPRETERS.get("c")
+    interpreter = next((i for i in discover_interpreters().values() if i.language == "c"),
+                       None)
     if interpreter is None or interpreter.check() is not None:
         return None
     cache = place.state_dir / "cache" / "c"

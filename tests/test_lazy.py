@@ -21,7 +21,7 @@ from tacoma.client import _lazy as client_lazy
 from tacoma.wire._briefcase import LAZY, Briefcase
 from tacoma.wire._lazy import Lazy, Manifest, Ref, Source
 
-from conftest import RunningPlace, issue_identity
+from conftest import LAZY_READER, RunningPlace, issue_identity
 
 LANGUAGES = ("ag_python", "ag_tcl", "ag_scheme", "ag_c")
 CHUNK = 64 * 1024
@@ -216,34 +216,6 @@ LAZY_AND_GO = {
     """),
 }
 
-#: Reads DATA, and writes the error's kind and message to ERR if it cannot.
-READ_OR_SAY_WHY = {
-    "ag_python": textwrap.dedent("""
-        try:
-            bc["GOT"] = [bc.read("DATA", 0, 4)]
-        except LazyFolderError as exc:
-            bc["ERR"] = [f"{exc.kind}: {exc}"]
-    """),
-    "ag_tcl": textwrap.dedent("""
-        if {[catch {bc_read DATA 0 4} message options]} {
-            bc_append_text ERR "[lindex [dict get $options -errorcode] 1]: $message"
-        }
-    """),
-    "ag_scheme": textwrap.dedent("""
-        (catch 'tacoma
-          (lambda () (bc-append "GOT" (bc-read "DATA" 0 4)))
-          (lambda (key kind message) (bc-append "ERR" (string-append kind ": " message))))
-    """),
-    "ag_c": textwrap.dedent("""
-        #include <tacoma.h>
-        int main(void) {
-            tc_list got;
-            if (tc_read(TC_SELF, "DATA", 0, 4, &got) != 0)
-                tc_append_textf(TC_SELF, "ERR", "%s: %s", tc_error_kind(), tc_error());
-            return 0;
-        }
-    """),
-}
 
 
 @pytest.fixture(scope="module")
@@ -329,7 +301,7 @@ def test_an_origin_that_is_gone_is_an_error_the_agent_can_catch(
     assert made.is_lazy("DATA")
     assert a.stop() == 0
     made.remove("CODE")
-    result = tacoma.meet(b.target(agent), made, code=READ_OR_SAY_WHY[agent], timeout=120)
+    result = tacoma.meet(b.target(agent), made, code=LAZY_READER[agent], timeout=120)
     (error,) = result.text("ERR")
     assert error.startswith("lazy-folder: ") and f"origin {a.address} cannot be reached" in error
     assert tacoma.meet(b.target("ag_echo"), {"OK": ["1"]})["OK"] == [b"1"]  # b goes on
@@ -340,11 +312,11 @@ def test_kept_data_expires(start_place: Callable[..., RunningPlace]) -> None:
     made = tacoma.meet(place.target("ag_python"), code='bc["DATA"] = [b"x" * 10]\n'
                                                         'bc.lazy("DATA")', timeout=60)
     made.remove("CODE")
-    again = tacoma.meet(place.target("ag_python"), made, code=READ_OR_SAY_WHY["ag_python"],
+    again = tacoma.meet(place.target("ag_python"), made, code=LAZY_READER["ag_python"],
                         timeout=60)
     assert again["GOT"] == [b"xxxx"]
     time.sleep(1.2)
-    again = tacoma.meet(place.target("ag_python"), made, code=READ_OR_SAY_WHY["ag_python"],
+    again = tacoma.meet(place.target("ag_python"), made, code=LAZY_READER["ag_python"],
                         timeout=60)
     assert "no longer holds its data" in again.text("ERR")[0]
 
@@ -395,7 +367,7 @@ def test_a_forged_reference_is_refused(two: tuple[RunningPlace, RunningPlace]) -
                               ({"size": 2000}, "hash or layout is not that"),
                               ({"chunk": 1}, "hash or layout is not that")):
         result = tacoma.meet(a.target("ag_python"), forged(made, "DATA", **changes),
-                             code=READ_OR_SAY_WHY["ag_python"], timeout=60)
+                             code=LAZY_READER["ag_python"], timeout=60)
         assert expected in result.text("ERR")[0], (changes, result)
 
 
@@ -449,7 +421,7 @@ def test_a_client_that_is_gone_is_an_error(two: tuple[RunningPlace, RunningPlace
     path = tmp_path / "data.bin"
     path.write_bytes(b"z" * 1000)
     program = tmp_path / "late.py"
-    program.write_text("import time\ntime.sleep(1.5)\n" + READ_OR_SAY_WHY["ag_python"])
+    program.write_text("import time\ntime.sleep(1.5)\n" + LAZY_READER["ag_python"])
     out = subprocess.run([sys.executable, "-m", "tacoma", "meet", a.target("ag_python"),
                           "--code", str(program), "-f", f"DATA=@@{path}", "--async"],
                          capture_output=True, text=True, timeout=60, check=True)

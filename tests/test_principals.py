@@ -14,7 +14,6 @@ import json
 import os
 import socket
 import sqlite3
-import subprocess
 import sys
 import textwrap
 import threading
@@ -30,9 +29,18 @@ from tacoma.client._identity import Credentials
 from tacoma.trust import TrustStore, _certs
 from tacoma.wire._lazy import Lazy, Ref
 
-from conftest import RunningPlace, issue_identity, launch_place, wait_until
+from conftest import (
+    LAZY_READER,
+    RunningPlace,
+    fill,
+    issue_identity,
+    language_params,
+    launch_place,
+    small_disk,
+    wait_until,
+)
 
-LANGUAGES = ["ag_python", "ag_tcl", "ag_scheme", "ag_c"]
+LANGUAGES = language_params(agents=True)
 OK = {"OK": [b"1"]}
 
 #: Each language's agent: meet every target in TARGET with a briefcase of the folders named
@@ -99,36 +107,6 @@ MEETER = {
     """),
 }
 
-#: Each language's agent: read 4 bytes of lazy folder DATA; GOT, or ERR "KIND: message".
-READER = {
-    "ag_python": textwrap.dedent("""
-        try:
-            bc["GOT"] = [bc.read("DATA", 0, 4)]
-        except Exception as exc:
-            bc["ERR"] = [f"{getattr(exc, 'kind', type(exc).__name__)}: {exc}"]
-    """),
-    "ag_tcl": textwrap.dedent("""
-        if {[catch {bc_replace GOT [list [bc_read DATA 0 4]]} message options]} {
-            bc_append_text ERR "[lindex [dict get $options -errorcode] 1]: $message"
-        }
-    """),
-    "ag_scheme": textwrap.dedent("""
-        (catch 'tacoma
-          (lambda () (bc-append "GOT" (bc-read "DATA" 0 4)))
-          (lambda (key kind message) (bc-append "ERR" (string-append kind ": " message))))
-    """),
-    "ag_c": textwrap.dedent("""
-        #include <tacoma.h>
-        int main(void) {
-            tc_list got;
-            if (tc_read(TC_SELF, "DATA", 0, 4, &got) != 0)
-                tc_append_textf(TC_SELF, "ERR", "%s: %s", tc_error_kind(), tc_error());
-            else
-                tc_replace(TC_SELF, "GOT", got.items, got.count);
-            return 0;
-        }
-    """),
-}
 
 #: Each language's agent: meet ag_echo every tenth of a second until it is stopped.
 LOOPER = {
@@ -354,7 +332,7 @@ def test_a_forged_lazy_folder_makes_its_place_connect_nowhere(
                     real.root, real.seal)]
         errors = []
         for ref in refs:
-            result = tacoma.meet(a.target(agent), {"DATA": Lazy(ref)}, code=READER[agent],
+            result = tacoma.meet(a.target(agent), {"DATA": Lazy(ref)}, code=LAZY_READER[agent],
                                  timeout=120)
             (error,) = result.text("ERR")
             errors.append(error)
@@ -376,14 +354,18 @@ def test_an_agent_reads_only_from_origins_handed_to_it(
     made.remove("CODE")
     packed = made.lazy_refs()[0].pack()
     # Handed over in its briefcase, b's agent reads it (b fetches from a) ...
-    got = tacoma.meet(b.target("ag_python"), made, code=READER["ag_python"], timeout=60)
+    got = tacoma.meet(b.target("ag_python"), made, code=LAZY_READER["ag_python"], timeout=60)
     assert got["GOT"] == [b"seal"]
     # ... but the same reference, smuggled in as plain bytes and made up inside the agent,
     # names an origin no folder handed to it names: b does not fetch for it.
     smuggle = textwrap.dedent("""
         from tacoma.wire._lazy import Lazy, Ref
         bc["DATA"] = Lazy(Ref.unpack(bc["PACKED"][0]))
-    """) + READER["ag_python"]
+        try:
+            bc["GOT"] = [bc.read("DATA", 0, 4)]
+        except NotAllowed as exc:
+            bc["ERR"] = [f"{exc.kind}: {exc}"]
+    """)
     got = tacoma.meet(b.target("ag_python"), {"PACKED": [packed]}, code=smuggle, timeout=60)
     assert got.text("ERR") and "no lazy folder handed to this agent" in got.text("ERR")[0]
 
@@ -547,33 +529,6 @@ def test_a_revoked_principals_agents_stop(start_place: Callable[..., RunningPlac
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 
 
-@contextlib.contextmanager
-def small_disk(path: Path, size: str) -> Iterator[Path]:
-    """A tmpfs of `size` at `path`, unmounted at the end (a place's state directory: its
-    log goes beside it, on the disk the test runs on)."""
-    path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs",
-                    str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-def fill(disk: Path, leave: int = 0) -> Path:
-    """Fill `disk` with a file, but for `leave` bytes; the file."""
-    filler = disk / "filler"
-    free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
-    with open(filler, "wb") as out:
-        left = free - leave
-        while left > 0:
-            try:
-                left -= out.write(b"\0" * min(left, 1 << 20))
-            except OSError:
-                break
-    return filler
-
-
 @needs_root
 @pytest.mark.root
 def test_one_principal_keeps_at_most_its_share_of_the_journal(
@@ -643,7 +598,7 @@ def test_a_place_starts_on_a_full_disk_and_says_so(tmp_path: Path) -> None:
                                               "X": ["1"]}, timeout=30)
         assert tacoma.status(f"{done}@{p.address}", wait=30).state == "done"
         assert p.stop() == 0
-        fill(state)
+        fill(state / "filler")
         p = launch_place(state, quiet=False)
         try:
             assert "is full" in p.log()

@@ -1,9 +1,12 @@
 """Cabinets kept apart by principal: a private cabinet belongs to a program run for one
-principal, a database of the layout before that is upgraded (its private cabinets wait for
-the administrator to name their owner), and every principal's cabinet bytes are bounded.
+principal and is keyed by its owner as well as its name, so that nobody reaches, blocks or
+learns of another's; a database of an earlier layout is upgraded (private cabinets from
+before principals wait for the administrator to name their owner), and every principal's
+cabinet bytes are bounded.
 
 Two real identities of the tests' CA, alice and mallory, meet one place over TLS; the
-attacker is an agent, written in each language, that runs alice's very program.
+attacker is an agent, written in each language, that runs alice's very program, or mallory
+herself, as a client.
 """
 
 from __future__ import annotations
@@ -38,69 +41,77 @@ from conftest import (
 LANGUAGES = language_params()
 
 #: One program per language, run by alice and by mallory alike (so both run the same
-#: program, `code:SHA256` of it): DO=write makes cabinet C private with DAY=[rain];
-#: DO=read reads DAY into READ; DO=attack tries to read, write, remove and list C's folders,
-#: one RESULT line each ("read: refused <why>" or "read: done"), and LISTED is C if
-#: cabinets() shows it.
+#: program, `code:SHA256` of it), on cabinet C. DO=write replaces C's DAY with the
+#: briefcase's DAY, private. Otherwise it reads C's DAY into READ, C's folders into FOLDERS
+#: and C, if cabinets() lists it, into LISTED; DO=attack then appends to DAY and removes C.
+#: Each step adds a RESULT line ("read: done", or "read: refused <why>").
 OWNER = {
     "python": '''
 c, what = bc.text("C")[0], bc.text("DO")[0]
+
+def attempt(name, op):
+    try:
+        result = op()
+    except Exception as exc:
+        bc.append("RESULT", f"{name}: refused {exc}")
+        return []
+    bc.append("RESULT", name + ": done")
+    return result
+
 if what == "write":
-    cabinet_replace(c, "DAY", [b"rain"], private=True)
-elif what == "read":
-    bc["READ"] = cabinet_read(c, "DAY")
+    cabinet_replace(c, "DAY", bc["DAY"], private=True)
 else:
-    for name, op in (("read", lambda: cabinet_read(c, "DAY")),
-                     ("write", lambda: cabinet_append(c, "DAY", b"mallory was here")),
-                     ("remove", lambda: cabinet_remove(c)),
-                     ("folders", lambda: cabinet_folders(c))):
-        try:
-            op()
-            bc.append("RESULT", name + ": done")
-        except Exception as exc:
-            bc.append("RESULT", f"{name}: refused {exc}")
-    bc["LISTED"] = [x for x in cabinets() if x == c]
+    bc["READ"] = attempt("read", lambda: cabinet_read(c, "DAY"))
+    bc["FOLDERS"] = attempt("folders", lambda: cabinet_folders(c))
+    bc["LISTED"] = [x for x in attempt("list", cabinets) if x == c]
+    if what == "attack":
+        attempt("write", lambda: cabinet_append(c, "DAY", b"mallory was here"))
+        attempt("remove", lambda: cabinet_remove(c))
 ''',
     "tcl": '''
 set c [lindex [bc_text C] 0]
 set what [lindex [bc_text DO] 0]
-if {$what eq "write"} {
-    cabinet_replace $c DAY [list rain] -private
-} elseif {$what eq "read"} {
-    bc_replace READ [cabinet_read $c DAY]
-} else {
-    foreach {name script} {
-        read {cabinet_read $c DAY}
-        write {cabinet_append $c DAY "mallory was here"}
-        remove {cabinet_remove $c}
-        folders {cabinet_folders $c}
-    } {
-        if {[catch $script message]} {
-            bc_append_text RESULT "$name: refused $message"
-        } else {
-            bc_append_text RESULT "$name: done"
-        }
+proc attempt {name script} {
+    if {[catch {uplevel 1 $script} result]} {
+        bc_append_text RESULT "$name: refused $result"
+        return {}
     }
-    foreach x [cabinets] { if {$x eq $c} { bc_append_text LISTED $x } }
+    bc_append_text RESULT "$name: done"
+    return $result
+}
+if {$what eq "write"} {
+    cabinet_replace $c DAY [bc_folder DAY] -private
+} else {
+    bc_replace READ [attempt read {cabinet_read $c DAY}]
+    bc_replace FOLDERS [attempt folders {cabinet_folders $c}]
+    foreach x [attempt list {cabinets}] { if {$x eq $c} { bc_append_text LISTED $x } }
+    if {$what eq "attack"} {
+        attempt write {cabinet_append $c DAY "mallory was here"}
+        attempt remove {cabinet_remove $c}
+    }
 }
 ''',
     "scheme": '''
 (define c (car (bc-text "C")))
 (define what (car (bc-text "DO")))
-(define (try name thunk)
+(define (attempt name thunk)
   (catch #t
-    (lambda () (thunk) (bc-append "RESULT" (string-append name ": done")))
+    (lambda ()
+      (let ((result (thunk)))
+        (bc-append "RESULT" (string-append name ": done"))
+        result))
     (lambda (key . args)
-      (bc-append "RESULT" (string-append name ": refused " (format #f "~a" args))))))
-(cond
-  ((string=? what "write") (cabinet-replace c "DAY" (list "rain") #:private #t))
-  ((string=? what "read") (bc-replace "READ" (cabinet-read c "DAY")))
-  (else
-    (try "read" (lambda () (cabinet-read c "DAY")))
-    (try "write" (lambda () (cabinet-append c "DAY" "mallory was here")))
-    (try "remove" (lambda () (cabinet-remove c)))
-    (try "folders" (lambda () (cabinet-folders c)))
-    (bc-replace "LISTED" (filter (lambda (x) (string=? x c)) (cabinets)))))
+      (bc-append "RESULT" (string-append name ": refused " (format #f "~a" args)))
+      '())))
+(if (string=? what "write")
+    (cabinet-replace c "DAY" (bc-folder "DAY") #:private #t)
+    (begin
+      (bc-replace "READ" (attempt "read" (lambda () (cabinet-read c "DAY"))))
+      (bc-replace "FOLDERS" (attempt "folders" (lambda () (cabinet-folders c))))
+      (bc-replace "LISTED" (filter (lambda (x) (string=? x c)) (attempt "list" cabinets)))
+      (when (string=? what "attack")
+        (attempt "write" (lambda () (cabinet-append c "DAY" "mallory was here")))
+        (attempt "remove" (lambda () (cabinet-remove c))))))
 ''',
     "c": '''
 #include <tacoma.h>
@@ -111,30 +122,40 @@ static void report(const char *name, int failed) {
     tc_append_text(TC_SELF, "RESULT", line);
 }
 int main(void) {
-    tc_list cs, dos, got, all;
+    tc_list cs, dos, day, got, all;
     if (tc_text(TC_SELF, "C", &cs) != 0 || tc_text(TC_SELF, "DO", &dos) != 0)
         tc_fail("%s", tc_error());
     const char *c = (const char *)cs.items[0].data, *what = (const char *)dos.items[0].data;
-    tc_elem rain = {(unsigned char *)"rain", 4};
     if (strcmp(what, "write") == 0) {
-        if (tc_cabinet_replace(c, "DAY", &rain, 1, 1) != 0) tc_fail("%s", tc_error());
-    } else if (strcmp(what, "read") == 0) {
-        if (tc_cabinet_read(c, "DAY", &got) != 0) tc_fail("%s", tc_error());
-        tc_replace(TC_SELF, "READ", got.items, got.count);
-    } else {
-        report("read", tc_cabinet_read(c, "DAY", &got) != 0);
+        if (tc_folder(TC_SELF, "DAY", &day) != 0
+            || tc_cabinet_replace(c, "DAY", day.items, day.count, 1) != 0)
+            tc_fail("%s", tc_error());
+        return 0;
+    }
+    int failed = tc_cabinet_read(c, "DAY", &got) != 0;
+    report("read", failed);
+    tc_replace(TC_SELF, "READ", got.items, failed ? 0 : got.count);
+    failed = tc_cabinet_folders(c, &got) != 0;
+    report("folders", failed);
+    tc_replace(TC_SELF, "FOLDERS", got.items, failed ? 0 : got.count);
+    failed = tc_cabinets(&all) != 0;
+    report("list", failed);
+    tc_replace(TC_SELF, "LISTED", NULL, 0);
+    for (size_t i = 0; !failed && i < all.count; i++)
+        if (strcmp((const char *)all.items[i].data, c) == 0)
+            tc_append_text(TC_SELF, "LISTED", c);
+    if (strcmp(what, "attack") == 0) {
         report("write", tc_cabinet_append(c, "DAY", "mallory was here", 16, 0) != 0);
         report("remove", tc_cabinet_remove(c, NULL) != 0);
-        report("folders", tc_cabinet_folders(c, &got) != 0);
-        if (tc_cabinets(&all) != 0) tc_fail("%s", tc_error());
-        for (size_t i = 0; i < all.count; i++)
-            if (strcmp((const char *)all.items[i].data, c) == 0)
-                tc_append_text(TC_SELF, "LISTED", c);
     }
     return 0;
 }
 ''',
 }
+
+#: Every step of a read or an attack, as RESULT says when none was refused.
+READ_STEPS = ["read: done", "folders: done", "list: done"]
+ATTACK_STEPS = [*READ_STEPS, "write: done", "remove: done"]
 
 #: A Python agent that reads cabinet C's DAY (ERR: why not), for the upgrade's test.
 READER = '''
@@ -143,6 +164,12 @@ try:
 except CabinetError as exc:
     bc["ERR"] = [str(exc)]
 '''
+
+
+def found(answer: Briefcase) -> list[bytes]:
+    """What READER read, checking that nothing refused it."""
+    assert "ERR" not in answer, answer.text("ERR")
+    return answer["READ"]
 
 
 def new_identity(base: str) -> tuple[str, Path]:
@@ -184,22 +211,153 @@ def tacoma_cli(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=60, check=False)
 
 
+def fresh(base: str) -> str:
+    """A cabinet name no test has used."""
+    return f"{base}-{uuid.uuid4().hex[:8]}"
+
+
+def owner(identity: tuple[str, Path], place: RunningPlace, language: str, what: str,
+          cabinet: str, *day: bytes) -> Briefcase:
+    """What the OWNER program answers, run as `identity` (DO=`what` on `cabinet`)."""
+    folders: dict[str, list[str | bytes]] = {"DO": [what], "C": [cabinet]}
+    if day:
+        folders["DAY"] = list(day)
+    return meet_as(identity, place, AGENT[language], folders, OWNER[language])
+
+
+def seen(answer: Briefcase) -> dict[str, list[bytes]]:
+    """What a read or an attack saw, the cabinet's name aside."""
+    return {name: answer.get(name, []) for name in ("RESULT", "READ", "FOLDERS", "LISTED")}
+
+
+def admin_list(state: Path) -> list[dict[str, object]]:
+    out = tacoma_cli("cabinet", "list", "--json", "--state-dir", str(state))
+    assert out.returncode == 0, out.stderr
+    rows: list[dict[str, object]] = json.loads(out.stdout)["cabinets"]
+    return rows
+
+
 @pytest.mark.parametrize("language", LANGUAGES)
-def test_the_same_program_run_for_another_principal_is_not_the_owner(
+def test_a_private_write_never_lands_in_a_public_cabinet_of_its_name(
         place: RunningPlace, alice: tuple[str, Path], mallory: tuple[str, Path],
         language: str) -> None:
-    agent, code, cabinet = AGENT[language], OWNER[language], f"diary-{language}"
-    meet_as(alice, place, agent, {"DO": ["write"], "C": [cabinet]}, code)
-    attack = meet_as(mallory, place, agent, {"DO": ["attack"], "C": [cabinet]}, code)
-    results = attack.text("RESULT")
-    assert [line.split(":")[0] for line in results] == ["read", "write", "remove", "folders"]
-    for line in results:
-        assert ": refused" in line and "private to its owner" in line, line
-    assert attack.get("LISTED", []) == []
-    # alice's next meet of the same program finds it as she left it.
-    again = meet_as(alice, place, agent, {"DO": ["read"], "C": [cabinet]}, code)
-    assert again.text("READ") == ["rain"]
+    """mallory makes a public cabinet first, with the name alice's agent will then write
+    private: alice's write makes her own private cabinet, and mallory, as a client or
+    running alice's very program, never reads (or replaces) what alice wrote."""
+    cabinet, secret = fresh(f"diary-{language}"), f"alice's secret in {language}".encode()
+    cab(mallory, place, OP=["append"], CABINET=[cabinet], BAIT=["x"])
+    owner(alice, place, language, "write", cabinet, secret)
+    # mallory as a client: the public cabinet, with her bait and no DAY.
+    assert cab(mallory, place, OP=["read"], CABINET=[cabinet], FOLDER=["DAY", "BAIT"]) == \
+        Briefcase({"DAY": [], "BAIT": [b"x"]})
+    assert cab(mallory, place, OP=["folders"], CABINET=[cabinet]).text("FOLDERS") == ["BAIT"]
+    cab(mallory, place, OP=["replace"], CABINET=[cabinet], DAY=["mallory's"])
+    # mallory's agent, running alice's program: the public one too.
+    attack = owner(mallory, place, language, "attack", cabinet)
+    assert seen(attack) == {"RESULT": [e.encode() for e in ATTACK_STEPS],
+                            "READ": [b"mallory's"], "FOLDERS": [b"BAIT", b"DAY"],
+                            "LISTED": [cabinet.encode()]}
+    # alice's own, untouched: only her DAY, her cabinet listed once.
+    mine = owner(alice, place, language, "read", cabinet)
+    assert seen(mine) == {"RESULT": [e.encode() for e in READ_STEPS], "READ": [secret],
+                          "FOLDERS": [b"DAY"], "LISTED": [cabinet.encode()]}
+    # The administrator sees both: mallory's public one (removed by her attack), and
+    # alice's, private to her.
+    rows = [row for row in admin_list(place.state_dir) if row["name"] == cabinet]
+    assert [(row["principal"], row["folders"]) for row in rows] == [(alice[0], ["DAY"])]
     assert place.proc.poll() is None
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_another_owners_private_cabinet_does_not_keep_a_name_from_anyone(
+        place: RunningPlace, alice: tuple[str, Path], mallory: tuple[str, Path],
+        language: str) -> None:
+    """mallory's private cabinet of a name, made first (by alice's very program), neither
+    stops alice's private cabinet of that name nor tells her of itself: each reads her
+    own."""
+    cabinet = fresh(f"squat-{language}")
+    owner(mallory, place, language, "write", cabinet, b"mallory's")
+    owner(alice, place, language, "write", cabinet, b"alice's")  # no AgentFailed
+    for who, day in ((alice, b"alice's"), (mallory, b"mallory's")):
+        assert seen(owner(who, place, language, "read", cabinet)) == {
+            "RESULT": [e.encode() for e in READ_STEPS], "READ": [day],
+            "FOLDERS": [b"DAY"], "LISTED": [cabinet.encode()]}
+    # Nobody else finds either: not a client, not another program of alice's.
+    assert cab(alice, place, OP=["read"], CABINET=[cabinet], FOLDER=["DAY"]) == \
+        Briefcase({"DAY": []})
+    assert cabinet not in cab(mallory, place, OP=["list"]).text("CABINETS")
+    principals = {row["principal"] for row in admin_list(place.state_dir)
+                  if row["name"] == cabinet}
+    assert principals == {alice[0], mallory[0]}
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_another_owners_private_cabinet_reads_as_a_name_nobody_used(
+        place: RunningPlace, alice: tuple[str, Path], mallory: tuple[str, Path],
+        language: str) -> None:
+    """Every answer mallory gets about alice's private cabinet, running alice's very
+    program or as a client, is the answer she gets about a name nobody has used: no
+    refusal, no error to tell them apart; and nothing of it touches alice's cabinet."""
+    cabinet, unused = fresh(f"diary-{language}"), fresh(f"unused-{language}")
+    owner(alice, place, language, "write", cabinet, b"rain")
+    attack = seen(owner(mallory, place, language, "attack", cabinet))
+    assert attack == seen(owner(mallory, place, language, "attack", unused))
+    assert attack["RESULT"] == [e.encode() for e in ATTACK_STEPS]
+    assert attack["READ"] == [] and attack["LISTED"] == []
+    for name in (cabinet, unused):
+        assert cab(mallory, place, OP=["read"], CABINET=[name], FOLDER=["DAY"]) == \
+            Briefcase({"DAY": []})
+        assert cab(mallory, place, OP=["folders"], CABINET=[name]) == Briefcase({"FOLDERS": []})
+        assert cab(mallory, place, OP=["remove"], CABINET=[name]) == Briefcase()
+        assert name not in cab(mallory, place, OP=["list"]).text("CABINETS")
+    # alice's next meet of the same program finds it as she left it.
+    assert seen(owner(alice, place, language, "read", cabinet))["READ"] == [b"rain"]
+    assert place.proc.poll() is None
+
+
+def test_the_administrator_tells_same_named_cabinets_apart(
+        place: RunningPlace, alice: tuple[str, Path], mallory: tuple[str, Path]) -> None:
+    """`tacoma cabinet` shows each cabinet of a name with its owner, acts on the one its
+    options pick, and refuses to guess."""
+    state, cabinet = str(place.state_dir), fresh("shared")
+    cab(mallory, place, OP=["append"], CABINET=[cabinet], DAY=["public"])
+    owner(alice, place, "python", "write", cabinet, b"alice's")
+    owner(mallory, place, "python", "write", cabinet, b"mallory's")
+    program = "code:" + hashlib.sha256(OWNER["python"].encode()).hexdigest()
+    rows = [row for row in admin_list(place.state_dir) if row["name"] == cabinet]
+    assert [(row["owner"], row["principal"]) for row in rows] == [
+        (None, None), *sorted([(program, alice[0]), (program, mallory[0])])]
+    table = tacoma_cli("cabinet", "list", "--state-dir", state).stdout
+    assert f"private to {program} for {alice[0]!r}" in table
+    assert f"private to {program} for {mallory[0]!r}" in table
+    ambiguous = tacoma_cli("cabinet", "show", cabinet, "--state-dir", state)
+    assert ambiguous.returncode == 2
+    assert f"3 cabinets are named {cabinet!r}: public; private to {program} for " \
+           in ambiguous.stderr and "--principal NAME" in ambiguous.stderr
+
+    def show(*which: str) -> dict[str, object]:
+        out = tacoma_cli("cabinet", "show", cabinet, "--json", *which, "--state-dir", state)
+        assert out.returncode == 0, out.stderr
+        shown: dict[str, object] = json.loads(out.stdout)["folders"]
+        return shown
+
+    assert show("--public") == {"DAY": ["public"]}
+    assert show("--principal", alice[0]) == {"DAY": ["alice's"]}
+    assert show("--program", program, "--principal", mallory[0]) == {"DAY": ["mallory's"]}
+    put = tacoma_cli("cabinet", "put", cabinet, "-f", "DAY=from the administrator",
+                     "--principal", alice[0], "--state-dir", state)
+    assert put.returncode == 0 and f"for {alice[0]!r}" in put.stdout, put.stderr
+    assert owner(alice, place, "python", "read", cabinet).text("READ") == \
+        ["alice's", "from the administrator"]
+    nobody = tacoma_cli("cabinet", "put", cabinet, "-f", "DAY=x", "--principal", "nobody",
+                        "--state-dir", state)
+    assert nobody.returncode == 2 and "put makes public cabinets only" in nobody.stderr
+    removed = tacoma_cli("cabinet", "rm", cabinet, "--principal", mallory[0],
+                         "--state-dir", state)
+    assert removed.returncode == 0, removed.stderr
+    assert owner(mallory, place, "python", "read", cabinet).text("READ") == ["public"]
+    assert show("--principal", alice[0]) == {"DAY": ["alice's", "from the administrator"]}
+    books(place.state_dir)
 
 
 # ------------------------------------------------------------------------- the upgrade
@@ -261,11 +419,10 @@ def test_an_upgraded_private_cabinet_waits_for_the_administrator_to_name_its_own
     assert f"for {alice[0]!r}" in out.stdout
     assert meet_as(alice, place, "ag_python", {"C": ["diary"]}, READER).text("READ") == \
         ["rain"]
-    refused = meet_as(mallory, place, "ag_python", {"C": ["diary"]}, READER)
-    assert "READ" not in refused and "private to its owner" in refused.text("ERR")[0]
+    # Anyone else finds no cabinet of that name (and is not told of one).
+    assert found(meet_as(mallory, place, "ag_python", {"C": ["diary"]}, READER)) == []
     # Only the same program is the owner, for alice too.
-    other = meet_as(alice, place, "ag_python", {"C": ["diary"]}, READER + "\n")
-    assert "private to its owner" in other.text("ERR")[0]
+    assert found(meet_as(alice, place, "ag_python", {"C": ["diary"]}, READER + "\n")) == []
     listed = json.loads(tacoma_cli("cabinet", "list", "--json", "--state-dir",
                                    str(state)).stdout)
     assert {row["name"]: row["principal"] for row in listed["cabinets"]} == \
@@ -283,20 +440,145 @@ def test_an_upgraded_private_cabinet_waits_for_the_administrator_to_name_its_own
     assert "waiting for their owner" not in again.log()
 
 
-def test_the_upgrade_is_one_transaction(tmp_path: Path) -> None:
-    """A database the upgrade cannot finish is left in the old layout, whole."""
-    path = tmp_path / "cabinets.sqlite3"
-    old_database(path, READER)
+#: The layout of version 1, as that tacoma made it: a cabinet's name was its key, and
+#: triggers kept the books (an element cost its cabinet's name too).
+V1_SCHEMA = """
+CREATE TABLE cabinets (
+    name TEXT PRIMARY KEY, owner TEXT, created REAL NOT NULL, updated REAL NOT NULL,
+    principal TEXT, creator TEXT
+);
+CREATE TABLE elements (
+    cabinet TEXT NOT NULL REFERENCES cabinets(name) ON DELETE CASCADE,
+    folder TEXT NOT NULL, position INTEGER NOT NULL, data BLOB NOT NULL, writer TEXT,
+    PRIMARY KEY (cabinet, folder, position)
+);
+CREATE TABLE charges (principal TEXT PRIMARY KEY, bytes INTEGER NOT NULL);
+CREATE TABLE kept (only INTEGER PRIMARY KEY CHECK (only = 0), bytes INTEGER NOT NULL);
+INSERT INTO kept VALUES (0, 0);
+CREATE TRIGGER element_added AFTER INSERT ON elements BEGIN
+    UPDATE kept
+        SET bytes = bytes + length(NEW.data) + length(NEW.folder) + length(NEW.cabinet) + 32;
+    INSERT INTO charges
+        SELECT NEW.writer, length(NEW.data) + length(NEW.folder) + length(NEW.cabinet) + 32
+        WHERE NEW.writer IS NOT NULL
+        ON CONFLICT (principal) DO UPDATE SET bytes = bytes + excluded.bytes;
+END;
+CREATE TRIGGER element_removed AFTER DELETE ON elements BEGIN
+    UPDATE kept
+        SET bytes = bytes - length(OLD.data) - length(OLD.folder) - length(OLD.cabinet) - 32;
+    UPDATE charges
+        SET bytes = bytes - length(OLD.data) - length(OLD.folder) - length(OLD.cabinet) - 32
+        WHERE principal = OLD.writer;
+    DELETE FROM charges WHERE principal = OLD.writer AND bytes <= 0;
+END;
+CREATE TRIGGER cabinet_added AFTER INSERT ON cabinets BEGIN
+    UPDATE kept SET bytes = bytes + length(NEW.name) + 64;
+    INSERT INTO charges SELECT NEW.creator, length(NEW.name) + 64
+        WHERE NEW.creator IS NOT NULL
+        ON CONFLICT (principal) DO UPDATE SET bytes = bytes + excluded.bytes;
+END;
+CREATE TRIGGER cabinet_removed AFTER DELETE ON cabinets BEGIN
+    UPDATE kept SET bytes = bytes - length(OLD.name) - 64;
+    UPDATE charges SET bytes = bytes - length(OLD.name) - 64 WHERE principal = OLD.creator;
+    DELETE FROM charges WHERE principal = OLD.creator AND bytes <= 0;
+END;
+PRAGMA user_version = 1;
+"""
+
+
+def v1_database(path: Path, program: str, alice: str, mallory: str) -> None:
+    """A cabinets database of version 1: `diary`, private to `program` run for `alice`,
+    `old`, private to `program` from version 0 and unclaimed, and the public `notes` that
+    `mallory` made and `alice` wrote into too."""
+    owner = "code:" + hashlib.sha256(program.encode()).hexdigest()
     db = sqlite3.connect(path)
-    db.execute("CREATE TABLE charges (x)")  # in the way of the upgrade's own
+    db.executescript(V1_SCHEMA)
+    db.executemany("INSERT INTO cabinets VALUES (?, ?, 1.0, 1.0, ?, ?)",
+                   [("diary", owner, alice, alice), ("old", owner, None, None),
+                    ("notes", None, None, mallory)])
+    db.executemany("INSERT INTO elements VALUES (?, ?, ?, ?, ?)",
+                   [("diary", "DAY", 0, b"rain", alice), ("diary", "DAY", 1, b"sun", alice),
+                    ("old", "DAY", 0, b"fog", None), ("notes", "LINES", 0, b"hello", mallory),
+                    ("notes", "LINES", 1, b"hi", alice)])
     db.commit()
     db.close()
-    with pytest.raises(sqlite3.OperationalError, match="charges already exists"):
+
+
+def test_a_database_of_version_1_is_upgraded_whole(
+        start_place, tmp_path: Path, alice: tuple[str, Path],
+        mallory: tuple[str, Path]) -> None:
+    """Every cabinet keeps its owner and elements, every element its writer; the books are
+    those of the rows; and the names are freed: mallory's private cabinet of alice's
+    cabinet's name is now her own."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    v1_database(state / "cabinets.sqlite3", READER, alice[0], mallory[0])
+    place = start_place(state_dir=state, quiet=False)
+    assert "private cabinets waiting for their owner to be named: 1" in place.log()
+    assert meet_as(alice, place, "ag_python", {"C": ["diary"]}, READER).text("READ") == \
+        ["rain", "sun"]
+    assert found(meet_as(mallory, place, "ag_python", {"C": ["diary"]}, READER)) == []
+    assert "waits for its owner to be named" in \
+        meet_as(alice, place, "ag_python", {"C": ["old"]}, READER).text("ERR")[0]
+    assert cab(mallory, place, OP=["read"], CABINET=["notes"], FOLDER=["LINES"]).text(
+        "LINES") == ["hello", "hi"]
+    mine = "cabinet_replace('diary', 'DAY', [b'mallory'], private=True)\n" + READER
+    assert meet_as(mallory, place, "ag_python", {"C": ["diary"]}, mine).text("READ") == \
+        ["mallory"]
+    assert meet_as(alice, place, "ag_python", {"C": ["diary"]}, READER).text("READ") == \
+        ["rain", "sun"]
+    assert place.stop() == 0
+    store = Store(state / "cabinets.sqlite3")
+    try:
+        assert store.db.execute("PRAGMA user_version").fetchone() == (2,)
+        assert store.db.execute("PRAGMA foreign_key_check").fetchall() == []
+        assert [(c.name, c.principal) for c in store.cabinets()] == [
+            ("diary", alice[0]), ("diary", mallory[0]), ("notes", None), ("old", None)]
+        assert store.db.execute("SELECT data, writer FROM elements ORDER BY cabinet, "
+                                "folder, position").fetchall()[:5] == [
+            (b"rain", alice[0]), (b"sun", alice[0]), (b"fog", None), (b"hello", mallory[0]),
+            (b"hi", alice[0])]
+        kept, charged = store.accounts()
+        assert (kept, charged) == store.recount()
+        # diary's row and elements, and one element of notes, are alice's (the elements
+        # now cost their data, their folder's name and 40 bytes)
+        assert charged[alice[0]] == (5 + 64) + (4 + 3 + 40) + (3 + 3 + 40) + (2 + 5 + 40)
+    finally:
+        store.close()
+
+
+def old_layouts(path: Path, version: int) -> None:
+    if version == 0:
+        old_database(path, READER)
+    else:
+        v1_database(path, READER, "alice", "mallory")
+
+
+@pytest.mark.parametrize(("version", "in_the_way", "refusal"), [
+    (0, "CREATE TABLE charges (x)", "charges already exists"),
+    (1, "CREATE TABLE cabinets_before (x)", "already another table"),
+])
+def test_the_upgrade_is_one_transaction(tmp_path: Path, version: int, in_the_way: str,
+                                        refusal: str) -> None:
+    """A database the upgrade cannot finish is left in its old layout, whole: its tables,
+    its rows, and (in version 1) its books and the triggers that keep them."""
+    path = tmp_path / "cabinets.sqlite3"
+    old_layouts(path, version)
+    db = sqlite3.connect(path)
+    before = {table: db.execute(f"SELECT * FROM {table}").fetchall()  # noqa: S608
+              for table in ("cabinets", "elements", *(("charges", "kept") if version else ()))}
+    schema = db.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name").fetchall()
+    db.execute(in_the_way)
+    db.commit()
+    db.close()
+    with pytest.raises(sqlite3.OperationalError, match=refusal):
         Store(path)
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone() == (0,)
-    assert [row[1] for row in db.execute("PRAGMA table_info(cabinets)")] == \
-        ["name", "owner", "created", "updated"]
+    assert db.execute("PRAGMA user_version").fetchone() == (version,)
+    assert db.execute("SELECT type, name, sql FROM sqlite_master WHERE name != ? "
+                      "ORDER BY name", (in_the_way.split()[2],)).fetchall() == schema
+    assert {table: db.execute(f"SELECT * FROM {table}").fetchall()  # noqa: S608
+            for table in before} == before
     db.close()
 
 

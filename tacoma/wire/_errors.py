@@ -210,7 +210,8 @@ class PlaceUnavailable(MeetError):
 
 
 class CabinetError(MeetError):
-    """A cabinet request was refused: malformed, or for a cabinet private to another."""
+    """A cabinet request was refused: malformed, or a cabinet waiting for its owner to be
+    named."""
 
     kind = "cabinet"
 

@@ -169,7 +169,9 @@ def hint_for(exc: tacoma.TacomaError, place: str | None) -> str:
             if place == DEFAULT_LISTEN else "")
         return (f"no place listens at {place}; start one with "
                 f"`tacoma place --listen {place}`{default}")
-    if isinstance(exc, tacoma.LimitExceeded):
+    if isinstance(exc, tacoma.LimitExceeded) and not any(
+            word in str(exc) for word in ("--share", "-bytes", "disk", "could not be reached")):
+        # A frame too large (the shares and the disk's refusals say what to do themselves).
         return ("a place takes briefcases up to its --max-briefcase (64M unless it was "
                 "started with another): send less, or start the place with a larger one, "
                 "e.g. `tacoma place --max-briefcase 256M`")

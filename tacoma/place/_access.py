@@ -148,8 +148,10 @@ class Access:
         self.sources: collections.Counter[str] = collections.Counter()
         self.connection_share = max(1, int(settings.max_connections * settings.share))
         self.refusals = RateLimitedLog(log)
-        #: Names on the deny list that a certificate not on it has shown since (see stops).
+        #: Names on the deny list that a certificate not on it has shown since (see stops),
+        #: as of the deny list's version then: a new revocation clears them.
         self.reissued: set[str] = set()
+        self._reissued_of = 0
         #: What agents must never see: the trust directory, the place's identity file.
         self.secrets: list[Path] = [TrustStore(settings.trust_dir).root]
         if settings.insecure:
@@ -231,6 +233,7 @@ class Access:
         self.connections[peer.name] += 1
         if peer.name in self.tls.deny_list.principals:
             # Issued again after it was revoked: the name is someone's again (see stops).
+            self._fresh_reissued()
             self.reissued.add(peer.name)
         log.info("connection from %s as %s (%s)", channel.peer, peer.name,
                  ", ".join(sorted(peer.roles)))
@@ -278,7 +281,16 @@ class Access:
         denied = self.tls.deny_list
         if serial:
             return serial in denied.serials
+        self._fresh_reissued()
         return principal in denied.principals and principal not in self.reissued
+
+    def _fresh_reissued(self) -> None:
+        """Forget which revoked names were issued again once the deny list changes: a name
+        revoked again must show a certificate not on the list again."""
+        assert self.tls is not None
+        if self._reissued_of != self.tls.deny_list.version:
+            self._reissued_of = self.tls.deny_list.version
+            self.reissued.clear()
 
     # -- meets
     def principal(self, peer: Peer | None, claimed: str) -> Principal:

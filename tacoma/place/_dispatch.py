@@ -28,7 +28,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from ..client._client import ClientCache, PlaceClient
+from ..client._client import ClientCache
 from ..wire._address import canonical_address, split_target
 from ..wire._briefcase import CODE, CODE_NAME, RERUN, TRACE, Briefcase
 from ..wire._errors import (
@@ -50,6 +50,7 @@ from ._hops import Hops, Moved
 from ._journal import Journal, Record
 from ._meet import AtCapacity, Meets, RunningMeet, failed
 from ._pool import Worker
+from ._reach import Reach
 from ._residents import Residents
 from ._settings import PlaceSettings
 from ._trips import Trips
@@ -85,8 +86,10 @@ class Dispatch:
         #: Long-lived tasks the place cancels when it stops: journal pruning, and trips
         #: adopted from the journal waiting for their deadlines.
         self._watching: set[asyncio.Task[None]] = set()
+        #: Connections to the places agents name (see _reach).
+        self.reach = Reach(self.clients, self.address)
         self.hops = Hops(self.address, trips, meets, journal, self.clients, builtins, self.run,
-                         self.in_background, self.bounded)
+                         self.in_background, self.bounded, self.reach)
 
     # ------------------------------------------------------------------ the meet path
     async def run(self, meet: RunningMeet) -> Briefcase:
@@ -344,9 +347,6 @@ class Dispatch:
         self.background.add(task)
         task.add_done_callback(self.background.discard)
 
-    async def client(self, address: str) -> PlaceClient:
-        return await self.clients.get(address, timeout=10.0)
-
     def bounded(self, timeout: float | None) -> float:
         """A meet's timeout within the place's own limit (--meet-seconds)."""
         limit = self.settings.limits.meet_seconds
@@ -425,7 +425,7 @@ class Dispatch:
                 self.access.check_onward(agent)
             if address is not None:
                 # The other place authorizes it: this place vouches for the principal.
-                client = await self.client(address)
+                client = await self.reach.get(address, meet.principal, 10.0)
                 answer = await client.meet(agent, event.briefcase, event.mode, event.timeout,
                                            meet.principal)
             elif agent == MAILBOX_AGENT:
@@ -443,11 +443,9 @@ class Dispatch:
                                                    principal=meet.principal,
                                                    origins=meet.origins)
             else:
-                # An agent's meets count against --max-meets like anyone's, and can be killed.
-                # Its async ones against its principal's share too (a sync one waits for
-                # its answer, within the meet that was admitted: checking it could only
-                # deadlock the parent on its own slot).
-                # Its async ones are journaled and may queue, as a client's.
+                # An agent's meets count against --max-meets and its principal's share like
+                # anyone's, and can be killed. Its async ones are journaled and may queue,
+                # as a client's; a sync one past a bound is refused (PlaceUnavailable).
                 inner = self.meets.new(agent, event.briefcase, event.timeout, meet.principal,
                                        meet.identity)
                 inner.serial = meet.serial
@@ -456,7 +454,9 @@ class Dispatch:
                     # is killed meanwhile (else its row would wait for a restart).
                     answer = await asyncio.shield(self.submit(inner))
                 else:
-                    self.meets.admit()
+                    # Its principal's share too: refused, the agent hears PlaceUnavailable
+                    # (its own meet holds its slot: a share of one admits no nested meet).
+                    self.meets.admit(agent, meet.principal)
                     # A meet of its own, so that it can be killed.
                     task = self.meets.spawn(inner, self.answered(
                         event.rid, functools.partial(self.run, inner), inner, hand))

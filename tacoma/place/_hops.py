@@ -34,6 +34,7 @@ from ..wire._protocol import Accepted, Meet
 from ._builtins import BuiltIns
 from ._journal import Journal
 from ._meet import Meets, RunningMeet, failed
+from ._reach import Reach
 from ._trips import HEARTBEAT, LOST_AFTER, RECOVERIES, SILENT_AFTER, Trip, Trips, ending
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ class Hops:
                  clients: ClientCache, builtins: BuiltIns,
                  run: Callable[[RunningMeet], Awaitable[Briefcase]],
                  in_background: Callable[[Coroutine[Any, Any, Any]], None],
-                 bounded: Callable[[float | None], float]) -> None:
+                 bounded: Callable[[float | None], float], reach: Reach) -> None:
         self.address = address
         self.trips = trips
         self.meets = meets
@@ -74,6 +75,7 @@ class Hops:
         self._run = run
         self._in_background = in_background
         self._bounded = bounded
+        self.reach = reach  # the places an agent names: its moves, its ITINERARY
 
     def close(self) -> None:
         """Stop the rear guards (the place stops)."""
@@ -339,11 +341,12 @@ class Hops:
         failure = PlaceUnavailable(f"the agent was lost at place {target}: {reason}")
         await self._send_home(trip, principal, ending(trip, None, failure, self.address))
 
-    async def _reach(self, target: str, timeout: float) -> PlaceClient:
-        """The connection to hand an agent to `target` over: tried again after a transient
-        failure while the trip has the time (see ClientCache.get)."""
-        return await self.clients.get(target, min(CONNECT_TIMEOUT, timeout),
-                                      until=time.monotonic() + timeout)
+    async def _reach(self, target: str, timeout: float, principal: str) -> PlaceClient:
+        """The connection to hand `principal`'s agent to `target` over: tried again after a
+        transient failure while the trip has the time (see ClientCache.get), and under
+        Reach's rules where no place answered before (the agent chose the address)."""
+        return await self.reach.get(target, principal, min(CONNECT_TIMEOUT, timeout),
+                                    until=time.monotonic() + timeout)
 
     async def _send_over(self, target: str, travelling: Briefcase, agent: str,
                          principal: str, timeout: float) -> str:
@@ -357,7 +360,8 @@ class Hops:
         """
         give_up = time.monotonic() + timeout
         for attempt in range(1, CONNECT_ATTEMPTS + 1):
-            client = await self._reach(target, max(0.0, give_up - time.monotonic()))
+            client = await self._reach(target, max(0.0, give_up - time.monotonic()),
+                                       principal)
             left = max(0.0, give_up - time.monotonic())
             last = attempt == CONNECT_ATTEMPTS or left < CONNECT_TIMEOUT
             wait = asyncio.timeout(min(left, HAND_OVER_WAIT))

@@ -90,8 +90,9 @@ SCHEMA = f"""{_TABLE};
 CREATE INDEX IF NOT EXISTS meets_ended ON meets(ended);
 CREATE INDEX IF NOT EXISTS meets_trip ON meets(trip);
 """
-#: What every row holds of briefcases and results, as the shares count it.
-_HELD = "COALESCE(length(briefcase), 0) + COALESCE(length(result), 0)"
+#: What every row holds of briefcases, results and failures, as the shares count it.
+_HELD = ("COALESCE(length(briefcase), 0) + COALESCE(length(result), 0) "
+         "+ COALESCE(length(error), 0)")
 
 
 @dataclass(slots=True)
@@ -133,11 +134,22 @@ def pack(briefcase: Briefcase) -> bytes:
     return packed
 
 
+#: The most characters of a failure's message and of its detail (a traceback) the journal
+#: keeps: an agent chooses its own failure's text, and it is kept for --keep-results.
+ERROR_MESSAGE, ERROR_DETAIL = 16 * 1024, 64 * 1024
+
+
+def _cut(text: str, most: int) -> str:
+    return text if len(text) <= most else f"{text[:most]}... ({len(text) - most:,} more)"
+
+
 def _outcome(result: Briefcase | None, error: tuple[str, str, str] | None
              ) -> tuple[str, bytes | None, str | None]:
-    """A meet's outcome as its columns: state, result, error."""
+    """A meet's outcome as its columns: state, result, error (its texts cut)."""
     if error is not None:
-        return "failed", None, json.dumps(error)
+        kind, message, detail = error
+        return "failed", None, json.dumps([kind[:64], _cut(message, ERROR_MESSAGE),
+                                           _cut(detail, ERROR_DETAIL)])
     return "done", pack(result) if result is not None else None, None
 
 
@@ -200,8 +212,9 @@ class Journal:
         self._pending: list[tuple[Callable[[sqlite3.Connection], Any],
                                   asyncio.Future[Any]]] = []
         self._committing = False
-        #: Futures of callers waiting for a meet to end (`tacoma status --wait`), by id.
-        self._watchers: dict[str, list[asyncio.Future[None]]] = {}
+        #: Futures of callers waiting for a meet to end (`tacoma status --wait`), by id: a
+        #: set, so that adding and removing one is O(1) however many wait.
+        self._watchers: dict[str, set[asyncio.Future[None]]] = {}
 
     def bound(self, limit: int, share: float, disk: Disk) -> None:
         """Keep at most `limit` bytes of briefcases and results, `share` of them for any one
@@ -505,12 +518,12 @@ class Journal:
         before = self._rows.get((principal, meet_id), 0)
         state, packed, failure = _outcome(result, error)
         try:
-            self._charge(principal, meet_id, len(packed) if packed is not None else 0,
-                         "the meet's result")
+            self._charge(principal, meet_id, len(packed or b"") + len(failure or ""),
+                         "the meet's result" if packed is not None else "the meet's failure")
         except LimitExceeded as exc:
             state, packed, failure = _outcome(None, (
-                kind_of(exc), f"the meet ended, but its result is not kept: {exc}", ""))
-            self._set(principal, meet_id, 0)
+                kind_of(exc), f"the meet ended, but its outcome is not kept: {exc}", ""))
+            self._set(principal, meet_id, len(failure or ""))  # a line: always kept
         return state, packed, failure, before
 
     async def ended(self, meet_id: str, agent: str, principal: str, via: str,
@@ -562,33 +575,30 @@ class Journal:
         return meet_id
 
     def _ended(self, meet_id: str) -> None:
-        """Wake whoever waits for meet `meet_id` to end."""
-        for watcher in self._watchers.pop(meet_id, []):
+        """Wake whoever waits for meet `meet_id` to end (of any principal: each waiter looks
+        again, and waits on if its own meet has not ended)."""
+        for watcher in self._watchers.pop(meet_id, ()):
             if not watcher.done():
                 watcher.set_result(None)
 
-    async def get(self, meet_id: str, principal: str | None) -> Record | None:
-        """Meet `meet_id` of `principal` (None: of anyone's, for an administrator)."""
-        if principal is None:
-            row = await self._read(lambda db: db.execute(
-                f"{_SELECT} WHERE id = ? ORDER BY accepted DESC", (meet_id,)).fetchone())
-        else:
-            row = await self._read(lambda db: db.execute(
-                f"{_SELECT} WHERE principal = ? AND id = ?", (principal, meet_id)).fetchone())
+    async def get(self, meet_id: str, principal: str) -> Record | None:
+        """Meet `meet_id` of `principal` (ids are per principal, for everyone: an
+        administrator asks for another's meet by naming its principal)."""
+        row = await self._read(lambda db: db.execute(
+            f"{_SELECT} WHERE principal = ? AND id = ?", (principal, meet_id)).fetchone())
         return Record.from_row(row) if row is not None else None
 
     def watch(self, meet_id: str) -> asyncio.Future[None]:
-        """A future done when meet `meet_id` ends (its outcome is then in the journal)."""
+        """A future done when meet `meet_id` ends (its outcome is then in the journal); its
+        caller `unwatch`es it when it stops waiting. O(1) whatever the number of waiters."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        watchers = self._watchers.setdefault(meet_id, [])
-        watchers[:] = [w for w in watchers if not w.done()]
-        watchers.append(future)
+        self._watchers.setdefault(meet_id, set()).add(future)
         return future
 
     def unwatch(self, meet_id: str, future: asyncio.Future[None]) -> None:
         watchers = self._watchers.get(meet_id)
-        if watchers is not None and future in watchers:
-            watchers.remove(future)
+        if watchers is not None:
+            watchers.discard(future)
             if not watchers:
                 del self._watchers[meet_id]
 

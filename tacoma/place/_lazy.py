@@ -54,8 +54,10 @@ _MARGIN = 64 * 1024
 #: What a kept folder is charged beyond its data: per element (its end in the manifest),
 #: and per record.
 _PER_ELEMENT, _PER_RECORD = 48, 1024
-#: Lazy folders one client connection may have this place relay at once.
+#: Lazy folders one client connection may have this place relay at once, and ids of those
+#: whose clients are gone that it remembers.
 MAX_RELAYED = 4096
+MAX_GONE = 65536
 
 
 @dataclass(slots=True)
@@ -77,7 +79,7 @@ class _Relayed:
     """A lazy folder a client sent: its data stays with the client, and this place asks for
     it over the client's connection, for whichever place reads it."""
 
-    client: _Client | None  # None once its connection closed
+    client: _Client
     ref: Ref  # as the client named it
     owner: str
     expires: float
@@ -96,6 +98,9 @@ class LazyStore:
         #: so expiring looks at as many as expire, and one more.
         self.kept: dict[str, _Kept] = {}
         self.relayed: dict[str, _Relayed] = {}
+        #: Ids of relayed folders whose client is gone, until they would have expired (at
+        #: most MAX_GONE): a read of one says so.
+        self.gone: dict[str, float] = {}
         self.share = settings.share  # the part of --lazy-bytes any one principal may hold
         self.by_owner: collections.Counter[str] = collections.Counter()
         self.by_client: collections.Counter[int] = collections.Counter()  # relays per session
@@ -135,6 +140,10 @@ class LazyStore:
         relayed = self.relayed.get(ref.id)
         if relayed is not None:
             return await self._ask_client(relayed, ref, request, principal, timeout)
+        if ref.id in self.gone:
+            raise LazyFolderError(f"lazy folder {ref.name}: the client that sent it is gone "
+                                  "(a client's lazy folder can be read while it stays "
+                                  "connected)")
         kept = self._find(ref, principal)
         self._fits(ref, count, manifest)
         chunks = (kept.source.read(first, count) if kept.source.path is None
@@ -189,16 +198,37 @@ class LazyStore:
                                 f"{' and the manifest' if manifest else ''} do not fit in "
                                 f"one frame of {self.max_frame:,} bytes")
 
-    def relay(self, client: _Client, owner: str, ref: Ref) -> str:
-        """A client sent lazy folder `ref` in a meet here: the id this place names it by
-        (this place is its origin now, and asks the client for its chunks)."""
+    def may_relay(self, client: _Client, owner: str, count: int) -> None:
+        """LimitExceeded unless this place may relay `count` more lazy folders that `owner`
+        sent over `client`'s connection: at most MAX_RELAYED for one connection, and each
+        record charged _PER_RECORD against --lazy-bytes and `owner`'s share of it (records
+        are memory: a principal reconnecting in a loop must not pile them up)."""
         self._expire()
-        if self.by_client[id(client)] >= MAX_RELAYED:
+        if self.by_client[id(client)] + count > MAX_RELAYED:
             raise LimitExceeded(f"place {self.address} relays at most {MAX_RELAYED:,} lazy "
                                 "folders for one connection at once")
+        self._may_keep(owner, count * _PER_RECORD, f"{count} lazy folders to relay")
+
+    def _may_keep(self, owner: str, cost: int, what: str) -> None:
+        if self.bytes + cost > self.limit:
+            raise LimitExceeded(f"place {self.address} keeps at most {self.limit:,} bytes of "
+                                f"lazy folders ({self.bytes:,} now): {what} ({cost:,} "
+                                "bytes) cannot be kept")
+        own = max(_PER_RECORD, int(self.limit * self.share))
+        if self.by_owner[owner] + cost > own:
+            raise LimitExceeded(f"{owner or 'anonymous'} keeps {self.by_owner[owner]:,} bytes "
+                                f"of lazy folders at place {self.address}, which lets any one "
+                                f"principal keep {own:,} (--share of --lazy-bytes)")
+
+    def relay(self, client: _Client, owner: str, ref: Ref) -> str:
+        """A client sent lazy folder `ref` in a meet here (`may_relay` said so): the id this
+        place names it by (this place is its origin now, and asks the client for its
+        chunks)."""
         id_ = new_id()
         self.relayed[id_] = _Relayed(client, ref, owner, time.monotonic() + self.lifetime)
         self.by_client[id(client)] += 1
+        self.bytes += _PER_RECORD
+        self.by_owner[owner] += _PER_RECORD
         return id_
 
     async def _ask_client(self, relayed: _Relayed, ref: Ref, request: Briefcase,
@@ -209,10 +239,6 @@ class LazyStore:
         if relayed.owner != principal:
             raise NotAllowed(f"lazy folder {ref.name}: its data at {self.address} is not "
                              f"{principal or 'anonymous'}'s to read")
-        if relayed.client is None:
-            raise LazyFolderError(f"lazy folder {ref.name}: the client that sent it is gone "
-                                  "(a client's lazy folder can be read while it stays "
-                                  "connected)")
         mine = relayed.ref
         if (mine.root, mine.size, mine.count, mine.chunk) != (ref.root, ref.size, ref.count,
                                                               ref.chunk):
@@ -266,15 +292,7 @@ class LazyStore:
         # Charged: the data, each element's place in the manifest, and the record itself.
         cost = sum(len(e) for e in elements) + _PER_ELEMENT * len(elements) + _PER_RECORD
         self._expire()
-        if self.bytes + cost > self.limit:
-            raise LimitExceeded(f"place {self.address} keeps at most {self.limit:,} bytes of "
-                                f"lazy folders ({self.bytes:,} now): folder {names[0]} "
-                                f"({cost:,} bytes) cannot be kept")
-        own = max(_PER_RECORD, int(self.limit * self.share))
-        if self.by_owner[principal] + cost > own:
-            raise LimitExceeded(f"{principal or 'anonymous'} keeps {self.by_owner[principal]:,} "
-                                f"bytes of lazy folders at place {self.address}, which lets "
-                                f"any one principal keep {own:,} (--share of --lazy-bytes)")
+        self._may_keep(principal, cost, f"folder {names[0]}")
         self.bytes += cost  # held now, so that two keeps at once cannot both pass
         self.by_owner[principal] += cost
         try:
@@ -304,15 +322,19 @@ class LazyStore:
             if relayed.expires > now:
                 break
             self._unrelay(id_)
+        while self.gone:
+            id_, until = next(iter(self.gone.items()))
+            if until > now and len(self.gone) <= MAX_GONE:
+                break
+            del self.gone[id_]
 
     def _unrelay(self, id_: str) -> None:
-        self._let_go(self.relayed.pop(id_))
-
-    def _let_go(self, relayed: _Relayed) -> None:
-        if relayed.client is None:
-            return
+        relayed = self.relayed.pop(id_)
+        self.bytes -= _PER_RECORD
+        self.by_owner[relayed.owner] -= _PER_RECORD
+        if self.by_owner[relayed.owner] <= 0:
+            del self.by_owner[relayed.owner]
         key = id(relayed.client)
-        relayed.client = None
         self.by_client[key] -= 1
         if self.by_client[key] <= 0:
             del self.by_client[key]
@@ -323,12 +345,14 @@ class LazyStore:
         return self.by_client.get(id(client), 0)
 
     def forget(self, client: _Client) -> None:
-        """The client's connection closed: what it held is gone (reads fail at once, saying
-        so, until the record expires)."""
+        """The client's connection closed: what it held is gone. Its records go (and what
+        they were charged), each leaving only its id and expiry behind, so that a read
+        still says why it fails."""
         if self.by_client.get(id(client)):
-            for relayed in self.relayed.values():
-                if relayed.client is client:
-                    self._let_go(relayed)
+            for id_ in [i for i, r in self.relayed.items() if r.client is client]:
+                self.gone[id_] = self.relayed[id_].expires
+                self._unrelay(id_)
+            self._expire()
 
     def status(self) -> dict[str, int]:
         self._expire()

@@ -56,7 +56,7 @@ from ._journal import Journal
 from ._layers import probe
 from ._lazy import LazyStore
 from ._meet import Meets
-from ._pool import WorkerPool
+from ._pool import LogBudget, WorkerPool
 from ._residents import Residents
 from ._sessions import Session
 from ._settings import PlaceSettings
@@ -217,6 +217,7 @@ class Place:
                             codes=CodeStore(),
                             lazy=LazyStore(address, settings, self.access.seals))
         builds = Builds(containment, cache_mode)
+        logs = LogBudget()  # one for all languages: a principal's agents log within it
         for agent, interpreter in interpreters.items():
             problem = interpreter.check()
             if problem is not None:
@@ -226,7 +227,7 @@ class Place:
             if interpreter.build is not None:
                 builds.prune(interpreter, leftovers=True)
                 extras = functools.partial(builds.worker_plan, interpreter)
-            agents.pools[agent] = pool = WorkerPool(interpreter, containment, extras)
+            agents.pools[agent] = pool = WorkerPool(interpreter, containment, extras, logs)
             pool.fill()
         return Dispatch(settings, agents, meets, builtins, builds, residents, trips,
                         self.access, self.journal)

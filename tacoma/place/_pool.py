@@ -52,7 +52,7 @@ from ._cgroups import Group
 from ._containment import Containment, private_output, tail
 from ._zygotes import START_TIMEOUT, ZygoteHandle
 
-__all__ = ["Worker", "WorkerPool"]
+__all__ = ["LogBudget", "Worker", "WorkerPool"]
 
 log = logging.getLogger("tacoma.place")
 
@@ -65,6 +65,34 @@ WORKER_KINDS = frozenset({AgentFailed.kind, AgentKilled.kind, "limit-exceeded"})
 LOG_LINE = 4096
 LOG_LINES_PER_MEET = 1000
 LOG_CHARS_PER_MEET = 1 << 20
+
+
+class LogBudget:
+    """What the agents of each principal may write to the place's log together: a token
+    bucket of characters per principal (RATE a second, at most BURST at once), so that many
+    meets of one principal, each within its own bound, cannot flood the log either.
+    Written here because it is a dozen lines; the standard library has no rate limiter."""
+
+    RATE = 64 * 1024
+    BURST = LOG_CHARS_PER_MEET
+    KEEP = 4096  # principals remembered; past it the fullest buckets are forgotten
+
+    def __init__(self) -> None:
+        self._buckets: dict[str, tuple[float, float]] = {}  # principal: (tokens, when)
+
+    def take(self, principal: str, chars: int) -> bool:
+        """Whether `principal`'s agents may write `chars` more characters now."""
+        now = time.monotonic()
+        tokens, when = self._buckets.get(principal, (float(self.BURST), now))
+        tokens = min(float(self.BURST), tokens + (now - when) * self.RATE)
+        if tokens < chars:
+            self._buckets[principal] = (tokens, now)
+            return False
+        if principal not in self._buckets and len(self._buckets) >= self.KEEP:
+            self._buckets = {p: b for p, b in self._buckets.items()
+                             if b[0] + (now - b[1]) * self.RATE < self.BURST}
+        self._buckets[principal] = (tokens - chars, now)
+        return True
 
 #: Seconds without a meet that found no worker ready before a grown pool halves its size.
 SHRINK_AFTER = 5.0
@@ -249,7 +277,8 @@ class Worker:
             task.add_done_callback(self._tasks.discard)
 
     def _log(self, event: Log) -> None:
-        """Write an agent's line to the place's log, within the meet's budget."""
+        """Write an agent's line to the place's log, within the meet's budget and its
+        principal's (see LogBudget)."""
         if (self._logged_lines >= LOG_LINES_PER_MEET
                 or self._logged_chars >= LOG_CHARS_PER_MEET):
             self._dropped_lines += 1
@@ -258,6 +287,10 @@ class Worker:
         text = event.message[:LOG_LINE].encode("unicode_escape").decode("ascii")
         if len(event.message) > LOG_LINE:
             text = f"{text}... ({len(event.message) - LOG_LINE:,} more)"
+        principal = self.meet.principal if self.meet is not None else ""
+        if self.pool.logs is not None and not self.pool.logs.take(principal, len(text)):
+            self._dropped_lines += 1
+            return
         self._logged_lines += 1
         self._logged_chars += len(text)
         log.log(logging.getLevelName(event.level.upper()), "[%s] %s", self._meet_id, text)
@@ -292,8 +325,9 @@ class Worker:
         self.destroyed = True
         if self._dropped_lines:
             log.warning("[%s] %d more log lines from the agent were dropped (at most %d "
-                        "lines, %d characters a meet)", self._meet_id, self._dropped_lines,
-                        LOG_LINES_PER_MEET, LOG_CHARS_PER_MEET)
+                        "lines, %d characters a meet, and %d a second for all the agents of "
+                        "one principal)", self._meet_id, self._dropped_lines,
+                        LOG_LINES_PER_MEET, LOG_CHARS_PER_MEET, LogBudget.RATE)
         for task in list(self._tasks):
             task.cancel()
         if self.channel is not None:
@@ -332,8 +366,10 @@ class WorkerPool:
     """
 
     def __init__(self, interpreter: Interpreter, containment: Containment,
-                 plan_extras: Callable[[], dict[str, Any]] | None = None) -> None:
+                 plan_extras: Callable[[], dict[str, Any]] | None = None,
+                 logs: LogBudget | None = None) -> None:
         self.interpreter = interpreter
+        self.logs = logs  # the place's: what each principal's agents may log
         self.containment = containment
         self.settings = containment.settings
         self.plan_extras = plan_extras  # what a worker needs besides its sandbox plan

@@ -168,8 +168,8 @@ class Session:
             self.access.check(principal, event.agent, event.mode, self.access.side(peer),
                               self.dispatch.address, self.channel.peer)
             digest = self.dispatch.codes.take(principal.name, event.briefcase)
-            if any(not ref.origin for ref in event.briefcase.lazy_refs()):
-                self._take_lazy(event.briefcase, principal)
+            if own := sum(not ref.origin for ref in event.briefcase.lazy_refs()):
+                self._take_lazy(event.briefcase, principal, own)
         except (MeetError, ProtocolError, LimitExceeded) as exc:
             self._reply(failed(event.rid, exc))
             return
@@ -189,11 +189,10 @@ class Session:
                 self._serve_trusted(event, trusted, principal.name)  # likewise
                 return
         try:
-            # A principal's share is checked for the meets its client makes, and for the
-            # async meets its agents make through other places; not for a forwarded sync
-            # meet (its agent's meet waits on it) nor a trip's hop (the admitted meet, going
-            # on).
-            shared = event.mode != "go" and (not principal.via or event.mode == "async")
+            # A principal's share is checked for every meet made for it, its agents' through
+            # other places too (else one meet's agents could fill a place by meeting on
+            # and on); not for a trip's hop (the admitted meet, going on).
+            shared = event.mode != "go"
             trip = Trip.take(event.briefcase) if event.mode == "go" else None
             if trip is not None:
                 trips, sender = self.dispatch.hops.trips, (principal.name, principal.via)
@@ -242,10 +241,12 @@ class Session:
             if meet.chosen_id:
                 self.chosen[event.rid] = meet
 
-    def _take_lazy(self, briefcase: Briefcase, principal: Principal) -> None:
-        """A client's own lazy folders in a meet from this connection (no origin yet): this
-        place is their origin, seals them, and relays (asks the client for the chunks)."""
+    def _take_lazy(self, briefcase: Briefcase, principal: Principal, count: int) -> None:
+        """A client's own lazy folders in a meet from this connection (`count` with no
+        origin yet): this place is their origin, seals them, and relays (asks the client for
+        the chunks), within --lazy-bytes and the principal's share of it."""
         lazy = self.dispatch.builtins.lazy
+        lazy.may_relay(self, principal.name, count)
         relay = functools.partial(lazy.relay, self, principal.name)
         briefcase.with_origin(self.dispatch.address, relay, lazy.seal)
 

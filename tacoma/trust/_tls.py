@@ -112,6 +112,7 @@ class DenyList:
         self.serials: frozenset[str] = frozenset()
         self.names: dict[str, str] = {}  # the name each revoked serial was issued to
         self.principals: frozenset[str] = frozenset()  # those names
+        self.version = 0  # counts the rereads that changed it
 
     def refresh(self) -> bool:
         """Reread the file if it changed; True if it did. A file that cannot be read or
@@ -140,6 +141,7 @@ class DenyList:
         self.names = names
         self.serials = frozenset(names)
         self.principals = frozenset(names.values())
+        self.version += 1
         return True
 
     def denies(self, peer: Peer) -> bool:

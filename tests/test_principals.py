@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import socket
 import sqlite3
 import sys
@@ -20,6 +21,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tacoma
@@ -44,12 +46,15 @@ LANGUAGES = language_params(agents=True)
 OK = {"OK": [b"1"]}
 
 #: Each language's agent: meet every target in TARGET with a briefcase of the folders named
-#: in SEND (copied from its own), and say in OUT how each went: "ok", or "KIND: message".
+#: in SEND (copied from its own; its PROGRAM folder, if any, as CODE), and say in OUT how
+#: each went: "ok", or "KIND: message".
 MEETER = {
     "ag_python": textwrap.dedent("""
         send = Briefcase()
         for name in (bc.text("SEND") if "SEND" in bc else []):
             send[name] = bc[name]
+        if "PROGRAM" in bc:
+            send["CODE"] = bc["PROGRAM"]
         for target in bc.text("TARGET"):
             try:
                 meet(target, send, timeout=30)
@@ -62,6 +67,7 @@ MEETER = {
         if {[lsearch [bc_folders] SEND] >= 0} {
             foreach name [bc_text SEND] { dict set send $name [bc_folder $name] }
         }
+        if {[lsearch [bc_folders] PROGRAM] >= 0} { dict set send CODE [bc_folder PROGRAM] }
         foreach target [bc_text TARGET] {
             if {[catch {meet $target $send -timeout 30} message options]} {
                 bc_append_text OUT "[lindex [dict get $options -errorcode] 1]: $message"
@@ -72,9 +78,13 @@ MEETER = {
     """),
     "ag_scheme": textwrap.dedent("""
         (define send
-          (if (member "SEND" (bc-folders))
-              (map (lambda (name) (cons name (bc-folder name))) (bc-text "SEND"))
-              '()))
+          (append
+            (if (member "SEND" (bc-folders))
+                (map (lambda (name) (cons name (bc-folder name))) (bc-text "SEND"))
+                '())
+            (if (member "PROGRAM" (bc-folders))
+                (list (cons "CODE" (bc-folder "PROGRAM")))
+                '())))
         (for-each
           (lambda (target)
             (catch 'tacoma
@@ -96,6 +106,9 @@ MEETER = {
                     if (tc_folder(TC_SELF, name, &f) == 0)
                         tc_replace(send, name, f.items, f.count);
                 }
+            tc_list program;
+            if (tc_folder(TC_SELF, "PROGRAM", &program) == 0 && program.count)
+                tc_replace(send, "CODE", program.items, program.count);
             for (size_t i = 0; i < targets.count; i++) {
                 if (tc_meet((const char *)targets.items[i].data, send, 30) == TC_ERROR)
                     tc_append_textf(TC_SELF, "OUT", "%s: %s", tc_error_kind(), tc_error());
@@ -137,8 +150,8 @@ def name_of(path: Path) -> str:
     return _certs.read_certificate(path.read_bytes()).name
 
 
-def meet_as(who: Path, address: str, agent: str, folders: dict[str, list[bytes]] | None =
-            None, *, code: str | None = None, mode: str = "sync", timeout: float = 60,
+def meet_as(who: Path, address: str, agent: str, folders: dict[str, Any] | None = None, *,
+            code: str | None = None, mode: str = "sync", timeout: float = 60,
             meet_id: str = "", principal: str = "") -> Briefcase | str:
     """One meet over a connection of `who`'s own (an identity file)."""
     bc = Briefcase()
@@ -411,6 +424,57 @@ def test_a_meet_id_finds_only_its_own_principals_meet(
     assert status_as(alice, a, mine) == "done"
 
 
+# ----------------------------------------------------- 6. a principal's share of meets
+#: Meets ag_python with itself, deeper and deeper; the meet refused says so in a public
+#: cabinet (its name in GATE), and waits there until the test lets it go.
+NESTS = textwrap.dedent("""
+    import time
+    depth = int(bc.text("DEPTH")[0])
+    try:
+        meet("ag_python", Briefcase(CODE=bc["CODE"], DEPTH=[str(depth + 1)],
+                                    GATE=bc["GATE"]), timeout=60)
+    except Exception as exc:
+        gate = bc.text("GATE")[0]
+        cabinet_append(gate, "REFUSED", f"{depth}: {type(exc).__name__}: {exc}")
+        while True:
+            try:
+                if cabinet_read(gate, "GO"):
+                    break
+            except Exception:
+                pass
+            time.sleep(0.05)
+""")
+
+
+@pytest.mark.parametrize("agent", LANGUAGES)
+def test_an_agents_own_meets_count_against_its_principals_share(
+        start_place: Callable[..., RunningPlace], agent: str, alice: Path,
+        mallory: Path) -> None:
+    p = start_place("--max-meets", "8", "--share", "0.25")  # 2 meets for each principal
+    gate = f"gate-{uuid.uuid4().hex[:8]}"
+    held = threading.Thread(target=lambda: meet_as(mallory, p.address, agent, {
+        "TARGET": [b"ag_python"], "SEND": [b"DEPTH", b"GATE"],
+        "PROGRAM": [NESTS.encode()], "DEPTH": [b"1"], "GATE": [gate.encode()]},
+        code=MEETER[agent], timeout=120))
+    held.start()
+    try:
+        def refused() -> list[bytes]:
+            answer = tacoma.meet(p.target("ag_cabinet"), {"OP": ["read"], "CABINET": [gate],
+                                                           "FOLDER": ["REFUSED"]})
+            return answer.folder("REFUSED")
+
+        wait_until(lambda: bool(refused()), 60, "mallory's nested meet to be refused")
+        # Her agent's meet holds one slot, the first nested one the other: the next one
+        # was refused for her share, and alice still runs hers.
+        assert refused()[0].startswith(b"1: PlaceUnavailable: ") and b"share" in refused()[0]
+        principal = name_of(mallory)
+        assert len([a for a in p.agents() if a["principal"] == principal]) == 2
+        assert meet_as(alice, p.address, "ag_python", code='bc["OK"] = ["1"]')["OK"] == [b"1"]
+    finally:
+        release(p, gate)
+        held.join(120)
+
+
 # ------------------------------------------------------- 6. messages waiting at a place
 def test_one_principals_messages_leave_room_in_the_places_mailboxes(
         start_place: Callable[..., RunningPlace], alice: Path, mallory: Path) -> None:
@@ -436,6 +500,77 @@ def test_one_principals_messages_leave_room_in_the_places_mailboxes(
     serves(p)
 
 
+def test_a_failures_text_is_cut_and_charged_to_its_principal(
+        start_place: Callable[..., RunningPlace]) -> None:
+    p = start_place("--journal-bytes", "4M", "--share", "0.25")  # 1 MiB each
+    ids = [tacoma.meet(p.target("ag_python"), code='fail("E" * (6 << 20))', mode="async",
+                       timeout=60) for _ in range(3)]
+    for meet_id in ids:
+        final = tacoma.status(f"{meet_id}@{p.address}", wait=60)
+        assert final.state == "failed" and "more)" in str(final.error)
+        assert len(str(final.error)) < 20_000
+    rows = journal_rows(p, "WHERE state = 'failed'")
+    assert all(len(str(row[4])) < 100_000 for row in rows) and len(rows) == 3
+    serves(p)
+
+
+def test_a_principals_own_lazy_folders_are_charged_to_it(
+        start_place: Callable[..., RunningPlace], alice: Path, mallory: Path) -> None:
+    p = start_place("--lazy-bytes", "2M", "--share", "0.25")  # 512 records each
+    many = Briefcase()
+    for i in range(600):
+        many[f"F{i}"] = Lazy(Ref(f"F{i}", "", "0" * 32, 1, 1, 65536, b"\0" * 32))
+
+    async def send(who: Path) -> None:
+        client = await PlaceClient.connect(p.address, credentials=Credentials(who))
+        try:
+            await client.meet("ag_echo", many)
+        finally:
+            client.close()
+
+    with pytest.raises(tacoma.LimitExceeded, match="--share of --lazy-bytes"):
+        asyncio.run(send(mallory))
+    for _ in range(3):  # and again on new connections: nothing piles up
+        with pytest.raises(tacoma.LimitExceeded, match="--share of --lazy-bytes"):
+            asyncio.run(send(mallory))
+    # alice's own lazy folder is relayed, and read, as ever.
+    got = meet_as(alice, p.address, "ag_python", {"DATA": tacoma.lazy(b"alice's")},
+                  code=LAZY_READER["ag_python"])
+    assert isinstance(got, Briefcase) and got["GOT"] == [b"alic"]
+    serves(p)
+
+
+# ------------------------------------------- 3. the places an agent names, any address
+@pytest.mark.parametrize("agent", LANGUAGES)
+def test_an_agent_cannot_map_the_network_through_its_place(
+        start_place: Callable[..., RunningPlace], agent: str) -> None:
+    p = start_place()
+    listener = Listener()  # open, and not a place
+    try:
+        result = tacoma.meet(p.target(agent), {
+            "TARGET": [f"ag_echo@{closed_port()}", f"ag_echo@{listener.address}"]},
+            code=MEETER[agent], timeout=120)
+    finally:
+        listener.close()
+    # A closed port and an open one that is not a place fail alike, but for the address.
+    said = {re.sub(r"127\.0\.0\.1:\d+", "ADDRESS", o) for o in result.text("OUT")}
+    assert len(said) == 1 and "cannot be reached" in said.pop(), result.text("OUT")
+    serves(p)
+
+
+def test_a_principal_tries_few_addresses_no_place_answers_at(
+        start_place: Callable[..., RunningPlace]) -> None:
+    p = start_place()
+    result = tacoma.meet(p.target("ag_python"), {
+        "TARGET": [f"ag_echo@{closed_port()}" for _ in range(10)]},
+        code=MEETER["ag_python"], timeout=120)
+    outcomes = result.text("OUT")
+    assert all("cannot be reached" in o for o in outcomes[:8]), outcomes
+    assert all(o.startswith("limit-exceeded: ") and "could not be reached" in o
+               for o in outcomes[8:]), outcomes
+    serves(p)
+
+
 # ---------------------------------------------------------------------- 7. log floods
 def test_what_peers_say_is_bounded_in_the_log(start_place: Callable[..., RunningPlace],
                                               rogue: Path, mallory: Path) -> None:
@@ -457,6 +592,21 @@ def test_what_peers_say_is_bounded_in_the_log(start_place: Callable[..., Running
     serves(p)
     grown = p.log_path.stat().st_size - before
     assert grown < 16 * 1024, f"the log grew {grown:,} bytes"
+
+
+def test_one_principals_agents_log_within_a_budget(start_place: Callable[..., RunningPlace],
+                                                    mallory: Path) -> None:
+    p = start_place()  # -q: warnings and errors only, and the agents log errors
+    noisy = 'for i in range(1000):\n    log("x" * 1100, level="error")\n'
+    ids = [meet_as(mallory, p.address, "ag_python", code=noisy, mode="async", timeout=120)
+           for _ in range(12)]
+    for meet_id in ids:
+        assert isinstance(meet_id, str)
+        wait_until(lambda m=meet_id: status_as(mallory, p, m) == "done", 60, "a noisy meet")
+    # Each meet may log 1 MiB; all of one principal's together 1 MiB and 64 KiB a second.
+    assert len(p.log()) < 4 << 20, f"{len(p.log()):,} characters of log"
+    assert "a second for all the agents of one principal" in p.log()
+    serves(p)
 
 
 # ------------------------------------------------------ 8. a flood of TLS handshakes

@@ -38,7 +38,7 @@ class Reach:
     """Connections made for agents (see the module)."""
 
     #: Seconds an attempt at an unknown address takes at least, if it fails.
-    PAD = 3.0
+    PAD = 1.0
     #: Failures at unknown addresses one principal's agents may have in a WINDOW.
     FAILURES = 8
     WINDOW = 60.0

@@ -675,6 +675,29 @@ def test_a_revoked_principals_agents_stop(start_place: Callable[..., RunningPlac
     serves(p)
 
 
+def test_a_name_revoked_again_is_refused_again(start_place: Callable[..., RunningPlace],
+                                               rogue: Path) -> None:
+    p = start_place()
+    eve = identity("eve")
+    name = name_of(eve)
+
+    def forwarded() -> object:
+        try:
+            return meet_as(rogue, p.address, "ag_echo", OK, principal=name)
+        except tacoma.NotAuthorized as exc:
+            return exc
+
+    _revoke(eve)
+    wait_until(lambda: isinstance(forwarded(), tacoma.NotAuthorized), 30, "eve's revocation")
+    eve = issue_identity(name)  # issued again: a new certificate, not on the list
+    assert meet_as(eve, p.address, "ag_echo", OK) == Briefcase(OK)  # shows itself here
+    assert forwarded() == Briefcase(OK)
+    _revoke(eve)  # and revoked again: forwarded meets for the name are refused again
+    wait_until(lambda: isinstance(forwarded(), tacoma.NotAuthorized), 30,
+               "eve's second revocation")
+    serves(p)
+
+
 # ------------------------------------------------------ 6 and 11. a full state disk
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 

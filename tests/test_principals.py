@@ -616,9 +616,10 @@ def test_one_hosts_unfinished_handshakes_leave_room(start_place: Callable[..., R
     host, port = p.address.rsplit(":", 1)
     stalled = []
     try:
-        for _ in range(150):  # from 127.0.0.2: they connect and never say a word
+        # From another host, and from the client's own: they connect and never say a word.
+        for source in ["127.0.0.2"] * 150 + ["127.0.0.1"] * 150:
             sock = socket.socket()
-            sock.bind(("127.0.0.2", 0))
+            sock.bind((source, 0))
             sock.settimeout(5)
             with contextlib.suppress(OSError):
                 sock.connect((host, int(port)))

@@ -484,16 +484,15 @@ def test_the_embedded_place_needs_no_identity(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- 7. stalled handshake
 def test_handshakes_that_stall_are_dropped_and_free_their_slots(start_place) -> None:
-    p = start_place("--max-connections", "2")
+    p = start_place("--max-connections", "4")  # 2 handshakes at once, from any one host
     host, port = p.address.rsplit(":", 1)
     started = time.monotonic()
     stalled = [socket.create_connection((host, int(port)), timeout=30) for _ in range(2)]
     try:
-        time.sleep(0.3)
-        # Both slots are held by the stalled handshakes: a real client cannot get in now
-        # (it is reset before its handshake: see test_a_client_of_a_full_place_hears_why).
-        with pytest.raises(tacoma.TransportError):
-            tacoma.meet(p.target("ag_echo"), OK, connect_timeout=3)
+        # The stalled handshakes hold both handshake slots, and a real client still gets
+        # in: the oldest handshake under way is dropped for it (a SYN cache's rule); the
+        # other is dropped at the handshake's timeout.
+        serves(p)
         for sock in stalled:
             assert read_all(sock, timeout=20) == b""
         took = time.monotonic() - started

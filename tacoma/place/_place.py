@@ -247,7 +247,8 @@ class Place:
 
         Connections still in their TLS handshake count against --max-connections (and the
         handshake is bounded in time), so peers that stall in it cannot hold the place's
-        slots: at most half of them, and a quarter of a principal's share from one host.
+        slots: at most half of them, and a quarter of a principal's share from one host,
+        the oldest dropped for the newest past that (see ServerTLS).
         """
         # The server serves only once the parts are made.
         assert self.dispatch is not None
@@ -256,14 +257,16 @@ class Place:
         session = Session(self.dispatch, self.sessions, self.access)
         refuse = ""
         handshaking = tls.handshaking if tls else 0
-        if tls is not None and handshaking >= tls.most:
-            # A flood of handshakes: refusing each with a handshake and a Bye would hold a
-            # descriptor per peer for the handshake's time, and authenticated peers must
-            # keep room. Close at once (one host's flood stops earlier: see ServerTLS).
-            self.access.refusals.log("a peer", f"{tls.most} TLS handshakes are under way; "
-                                               "closed at once")
+        if tls is not None and handshaking >= 2 * tls.most:
+            # Past the handshakes' bound the oldest are dropped (see ServerTLS); these are
+            # the dropped ones not yet gone, and a new one would only wait behind them.
+            self.access.refusals.log("a peer", f"{handshaking} TLS handshakes are under way "
+                                               "or being dropped; closed at once")
             return _Closed()
-        if len(self.sessions) + handshaking >= self.settings.max_connections:
+        # Handshakes past their bound are dropped oldest first for this one (ServerTLS): at
+        # most `most` of them are left, this one among them.
+        pending = min(handshaking, tls.most - 1) if tls is not None else 0
+        if len(self.sessions) + pending >= self.settings.max_connections:
             refuse = (f"place {self.address} has its maximum of "
                       f"{self.settings.max_connections} connections; try again later")
         if tls is None:

@@ -14,7 +14,6 @@ logs it, once per peer and reason in a while. asyncio would drop those silently.
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import os
 import ssl
@@ -213,8 +212,11 @@ class ServerTLS:
     A handshake costs the place a descriptor and a slot before it knows who the peer is,
     so handshakes are bounded twice: `per_source` at once from one host (one host's flood
     cannot take them all), and `most` at once in all (below the place's connections, so
-    that authenticated peers always find room). A connection past either is closed before
-    its handshake begins.
+    that authenticated peers always find room). Past either bound the oldest handshake of
+    that host (or of all) is dropped to make room for the new one, as a SYN cache drops its
+    oldest: a flood of connections that never finish their handshakes then holds the
+    place's slots only until newer ones come, and a real peer, whose handshake takes a few
+    milliseconds, gets through unless the flood replaces the whole bound within them.
     """
 
     def __init__(self, bundle: Bundle, deny_list: DenyList, per_source: int = 64,
@@ -226,9 +228,43 @@ class ServerTLS:
         self.handshaking = 0  # connections accepted whose handshake is not over
         self.per_source = per_source
         self.most = most
-        #: Handshakes under way, by the peer's host.
-        self.sources: collections.Counter[str] = collections.Counter()
+        #: Handshakes under way, oldest first: in all, and by the peer's host.
+        self._all: dict[Any, tuple[str, asyncio.Transport]] = {}
+        self._by_host: dict[str, dict[Any, asyncio.Transport]] = {}
         self._protocol: type[Any] | None = None
+
+    def sources(self, host: str) -> int:
+        """Handshakes under way from `host`."""
+        return len(self._by_host.get(host, ()))
+
+    def _start(self, gate: Any, host: str, transport: asyncio.Transport) -> None:
+        """Count `gate`'s handshake, dropping the oldest past a bound (see the class)."""
+        mine = self._by_host.setdefault(host, {})
+        if len(mine) >= self.per_source:
+            self._drop(next(iter(mine)), f"{host} has {self.per_source} TLS handshakes under "
+                                         "way: its oldest is dropped")
+        elif len(self._all) >= self.most:
+            self._drop(next(iter(self._all)), f"{self.most} TLS handshakes are under way: "
+                                              "the oldest is dropped")
+        mine[gate] = transport
+        self._all[gate] = (host, transport)
+
+    def _drop(self, gate: Any, why: str) -> None:
+        _, transport = self._all[gate]
+        self._done(gate)
+        gate.refused = True  # its failed handshake is not logged again
+        self.refusals.log(gate.peer, why)
+        transport.abort()
+
+    def _done(self, gate: Any) -> None:
+        entry = self._all.pop(gate, None)
+        if entry is None:
+            return
+        mine = self._by_host.get(entry[0])
+        if mine is not None:
+            mine.pop(gate, None)
+            if not mine:
+                del self._by_host[entry[0]]
 
     def wrap(self, app: asyncio.Protocol) -> tuple[asyncio.BaseProtocol, Callable[[], None]]:
         """The protocol to give the server for one new connection: TLS around `app`, whose
@@ -245,11 +281,10 @@ class ServerTLS:
             tls = self
 
             class Gate(base):  # type: ignore[misc, valid-type]
-                """Notes the peer's address, which the TLS layer does not keep, and closes
-                a connection past the handshakes' bounds before its handshake."""
+                """Notes the peer's address, which the TLS layer does not keep, and counts
+                its handshake against the bounds (see ServerTLS)."""
 
                 peer = "?"
-                source = ""  # the host whose handshakes it counts against, while counted
                 refused = False
 
                 def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -258,18 +293,8 @@ class ServerTLS:
                     if isinstance(peer, tuple):
                         host = str(peer[0])
                         self.peer = f"{host}:{peer[1]}"
-                    if tls.sources[host] >= tls.per_source or tls.handshaking > tls.most:
-                        self.refused = True
-                    else:
-                        self.source = host
-                        tls.sources[host] += 1
+                    tls._start(self, host, cast(asyncio.Transport, transport))
                     super().connection_made(transport)
-                    if self.refused:
-                        tls.refusals.log(self.peer, (
-                            f"{host} has {tls.per_source} TLS handshakes under way"
-                            if tls.sources[host] >= tls.per_source else
-                            f"{tls.most} TLS handshakes are under way") + "; closed at once")
-                        cast(asyncio.Transport, transport).abort()
 
             self._protocol = Gate
         waiter: asyncio.Future[None] = loop.create_future()
@@ -283,13 +308,7 @@ class ServerTLS:
             if counted:
                 counted = False
                 self.handshaking -= 1
-                if gate.source:
-                    left = self.sources[gate.source] - 1
-                    if left > 0:
-                        self.sources[gate.source] = left
-                    else:
-                        del self.sources[gate.source]
-                    gate.source = ""
+                self._done(gate)
 
         def handshake_over(future: asyncio.Future[None]) -> None:
             finished()

@@ -737,6 +737,32 @@ def test_one_principal_keeps_at_most_its_share_of_the_journal(
 
 @needs_root
 @pytest.mark.root
+def test_compiled_programs_leave_room_on_the_disk(tmp_path: Path, alice: Path,
+                                                   mallory: Path) -> None:
+    with small_disk(tmp_path / "state", "64m") as state:
+        p = launch_place(state, "--pool-size", "0")
+        try:
+            for i in range(10):  # 60 MB of programs, each 6 MB of initialized data
+                big = ("#include <tacoma.h>\n"
+                       f"static volatile char big[6 << 20] = {{{i + 1}}};\n"
+                       "int main(void) { return big[0] == 0; }\n")
+                with contextlib.suppress(tacoma.LimitExceeded):
+                    meet_as(mallory, p.address, "ag_c", code=big, timeout=120)
+            cache = sum(f.stat().st_size for f in (state / "cache").rglob("*") if f.is_file())
+            assert cache <= 16 << 20, f"{cache:,} bytes of compiled programs"
+            made = meet_as(alice, p.address, "ag_echo", {"DATA": [b"a" * (1 << 20)]},
+                           mode="async")
+            assert isinstance(made, str)
+            meet_as(alice, p.address, "ag_cabinet", {"OP": [b"append"],
+                                                     "CABINET": [b"alice-pub"],
+                                                     "X": [b"1" * 100000]})
+            serves(p)
+        finally:
+            assert p.stop() == 0, p.log()
+
+
+@needs_root
+@pytest.mark.root
 def test_an_accepted_async_meet_is_not_lost_to_a_full_disk(tmp_path: Path) -> None:
     with small_disk(tmp_path / "state", "20m") as state:
         p = launch_place(state, "--journal-bytes", "1G", "--share", "1")

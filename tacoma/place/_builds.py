@@ -32,9 +32,16 @@ from typing import Any
 
 from ..agent._interpreter import Interpreter
 from ..agent._sandbox import describe_exit
-from ..wire._errors import AgentFailed, AgentKilled, MeetTimeout, PlaceUnavailable
+from ..wire._errors import (
+    AgentFailed,
+    AgentKilled,
+    LimitExceeded,
+    MeetTimeout,
+    PlaceUnavailable,
+)
 from ..wire._program import artifact_key
 from ._containment import Containment
+from ._statedir import Disk, disk_full
 
 __all__ = ["Builds"]
 
@@ -56,10 +63,15 @@ TOUCH_AFTER = 3600.0
 class Builds:
     """The compiled-program cache of one place."""
 
-    def __init__(self, containment: Containment, mode: int) -> None:
+    def __init__(self, containment: Containment, mode: int, disk: Disk | None = None) -> None:
         self.containment = containment
         self.settings = containment.settings
         self.mode = mode  # of the cache directories: 0711 with separate uids, else 0700
+        #: The state directory's disk: a program is cached only if it leaves the disk's
+        #: reserve free, and the cache keeps a quarter of the disk at most.
+        self.disk = disk
+        self.most_bytes = min(MAX_CACHE_BYTES, disk.size // 4) if disk and disk.size \
+            else MAX_CACHE_BYTES
         self._ids: dict[str, str] = {}
         self._dirs: dict[str, Path] = {}
         self._compiling: dict[Path, asyncio.Task[None]] = {}
@@ -87,7 +99,7 @@ class Builds:
 
     def prune(self, interpreter: Interpreter, leftovers: bool = False) -> None:
         """Keep the most recently used programs of a language, within MAX_CACHED entries
-        and MAX_CACHE_BYTES; `leftovers`: also remove copies a killed place left half-made."""
+        and `most_bytes`; `leftovers`: also remove copies a killed place left half-made."""
         entries = []
         for entry in os.scandir(self.directory(interpreter)):
             with contextlib.suppress(OSError):
@@ -101,7 +113,7 @@ class Builds:
         total = 0
         for i, (_, size, path) in enumerate(entries):
             total += size
-            if i >= MAX_CACHED or total > MAX_CACHE_BYTES:
+            if i >= MAX_CACHED or total > self.most_bytes:
                 with contextlib.suppress(OSError):
                     os.unlink(path)
 
@@ -158,10 +170,16 @@ class Builds:
                     raise AgentKilled(f"the {language} compiler was killed: " + describe_exit(
                         returncode, self.settings.limits.cpu_seconds), messages)
                 raise AgentFailed(_first_error(messages, language), messages)
+            made = workdir / build.output_name
             try:
+                if self.disk is not None:
+                    self.disk.room(made.stat().st_size, f"a compiled {language} program")
                 # In a thread: a program can be tens of megabytes.
-                await asyncio.to_thread(_install, workdir / build.output_name, path)
+                await asyncio.to_thread(_install, made, path)
             except OSError as exc:
+                if disk_full(exc):
+                    raise LimitExceeded(f"the place's disk is full: the compiled {language} "
+                                        "program cannot be kept; try again later") from None
                 raise PlaceUnavailable(f"the {language} compiler made no program: {exc}",
                                        messages) from None
         await asyncio.to_thread(self.prune, interpreter)

@@ -216,7 +216,7 @@ class Place:
                             layers=containment.layers.report, settings=settings,
                             codes=CodeStore(),
                             lazy=LazyStore(address, settings, self.access.seals))
-        builds = Builds(containment, cache_mode)
+        builds = Builds(containment, cache_mode, self.disk)
         logs = LogBudget()  # one for all languages: a principal's agents log within it
         for agent, interpreter in interpreters.items():
             problem = interpreter.check()

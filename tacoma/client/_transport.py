@@ -8,9 +8,10 @@ fault and the connection is closed; nothing else on the place is touched.
 
 One large briefcase must not hold up everyone else on the event loop: a large frame is
 decoded on a thread, and a large event sent with `send(event, refused)` is encoded on one,
-its frame and those sent after it kept in order in an outbox. What a place holds for a
+its frame and those sent after it kept in order in the Channel's `Outbox` (_outbox.py: the
+sending side, written in pieces as the transport has room). What a place holds for a
 peer is let go of when the connection ends, the memory freed is given back to the system
-(`_Trim`), and a close that the peer does not complete is cut short (CLOSE_SECONDS).
+(_trim.py), and a close that the peer does not complete is cut short (CLOSE_SECONDS).
 
 The same Channel serves TCP connections (client <-> place) and the socketpair between a place
 and an agent's worker process (host <-> worker).
@@ -19,19 +20,11 @@ and an agent's worker process (host <-> worker).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
-import gc
 import logging
 import os
 import socket
 import ssl
-import struct
-import sys
-import termios
-import threading
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Protocol, cast
 
 from ..trust._tls import HANDSHAKE_TIMEOUT, Peer, peer_of
@@ -40,7 +33,6 @@ from ..wire._errors import (
     ConnectError,
     ConnectionLost,
     LimitExceeded,
-    LocalProtocolError,
     NotAuthorized,
     ProtocolError,
     RemoteProtocolError,
@@ -55,8 +47,9 @@ from ..wire._protocol import (
     Role,
     decoded,
     heavy,
-    pieces_of,
 )
+from ._outbox import Outbox, Refused, coding
+from ._trim import trim
 
 __all__ = ["Channel", "EventHandler", "ReceiveBudget", "Refused", "connect"]
 
@@ -81,213 +74,16 @@ Admission = Callable[["Channel"], str]
 STALL_SECONDS = 30.0
 #: Frames of this many bytes or more are decoded on a thread (see Channel._process).
 DECODE_ELSEWHERE = 1 << 20
-#: A large frame is written this many bytes at a time, as the transport has room: TLS
-#: encrypts what it is given at once, on the event loop (60 MB took it 0.1 s).
-WRITE_PIECE = 1 << 18
 #: A connection being closed whose peer takes none of what is still to be sent, nor
 #: completes the close (TLS waits for the peer's close_notify), for this long is dropped:
 #: its meets fail now rather than at TLS's own limit of 30 s.
 CLOSE_SECONDS = 2.0
-#: The memory freed once a large frame is let go of, or connections have closed, is given
-#: back to the system this long after (at most this often: a burst of closes, one trim).
-TRIM_SECONDS = 1.0
-
-#: While a thread codes a large frame, the event loop's thread gets the GIL back this soon
-#: (Python's own switch interval is 5 ms; see _coding).
-SWITCH_SECONDS = 0.001
-
-#: Told what `Channel.send` would have raised for an event (LimitExceeded, a
-#: ProtocolError), when it was sent to be encoded on a thread.
-Refused = Callable[[TacomaError], None]
-
-
-class _Trim:
-    """Gives the memory the C library keeps after a process frees it back to the system:
-    glibc's malloc_trim(0); elsewhere nothing.
-
-    glibc keeps freed memory for the process's next allocations: after a burst of TLS
-    connections (each with buffers of its own) or a frame of tens of megabytes, a place
-    that had freed the memory stayed as large as at the peak. (A connection's objects are
-    freed as it ends, see Channel.connection_lost, so that there is memory to hand back.) A
-    trim hands the free pages back; it walks the heap, so it runs on a thread, TRIM_SECONDS
-    after it is first asked for since the last one: what is freed meanwhile (the rest of a
-    burst of closes) is taken by that one, and what is freed after it asks for the next.
-    """
-
-    def __init__(self) -> None:
-        self._function: Callable[[int], int] | None = None
-        self._looked = False
-        self._scheduled: asyncio.AbstractEventLoop | None = None
-
-    def after_large(self, loop: asyncio.AbstractEventLoop) -> None:
-        """A large frame was let go of (decoded, written, or dropped unfinished)."""
-        self._ask(loop)
-
-    def after_close(self, loop: asyncio.AbstractEventLoop) -> None:
-        """A connection ended (its buffers, and for TLS its session's, are freed)."""
-        self._ask(loop)
-
-    def _ask(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._scheduled is not None and not self._scheduled.is_closed():
-            return  # one is coming; it will take this too
-        if self._trim() is None:
-            return
-        self._scheduled = loop
-        loop.call_later(TRIM_SECONDS, self._run, loop)
-
-    def _run(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._scheduled = None
-        trim = self._trim()
-        if trim is not None:
-            with contextlib.suppress(RuntimeError):  # the loop is shutting its executor down
-                loop.run_in_executor(None, trim, 0)
-
-    def _trim(self) -> Callable[[int], int] | None:
-        if not self._looked:
-            self._looked = True
-            self._function = _malloc_trim()
-        return self._function
-
-
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's malloc_trim, or None where the C library is another (it has none)."""
-    try:
-        if not os.confstr("CS_GNU_LIBC_VERSION"):
-            return None
-    except (ValueError, OSError):  # not glibc: the name is unknown here
-        return None
-    import ctypes  # only here: a client that never trims does not load it
-
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    function: Callable[[int], int] = trim
-    return function
-
-
-_trim = _Trim()
-
-
-def _young_collected() -> None:
-    """Collect the garbage collector's young generations before a large frame is coded on
-    a thread, so that what `_promote` then moves holds no garbage (see there)."""
-    if gc.isenabled() and not gc.get_freeze_count():
-        gc.collect(1)
-
-
-def _promote() -> None:
-    """Move the objects just made into the garbage collector's oldest generation: a
-    briefcase's folder of millions of elements, decoded or copied to be encoded on a
-    thread, would otherwise be walked whole by the young collections that run every few
-    hundred allocations (a tenth of a second, holding the GIL, for 20,000,000 elements,
-    twice). gc.freeze then unfreeze does it at no cost (the doc: unfreeze puts the objects
-    "back into the oldest generation"). The young generations were collected just before
-    (`_young_collected`), so little else is moved with them, and no garbage of the loop's
-    waits there for a full collection. Not where a program froze objects itself (one that
-    forks): unfreeze would undo that."""
-    if gc.isenabled() and not gc.get_freeze_count():
-        gc.freeze()
-        gc.unfreeze()
-
-
-_coding_lock = threading.Lock()
-_coding_threads = 0
-_switch_interval = 0.0
-
-
-@contextlib.contextmanager
-def _coding() -> Iterator[None]:
-    """While a thread codes a large frame, Python's switch interval is SWITCH_SECONDS: the
-    thread keeps the GIL for up to the interval each time the event loop's thread wants
-    it back, and the loop wants it back at every step (each read, each write; a new
-    client's connection and meet take a dozen), so at 5 ms a step a client beside a large
-    briefcase waited a tenth of a second more. Set by the first such thread, and put back
-    by the last."""
-    global _coding_threads, _switch_interval
-    with _coding_lock:
-        if not _coding_threads:
-            _switch_interval = sys.getswitchinterval()
-            sys.setswitchinterval(min(_switch_interval, SWITCH_SECONDS))
-        _coding_threads += 1
-    try:
-        yield
-    finally:
-        with _coding_lock:
-            _coding_threads -= 1
-            if not _coding_threads:
-                sys.setswitchinterval(_switch_interval)
 
 
 def _decoded_elsewhere(body: bytes | bytearray) -> Event | ValueError:
-    """`decoded`, on a thread (see _coding and _promote)."""
-    with _coding():
-        _young_collected()
-        event = decoded(body)
-        _promote()
-    return event
-
-
-def _pieces_elsewhere(event: Event, limit: int) -> list[bytes | memoryview]:
-    """`pieces_of`, on a thread (see _coding and _promote)."""
-    with _coding():
-        _young_collected()
-        return pieces_of(event, limit, _promote)
-
-
-def _kernel_unsent(transport: asyncio.BaseTransport) -> int:
-    """Bytes written to the socket that its peer has not acknowledged yet (Linux's
-    TIOCOUTQ); 0 where that cannot be asked."""
-    sock = transport.get_extra_info("socket")
-    if sock is None:
-        return 0
-    try:
-        answer = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
-    except (OSError, ValueError, AttributeError):
-        return 0
-    unsent: int = struct.unpack("i", answer)[0]
-    return unsent
-
-
-class _Frame:
-    """A large frame in a Channel's outbox: its pieces (its header, then its body in one
-    piece or in those a thread encoded), written as the transport has room."""
-
-    __slots__ = ("pieces", "started")
-
-    def __init__(self, pieces: list[bytes | memoryview]) -> None:
-        self.pieces = deque(memoryview(piece) for piece in pieces)
-        self.started = False  # some of it is written: nothing else may come before the rest
-
-    def next_piece(self) -> memoryview:
-        """At most WRITE_PIECE bytes of it, taken off the front."""
-        self.started = True
-        piece = self.pieces[0]
-        if len(piece) <= WRITE_PIECE:
-            return self.pieces.popleft()
-        self.pieces[0] = piece[WRITE_PIECE:]
-        return piece[:WRITE_PIECE]
-
-
-class _Encoding:
-    """An event waiting its turn in a Channel's outbox while a thread encodes its body (in
-    pieces); who to tell if it cannot be sent, and the future `send` returned."""
-
-    __slots__ = ("body", "event", "refused", "sent")
-
-    def __init__(self, event: Event, body: asyncio.Future[list[bytes | memoryview]],
-                 refused: Refused, sent: asyncio.Future[None]) -> None:
-        self.event = event
-        self.body = body
-        self.refused = refused
-        self.sent = sent
-
-    @property
-    def waiting(self) -> bool:
-        """Still being encoded (and not withdrawn): the frames behind it wait."""
-        return not self.body.done() and not self.sent.cancelled()
+    """`decoded`, on a thread (see _outbox.coding)."""
+    with coding():
+        return decoded(body)
 
 
 class ReceiveBudget:
@@ -354,13 +150,8 @@ class Channel(asyncio.Protocol):
         self._decoding: asyncio.Future[Event | ValueError] | None = None  # a large frame
         #: loop.time() when the peer last showed it is there (see quiet_for).
         self.heard = loop.time()
-        self._unsent = 0  # what waited unsent when quiet_for last looked
-        #: What waits its turn to be written, in order (see send and write): frames,
-        #: large ones in pieces, events a thread is encoding.
-        self._outbox: deque[bytes | _Frame | _Encoding] = deque()
-        self._outbox_bytes = 0
-        self._paused = False  # the transport's buffer is full (pause_writing)
-        self._close_after: str | None = None  # close, saying Bye with it, once they are out
+        #: What waits its turn to be written, in order (see send and write).
+        self._outbox = Outbox(loop, self.conn)
         self._close_timer: asyncio.TimerHandle | None = None
         self._unsent_at_close = 0
 
@@ -368,6 +159,7 @@ class Channel(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self.transport = cast(asyncio.Transport, transport)
+        self._outbox.attach(self)  # until connection_lost: the two refer to each other
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "local"
         sock = transport.get_extra_info("socket")
@@ -430,7 +222,7 @@ class Channel(asyncio.Protocol):
 
     def _decoded(self, future: asyncio.Future[Event | ValueError]) -> None:
         self._decoding = None
-        _trim.after_large(self._loop)  # the frame's bytes are gone (and, later, the event)
+        trim.after_large(self._loop)  # the frame's bytes are gone (and, later, the event)
         if self.transport is None or self.transport.is_closing() or future.cancelled():
             return
         try:
@@ -451,7 +243,7 @@ class Channel(asyncio.Protocol):
                     NotAuthorized(event.reason.removeprefix(NotAuthorized.BYE_PREFIX))
                     if event.reason.startswith(NotAuthorized.BYE_PREFIX)
                     else ConnectError(f"refused: {event.reason}"))
-            self._drop_outbox()  # the peer has gone: nothing more is sent to it
+            self._outbox.drop()  # the peer has gone: nothing more is sent to it
             self.close()
             return False
         if not self.ready.done():
@@ -470,7 +262,7 @@ class Channel(asyncio.Protocol):
     def _fail(self, why: str) -> None:
         """End the connection after a fault: what waits to be sent is dropped, a Bye says
         `why` (unless a frame was cut short: the peer could not read it), and it closes."""
-        cut = self._drop_outbox()
+        cut = self._outbox.drop()
         if self.transport is not None and not self.transport.is_closing():
             if not cut:
                 self.transport.write(self.conn.fail_bytes(why))
@@ -501,7 +293,7 @@ class Channel(asyncio.Protocol):
         """Drop what was received and not taken (the connection is over), and have the
         memory given back if that was a large frame."""
         if self.conn.buffered >= DECODE_ELSEWHERE:
-            _trim.after_large(self._loop)
+            trim.after_large(self._loop)
         self.conn.discard_received()
 
     def _stalled(self) -> None:
@@ -517,8 +309,8 @@ class Channel(asyncio.Protocol):
         if self._close_timer is not None:
             self._close_timer.cancel()
         self._let_go()
-        self._drop_outbox()
-        _trim.after_close(self._loop)
+        self._outbox.drop()
+        trim.after_close(self._loop)
         reason = self.close_reason or (str(exc) if exc else "connection closed by peer")
         lost = ConnectionLost(reason)
         if self._hello_timer is not None:
@@ -535,43 +327,28 @@ class Channel(asyncio.Protocol):
         # when the garbage collector next looks for cycles (an idle place may not for long).
         self.transport = None
         self._admit = None
+        self._outbox.detach()
 
     # -- ours
     @property
     def is_closing(self) -> bool:
         return (self.transport is None or self.transport.is_closing()
-                or self._close_after is not None)
+                or self._outbox.closing)
 
     def quiet_for(self) -> float:
         """Seconds since the peer last showed it is there: it sent a byte, or took some of
         what this end wrote (less waits unsent than when this was last asked); none while
         this end is itself busy with a large frame (decoding one, or encoding one)."""
         now = self._loop.time()
-        unsent = self._unsent_now()
-        if unsent < self._unsent or self._decoding is not None or self._encoding:
+        if self._outbox.progressed() or self._decoding is not None:
             self.heard = now
-        self._unsent = unsent
         return now - self.heard
 
-    @property
-    def _encoding(self) -> bool:
-        """A thread is encoding an event of ours."""
-        return any(isinstance(out, _Encoding) and out.waiting for out in self._outbox)
-
-    def _unsent_now(self) -> int:
-        """Bytes written and not yet taken by the peer: ours, and the kernel's."""
-        if self.transport is None:
-            return 0
-        return (self._outbox_bytes + self.transport.get_write_buffer_size()
-                + _kernel_unsent(self.transport))
-
     def pause_writing(self) -> None:
-        self._paused = True
+        self._outbox.pause()
 
     def resume_writing(self) -> None:
-        self._paused = False
-        if self._outbox:
-            self._flush()
+        self._outbox.resume()
 
     def send(self, event: Event, refused: Refused | None = None) -> asyncio.Future[None] | None:
         """Encode and write an event.
@@ -583,7 +360,7 @@ class Channel(asyncio.Protocol):
         `refused` instead; the future returned then is done once its frame is on its way
         (booked as sent, and being written), or cancelled if it never is (cancelling it
         before withdraws the event: it is not sent). Either way, frames go out in the order
-        they were sent, and a large one a piece at a time (WRITE_PIECE).
+        they were sent, and a large one a piece at a time (_outbox.WRITE_PIECE).
 
         A peer that does not read what it is sent would make us buffer without bound; past
         two of its largest frames unsent, it is disconnected instead.
@@ -608,123 +385,23 @@ class Channel(asyncio.Protocol):
         if self.is_closing:
             raise ConnectionLost(self.close_reason or "connection is closed")
         self.conn.check(event)
-        body = self._loop.run_in_executor(None, _pieces_elsewhere, event,
-                                          self.conn.peer_max_frame)
-        sent: asyncio.Future[None] = self._loop.create_future()
-        self._outbox.append(_Encoding(event, body, refused, sent))
-        body.add_done_callback(self._flush)
-        return sent
-
-    def _flush(self, _: object = None) -> None:
-        """Write what waits in the outbox, in order, while the transport has room, up to an
-        event still being encoded; then close, if a close waited for them."""
-        outbox = self._outbox
-        try:
-            while outbox:
-                out = outbox[0]
-                if isinstance(out, _Encoding):
-                    if out.waiting:
-                        return
-                    outbox.popleft()
-                    self._encoded(out)
-                    continue
-                if self._paused:
-                    return  # resume_writing goes on
-                if isinstance(out, bytes):
-                    outbox.popleft()
-                    data: bytes | memoryview = out
-                else:
-                    data = out.next_piece()
-                    if not out.pieces:  # all of it is out, and its memory free
-                        outbox.popleft()
-                        _trim.after_large(self._loop)
-                self._outbox_bytes -= len(data)
-                self._put(data)
-        except ConnectionLost:  # dropped on the way (the peer is not reading)
-            self._drop_outbox()
-            return
-        if self._close_after is not None:
-            reason, self._close_after = self._close_after, None
-            self.close(reason)
-
-    def _encoded(self, out: _Encoding) -> None:
-        """An event's body is encoded: book the event as sent, and its frame goes first."""
-        if out.sent.cancelled():  # withdrawn
-            return
-        try:
-            pieces = out.body.result()
-            size = sum(map(len, pieces))
-            header = self.conn.commit(out.event, size)
-        except (LimitExceeded, ProtocolError) as exc:
-            out.sent.cancel()
-            self._tell(out.refused, exc)
-            return
-        except Exception as exc:  # noqa: BLE001 - the encoder failed otherwise (memory): it
-            # is refused like any event that cannot be sent, not left waiting for ever.
-            out.sent.cancel()
-            self._tell(out.refused, LocalProtocolError(
-                f"cannot encode {type(out.event).__name__}: {type(exc).__name__}: {exc}"))
-            return
-        self._outbox.appendleft(_Frame([header, *pieces]))
-        self._outbox_bytes += len(header) + size
-        out.sent.set_result(None)
-
-    @staticmethod
-    def _tell(refused: Refused, exc: TacomaError) -> None:
-        try:
-            refused(exc)
-        except Exception:  # the sender's callback: its fault is logged, the loop goes on
-            log.exception("telling that an event could not be sent (%s) failed", exc)
-
-    def _drop_outbox(self) -> bool:
-        """Send nothing more of what waits (the connection is over); True if that cut a
-        frame short."""
-        cut = bool(self._outbox) and isinstance(self._outbox[0], _Frame) and \
-            self._outbox[0].started
-        for out in self._outbox:
-            if isinstance(out, _Encoding):
-                out.sent.cancel()
-        self._outbox.clear()
-        self._outbox_bytes = 0
-        self._close_after = None
-        return cut
+        return self._outbox.encode(event, refused)
 
     def write(self, data: bytes) -> None:
         """Write an encoded event (`conn.send`'s bytes): `send` in two steps, for tracing.
         It waits its turn behind frames sent before it (see send); a large one is written
-        a piece at a time."""
+        a piece at a time (_outbox.WRITE_PIECE)."""
         if self.transport is None or self.transport.is_closing():
             raise ConnectionLost(self.close_reason or "connection is closed")
-        if not self._outbox and len(data) <= WRITE_PIECE:
-            self._put(data)
-            return
-        self._outbox.append(data if len(data) <= WRITE_PIECE else _Frame([data]))
-        self._outbox_bytes += len(data)
-        if len(self._outbox) == 1:  # first in line (else what is ahead of it is waiting)
-            self._flush()
-        elif self.transport is not None:
-            self._check_reading(self.transport)
-
-    def _put(self, data: bytes | memoryview) -> None:
-        if self.transport is None or self.transport.is_closing():
-            raise ConnectionLost(self.close_reason or "connection is closed")
-        self.transport.write(data)
-        self._check_reading(self.transport)
-
-    def _check_reading(self, transport: asyncio.Transport) -> None:
-        unsent = transport.get_write_buffer_size() + self._outbox_bytes
-        # The peer's own max_frame is its word, so it is capped by ours.
-        if unsent > 2 * min(self.conn.peer_max_frame, self.conn.max_frame):
-            self.close_reason = f"peer is not reading: {unsent:,} bytes unsent"
-            transport.abort()
+        self._outbox.write(data)
 
     def close(self, reason: str = "") -> None:
         """Close the connection, saying Bye with `reason` if one is given, once the frames
         already sent are written (see send)."""
         if self.transport is None or self.is_closing:
             return
-        if self._outbox:
-            self._close_after = reason
+        if self._outbox.pending:
+            self._outbox.close_when_sent(reason)
             self._bound_close()
             return
         if reason and self.conn.our_state == "OPEN":
@@ -734,7 +411,7 @@ class Channel(asyncio.Protocol):
     def abort(self) -> None:
         """Drop the connection now, without flushing what the peer has not read."""
         if self.transport is not None:
-            self._drop_outbox()
+            self._outbox.drop()
             self.transport.abort()
 
     def _end(self) -> None:
@@ -750,15 +427,15 @@ class Channel(asyncio.Protocol):
 
     def _bound_close(self) -> None:
         if self._close_timer is None:
-            self._unsent_at_close = self._unsent_now()
+            self._unsent_at_close = self._outbox.unsent()
             self._close_timer = self._loop.call_later(CLOSE_SECONDS, self._close_overdue)
 
     def _close_overdue(self) -> None:
         self._close_timer = None
         if self.transport is None or self.closed.done():
             return
-        unsent = self._unsent_now()
-        if 0 < unsent < self._unsent_at_close or self._encoding:  # not stuck yet
+        unsent = self._outbox.unsent()
+        if 0 < unsent < self._unsent_at_close or self._outbox.encoding:  # not stuck yet
             self._unsent_at_close = unsent
             self._close_timer = self._loop.call_later(CLOSE_SECONDS, self._close_overdue)
             return

@@ -24,8 +24,8 @@ import time
 from typing import Any
 
 from .._version import __version__
-from ..wire._briefcase import Briefcase
-from ..wire._errors import MeetError, NotAllowed, UnknownAgent
+from ..wire._briefcase import TRACE, Briefcase
+from ..wire._errors import LimitExceeded, MeetError, NotAllowed, UnknownAgent
 from ..wire._names import (
     ADMIN_AGENT,
     BUILT_IN,
@@ -42,7 +42,7 @@ from ._codes import CodeStore
 from ._journal import Journal, pack
 from ._layers import Layer
 from ._lazy import LazyStore
-from ._meet import ALWAYS_SERVED, Meets
+from ._meet import ALWAYS_SERVED, Meets, RunningMeet
 from ._residents import Residents
 from ._settings import PlaceSettings
 from ._trips import Trips
@@ -50,6 +50,26 @@ from ._trips import Trips
 __all__ = ["BuiltIns"]
 
 log = logging.getLogger("tacoma.place")
+
+#: The folders an ag_status request may carry (TRACE: a traced meet's), and the most bytes
+#: of them: an id of at most 64 characters, a number and a principal's name fit many times.
+STATUS_FOLDERS = frozenset({"ID", "WAIT", "PRINCIPAL", TRACE})
+STATUS_REQUEST_BYTES = 4096
+
+
+def _one(request: Briefcase, folder: str, what: str, default: str | None = None) -> str:
+    """The one text element of `folder` in a request: MeetError if there are more, or none
+    and no `default` (`what` the folder holds, for the message)."""
+    try:
+        values = request.text(folder) if folder in request else []
+    except UnicodeDecodeError:
+        raise MeetError(f"{folder} must be UTF-8 text") from None
+    if len(values) == 1:
+        return values[0]
+    if not values and default is not None:
+        return default
+    raise MeetError(f"{folder} must hold {what or 'one element'}"
+                    f"{'' if default is None else ', or be left out'}")
 
 
 class BuiltIns:
@@ -109,42 +129,62 @@ class BuiltIns:
 
     # ------------------------------------------------------------------ ag_status
     async def _status(self, request: Briefcase, principal: str, admin: bool) -> Briefcase:
-        """ag_status: what became of meet ID (queued, running, done, failed or unknown), for
-        the principal it was made for (or an admin identity); with WAIT, wait up to that
-        many seconds for it to end. Ids are per principal: another principal's meet is
-        never found, as one the place never had (ids say nothing about who else meets
-        here, and cannot hide one's own)."""
-        ids = request.text("ID") if "ID" in request else []
-        if len(ids) != 1:
-            raise MeetError(f"{STATUS_AGENT} needs the meet's id in ID")
-        meet_id = ids[0]
+        """ag_status: what became of meet ID (queued, running, done, failed or unknown); with
+        WAIT, wait up to that many seconds for it to end. Ids are per principal, for
+        everyone: the meet is the asker's own, or, for an administrator, that of the
+        principal named in PRINCIPAL. Another principal's meet is never found, as one the
+        place never had (ids say nothing about who else meets here, and cannot hide one's
+        own).
+
+        It takes no slot of --max-meets (see _meet.ALWAYS_SERVED), so it is bounded
+        otherwise: a principal may have its share of them at once (`Meets.asking`), and a
+        request holds an id, a number and a name, nothing more (one that carries more is
+        refused at once, before it waits: what it carried is let go with it).
+        """
+        if request.at_least(len(STATUS_FOLDERS) + 1, STATUS_REQUEST_BYTES):
+            raise LimitExceeded(f"{STATUS_AGENT} takes an ID, a WAIT and a PRINCIPAL, at most "
+                                f"{STATUS_REQUEST_BYTES:,} bytes in all; this request carries "
+                                "more: send only those")
+        extra = [name for name in request if name not in STATUS_FOLDERS]
+        if extra or request.lazy_refs():
+            raise MeetError(f"{STATUS_AGENT} takes the folders ID, WAIT and PRINCIPAL (by "
+                            f"value), and this request carries "
+                            f"{', '.join(shown(name, 40) for name in extra[:4]) or 'lazy ones'}"
+                            f"{', ...' if len(extra) > 4 else ''}: send only those")
+        meet_id = _one(request, "ID", "the meet's id")
         try:
-            wait = float(request.text("WAIT")[0]) if request.folder("WAIT") else 0.0
+            wait = float(_one(request, "WAIT", "", "0"))
         except ValueError:
             raise MeetError("WAIT must be a number of seconds") from None
         if not math.isfinite(wait) or wait < 0:
             raise MeetError("WAIT must be a number of seconds, at least 0")
+        whose = _one(request, "PRINCIPAL", "", principal)
+        if whose != principal and not admin:
+            raise NotAllowed(f"only an identity with the admin role may ask about another "
+                             f"principal's meet (PRINCIPAL {shown(whose, 80)}); "
+                             "ask about your own without it")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(wait, self.max_wait)
-        while True:
-            ended = self.journal.watch(meet_id)  # first: an end while we look is not missed
-            try:
-                answer = await self._state(meet_id, principal, admin)
-                state = answer.text("STATE")[0]
-                left = deadline - loop.time()
-                if state not in ("queued", "running") or left <= 0:
-                    return answer
+        with self.meets.asking(principal):  # counted against whoever asks
+            while True:
+                ended = self.journal.watch(meet_id)  # first: an end while we look is not missed
                 try:
-                    async with asyncio.timeout(left):
-                        await ended
-                except TimeoutError:
-                    pass
-            finally:
-                self.journal.unwatch(meet_id, ended)
+                    answer = await self._state(meet_id, whose)
+                    state = answer.text("STATE")[0]
+                    left = deadline - loop.time()
+                    if state not in ("queued", "running") or left <= 0:
+                        return answer
+                    try:
+                        async with asyncio.timeout(left):
+                            await ended
+                    except TimeoutError:
+                        pass
+                finally:
+                    self.journal.unwatch(meet_id, ended)
 
-    async def _state(self, meet_id: str, principal: str, admin: bool) -> Briefcase:
+    async def _state(self, meet_id: str, whose: str) -> Briefcase:
+        """What became of meet `meet_id` of principal `whose`."""
         answer = Briefcase(STATE=["unknown"], ID=[meet_id])
-        whose = None if admin else principal
         found = self.meets.find(meet_id, whose)
         if found is not None:
             state, meet = found
@@ -190,7 +230,9 @@ class BuiltIns:
             return Briefcase(AGENTS=[json.dumps(row).encode() for row in self.ps()])
         if op == "kill":
             names = request.text("NAME") if request.folder("NAME") else []
-            return Briefcase(KILLED=[self.kill(names[0] if names else "")])
+            whose = request.text("PRINCIPAL") if request.folder("PRINCIPAL") else []
+            return Briefcase(KILLED=[self.kill(names[0] if names else "",
+                                               whose[0] if whose else None)])
         if op == "status":
             return Briefcase(STATUS=[json.dumps(await self.status()).encode()])
         raise MeetError(f"unknown {ADMIN_AGENT} operation {op!r}: ps, kill or status")
@@ -265,16 +307,50 @@ class BuiltIns:
             })
         return rows
 
-    def kill(self, name: str) -> str:
-        """Stop the agent that is resident as `name`, or runs meet `name`; its meet id."""
-        resident = self.residents.get(name)
-        found = self.meets.find(name, None)
-        meet = resident.meet if resident is not None else found[1] if found else None
+    def kill(self, name: str, principal: str | None = None) -> str:
+        """Stop the agent that is resident as `name`, or runs meet `name` (of `principal`,
+        if given: then `name` is a meet id); its meet id.
+
+        Meet ids are per principal, and a resident's name is whatever its agent chose, so
+        without a principal `name` must be one of them only: two principals' meets with
+        that id, or a resident of that name and a meet of that id, are refused, saying how
+        to choose (--principal), never settled by which comes first.
+        """
+        where = f"at place {self.meets.address}"
+        if principal is not None:
+            found = self.meets.find(name, principal)
+            meets = [found[1]] if found is not None else []
+            whose = f" of {shown(principal, 80)}"
+        else:
+            resident = self.residents.get(name)
+            meets = [meet for meet in list(self.meets.running.values())
+                     if meet.id == name and meet.worker is not None]  # agents running
+            whose = ""
+            if resident is not None:
+                if meets:
+                    raise MeetError(
+                        f"{name!r} is both a resident agent's name and the id of a meet of "
+                        f"{_principals(meets)} {where}: stop the meet with --principal "
+                        f"PRINCIPAL, or the resident by its own meet's id, "
+                        f"{resident.meet.id}, with --principal "
+                        f"{shown(resident.meet.principal, 80)}", "tacoma ps lists them")
+                meets = [resident.meet]
+            elif len(meets) > 1:
+                raise MeetError(f"meets of {_principals(meets)} run {where} as {name!r} "
+                                "(meet ids are per principal): say whose to stop with "
+                                "--principal PRINCIPAL", "tacoma ps lists them")
+        meet = meets[0] if meets else None
         if meet is None or meet.worker is None or meet.key not in self.meets.running:
             running = [*self.residents.by_name, *(m.id for m in self.meets.running.values())]
             close = difflib.get_close_matches(name, running, n=1, cutoff=0.7)
             guess = f"; did you mean {close[0]!r}?" if close else ""
-            raise UnknownAgent(f"no agent {name!r} is running at place "
-                               f"{self.meets.address}{guess}", "tacoma ps lists them")
+            raise UnknownAgent(f"no agent {name!r}{whose} is running {where}{guess}",
+                               "tacoma ps lists them")
         self.meets.kill(meet)
         return meet.id
+
+
+def _principals(meets: list[RunningMeet]) -> str:
+    """Whose `meets` are, for a message: their principals, each once, shown."""
+    names = sorted({meet.principal for meet in meets})
+    return ", ".join(shown(name, 80) if name else "anonymous" for name in names)

@@ -26,7 +26,7 @@ import itertools
 import logging
 import secrets
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..wire._address import canonical_address
@@ -55,8 +55,9 @@ log = logging.getLogger("tacoma.place")
 #: The place's own agents it serves even at --max-meets, taking no slot of it: a trip's end
 #: must reach its home (ag_home), a rear guard must learn where its trip is (ag_trip), the
 #: administrator must reach a busy place (ag_admin), and a caller must learn what became of
-#: its meet when the place is busiest (ag_status: it holds no more than a future while it
-#: waits, and must not hold the slot of the meet it waits for). The other built-ins hold
+#: its meet when the place is busiest (ag_status: it holds no more than a future and its
+#: request's id while it waits, must not hold the slot of the meet it waits for, and has a
+#: bound of its own, `Meets.asking`). The other built-ins hold
 #: memory or a thread (ag_cabinet) and are admitted like any meet; ag_echo is answered at
 #: once by the session and holds nothing.
 ALWAYS_SERVED = frozenset({HOME_AGENT, ADMIN_AGENT, TRIP_AGENT, STATUS_AGENT})
@@ -234,6 +235,10 @@ class Meets:
         # same second (the prefix was the time's low bits) gave the ids of its last run.
         self._boot = secrets.token_hex(5)
         self._count = 0
+        #: ag_status meets being answered now, by principal, and the most any one principal
+        #: may have at once (see `asking`).
+        self.asking_by_principal: collections.Counter[str] = collections.Counter()
+        self.asking_share = max(1, int((max_meets + max_queued) * share))
 
     def admit(self, agent: str = "", principal: str = "") -> None:
         """Raise PlaceUnavailable unless one more meet may start now: the place is under
@@ -242,11 +247,14 @@ class Meets:
         for an agent's own meets, or on an --insecure place).
 
         Refusals for want of a slot are AtCapacity. ALWAYS_SERVED agents are not refused
-        while the place runs.
+        while the place runs, but ag_status past the principal's share of them (`asking`:
+        refused here too, before a flood of them takes a task each).
         """
         if self.stopping:
             raise PlaceUnavailable(f"place {self.address} is shutting down")
         if agent in ALWAYS_SERVED:
+            if agent == STATUS_AGENT:
+                self.may_ask(principal)
             return
         if self._count >= self.max_meets:
             raise AtCapacity(f"place {self.address} is running its maximum of "
@@ -306,16 +314,10 @@ class Meets:
                 return meet
         return None
 
-    def find(self, meet_id: str, principal: str | None) -> tuple[str, RunningMeet] | None:
-        """A meet of `principal` (None: anyone's, for an administrator) this place holds
-        now, by id: ("running", meet) or ("queued", meet)."""
-        if principal is None:
-            for state, meets in (("running", self.running.values()),
-                                 ("queued", self.queued)):
-                found = next((meet for meet in meets if meet.id == meet_id), None)
-                if found is not None:
-                    return state, found
-            return None
+    def find(self, meet_id: str, principal: str) -> tuple[str, RunningMeet] | None:
+        """A meet of `principal` this place holds now, by id: ("running", meet) or
+        ("queued", meet). Ids are per principal for everyone, administrators included (who
+        name the principal of another's meet)."""
         key = (principal, meet_id)
         meet = self.running.get(key)
         if meet is not None:
@@ -323,6 +325,39 @@ class Meets:
         if key in self._queued_ids:
             return "queued", next(q for q in self.queued if q.key == key)
         return None
+
+    def may_ask(self, principal: str) -> None:
+        """PlaceUnavailable if `principal` has its share of ag_status meets (see `asking`)."""
+        held = self.asking_by_principal[principal]
+        if held >= self.asking_share:
+            raise PlaceUnavailable(
+                f"{principal or 'anonymous'} has {held} status requests at place "
+                f"{self.address} not yet answered (most wait for their meets to end), its "
+                f"most ({self.asking_share}: its --share of --max-meets and --max-queued); "
+                "ask again when some are answered, and wait for fewer meets at once")
+
+    @contextlib.contextmanager
+    def asking(self, principal: str) -> Iterator[None]:
+        """Count an ag_status meet of `principal` while it is answered (waiting, perhaps, for
+        the meet it asks about to end); PlaceUnavailable if the principal has its share of
+        them already.
+
+        ag_status takes no slot of --max-meets (ALWAYS_SERVED: a caller must learn what
+        became of its meet when the place is busiest), so this is its bound: as many at once
+        as the meets the principal may have here, running and queued (its share of
+        --max-meets and --max-queued), a wait for each. Counted here, whichever way the
+        meet came (a client, a place, an agent); `admit` refuses with it too, early.
+        """
+        self.may_ask(principal)
+        self.asking_by_principal[principal] += 1
+        try:
+            yield
+        finally:
+            left = self.asking_by_principal[principal] - 1
+            if left:
+                self.asking_by_principal[principal] = left
+            else:
+                del self.asking_by_principal[principal]
 
     def new(self, agent: str, briefcase: Briefcase, timeout: float | None,
             principal: str = "", caller: str | None = None, trip: Trip | None = None,

@@ -37,7 +37,8 @@ checked against that table when the zygote starts:
                                         #f if the itinerary is empty
     (reside NAME)                       stay here as resident agent NAME (_residents.py)
     (receive [SECONDS])                 the next message, an alist with ENVELOPE
-                                        (id kind sender); #f if none came in time
+                                        (id kind sender principal); #f if none came in
+                                        time
     (reply MESSAGE [BRIEFCASE])         answer a request
     (send TARGET [BRIEFCASE])           one-way message to NAME@PLACE; its id
     (send-ack TARGET [BRIEFCASE])       acknowledged message; a handle for wait-ack

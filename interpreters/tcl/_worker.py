@@ -40,7 +40,8 @@ that table when the zygote starts:
                                     returns 0 if the itinerary is empty
     reside NAME                     stay here as resident agent NAME (tacoma/place/_residents.py)
     receive ?SECONDS?               the next message, a briefcase dict with ENVELOPE
-                                    {id kind sender}; an empty dict if none came in time
+                                    {id kind sender principal}; an empty dict if none
+                                    came in time
     reply MESSAGE ?BRIEFCASE?       answer a request
     send TARGET ?BRIEFCASE?         one-way message to NAME@PLACE; returns its id
     send_ack TARGET ?BRIEFCASE?     acknowledged message; returns a handle for wait_ack

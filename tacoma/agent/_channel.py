@@ -262,8 +262,8 @@ class AgentChannel:
         self._mailbox("reside", NAME=[name])
 
     def receive(self, timeout: float | None = None) -> Briefcase | None:
-        """The next message (its folders, and ENVELOPE: [id, kind, sender]), waiting up to
-        `timeout` seconds (None: until the meet ends); None if none came."""
+        """The next message (its folders, and ENVELOPE: [id, kind, sender, principal]),
+        waiting up to `timeout` seconds (None: until the meet ends); None if none came."""
         folders: dict[str, list[bytes | str]] = {}
         if timeout is not None:
             folders["TIMEOUT"] = [repr(float(timeout))]

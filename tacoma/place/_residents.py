@@ -21,15 +21,22 @@ fails, is killed, or its meet times out) its name is free again, and every sende
 waiting (an ack or a reply) gets MessageError saying so.
 
 A received message is the sender's briefcase plus an ENVELOPE folder: the message id, its
-kind (oneway, ack or request) and who sent it: `NAME@PLACE` for a resident at this place,
-another agent here by its identity, and "client" for whatever arrives over the network
-(agents at other places included: a place vouches only for its own agents).
+kind (oneway, ack or request), who sent it (`NAME@PLACE` for a resident at this place,
+another agent here by its identity, and "client" for whatever arrives over the network,
+agents at other places included: a place vouches only for its own agents), and the
+principal whose meet sent it (the name in the certificate of the client that launched it,
+as this place authenticated it or a place it trusts vouched for it; "" on a place that
+authenticates nobody), so that a resident knows whom it answers. The first three stay
+where they were: agents read them by position.
 
 All mailboxes of a place together are bounded too (`mailbox_total_bytes`), and so are the
 bytes waiting that any one principal sent (its `share` of them: one principal cannot fill
-the place's mailboxes, its own residents' included, against everyone else's), and a resident
-holds at most `mailbox_messages` requests it took but did not answer yet (their briefcases
-are dropped once taken; a request whose sender gave up is forgotten).
+the place's mailboxes, its own residents' included, against everyone else's). In each
+mailbox, a principal other than the resident's own may have at most its `share` of its
+messages and bytes waiting, so that no one fills another's mailbox (the resident's own
+principal may fill it, it is its own). A resident holds at most `mailbox_messages` requests
+it took but did not answer yet (their briefcases are dropped once taken; a request whose
+sender gave up is forgotten).
 """
 
 from __future__ import annotations
@@ -54,6 +61,9 @@ __all__ = ["Residents"]
 
 #: Resident names: short, plain, and never an `ag_` name (those are the place's agents).
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
+#: The shape of the ids a place makes for meets (_meet.Meets.new: 10 hex digits, a dot, a
+#: number): no resident's name, or `tacoma kill NAME` could mean either.
+MEET_ID_SHAPE = re.compile(r"[0-9A-Fa-f]{10}\.[0-9]+")
 #: Message kind by the mode of the meet that carried it.
 KIND_OF_MODE = {"async": "oneway", "ack": "ack", "sync": "request"}
 #: Folders of a reply request that are not part of the reply.
@@ -83,10 +93,23 @@ class Resident:
     waiter: asyncio.Future[None] | None = None
     #: Requests taken by the resident and not yet replied to, by message id.
     unanswered: dict[str, Message] = field(default_factory=dict)
+    #: Messages and bytes waiting in its mailbox, by the principal that sent them.
+    messages_of: collections.Counter[str] = field(default_factory=collections.Counter)
+    bytes_of: collections.Counter[str] = field(default_factory=collections.Counter)
 
 
 def _size(briefcase: Briefcase) -> int:
     return briefcase.wire_size()
+
+
+def _less(counter: collections.Counter[str], key: str, amount: int) -> None:
+    """Count `amount` less for `key`, forgetting it at 0 (counters keyed by principal must
+    not grow with every principal ever seen)."""
+    left = counter[key] - amount
+    if left > 0:
+        counter[key] = left
+    else:
+        del counter[key]
 
 
 class Residents:
@@ -102,6 +125,10 @@ class Residents:
         #: principal may have waiting.
         self.by_principal: collections.Counter[str] = collections.Counter()
         self.principal_share = max(1, int(max_total_bytes * share))
+        #: What any one principal may have waiting in another's resident's mailbox: its
+        #: share of its messages and bytes.
+        self.messages_share = max(1, int(max_messages * share))
+        self.bytes_share = max(1, int(max_bytes * share))
         self.is_agent = is_agent  # a name the place has an agent by: not for residents
         self.by_name: dict[str, Resident] = {}
         self.closing = False
@@ -131,6 +158,8 @@ class Residents:
                 f"the mailbox of {name} is full ({len(resident.queue)} messages, "
                 f"{resident.bytes:,} bytes; at most {self.max_messages} and "
                 f"{self.max_bytes:,}): try again when it has taken some")
+        if principal != resident.meet.principal:
+            self._within_share(resident, principal, size)
         if self.total_bytes + size > self.max_total_bytes:
             raise MailboxFull(f"the mailboxes at this place hold {self.total_bytes:,} bytes, "
                               f"their limit is {self.max_total_bytes:,}: try again later")
@@ -145,6 +174,8 @@ class Residents:
                           answer)
         resident.queue.append(message)
         resident.bytes += size
+        resident.messages_of[principal] += 1
+        resident.bytes_of[principal] += size
         self.total_bytes += size
         self.by_principal[principal] += size
         if resident.waiter is not None and not resident.waiter.done():
@@ -173,9 +204,11 @@ class Residents:
     def _reside(self, meet: RunningMeet, request: Briefcase) -> Briefcase:
         names = request.text("NAME") if request.folder("NAME") else []
         name = names[0] if names else ""
-        if not NAME.fullmatch(name) or name.startswith("ag_"):
+        if not NAME.fullmatch(name) or name.startswith("ag_") or MEET_ID_SHAPE.fullmatch(name):
             raise MessageError(f"bad resident name {name!r}: a letter, then up to 63 letters, "
-                               "digits, '_', '.' or '-', and not starting with ag_")
+                               "digits, '_', '.' or '-', not starting with ag_, and not "
+                               "shaped like the ids a place makes for meets (10 hex digits, "
+                               "a dot, a number)")
         if meet.resident is not None:
             raise MessageError(f"this agent is already resident as {meet.resident}")
         if name in self.by_name:
@@ -213,7 +246,7 @@ class Residents:
         message = resident.queue.popleft()
         resident.bytes -= message.size
         self.total_bytes -= message.size
-        self._taken(message)
+        self._taken(message, resident)
         resident.received += 1
         taken = message.briefcase
         message.briefcase = Briefcase()  # the resident has it now: the place keeps nothing
@@ -224,7 +257,7 @@ class Residents:
             # A sender that gives up (timeout, cancel) cancels the answer: forget it then.
             message.answer.add_done_callback(
                 lambda _: resident.unanswered.pop(message.id, None))
-        taken[ENVELOPE] = [message.id, message.kind, message.sender]
+        taken[ENVELOPE] = [message.id, message.kind, message.sender, message.principal]
         return taken
 
     def _reply(self, resident: Resident, request: Briefcase) -> Briefcase:
@@ -240,13 +273,29 @@ class Residents:
             message.answer.set_result(reply)
         return Briefcase()
 
-    def _taken(self, message: Message) -> None:
-        """A message left the mailbox: its bytes no longer count against its sender."""
-        left = self.by_principal[message.principal] - message.size
-        if left > 0:
-            self.by_principal[message.principal] = left
+    def _within_share(self, resident: Resident, principal: str, size: int) -> None:
+        """MailboxFull, naming the setting, if one more message of `size` bytes from
+        `principal` would pass its share of `resident`'s mailbox."""
+        waiting = resident.messages_of[principal]
+        if waiting + 1 > self.messages_share:
+            what = (f"{waiting} messages waiting for {resident.name}, its most of "
+                    f"{self.messages_share} (--share of --mailbox-messages "
+                    f"{self.max_messages})")
+        elif resident.bytes_of[principal] + size > self.bytes_share:
+            what = (f"{resident.bytes_of[principal]:,} bytes of messages waiting for "
+                    f"{resident.name}, and {size:,} more would pass its most of "
+                    f"{self.bytes_share:,} (--share of --mailbox-bytes {self.max_bytes:,})")
         else:
-            del self.by_principal[message.principal]
+            return
+        raise MailboxFull(f"{principal or 'anonymous'} has {what}: a principal may fill only "
+                          f"its share of another's mailbox; try again when {resident.name} "
+                          "has taken some")
+
+    def _taken(self, message: Message, resident: Resident) -> None:
+        """A message left `resident`'s mailbox: it no longer counts against its sender."""
+        _less(self.by_principal, message.principal, message.size)
+        _less(resident.messages_of, message.principal, 1)
+        _less(resident.bytes_of, message.principal, message.size)
 
     def leave(self, meet: RunningMeet) -> None:
         """The resident of `meet` ends: free its name, tell everyone still waiting."""
@@ -261,7 +310,7 @@ class Residents:
         if self.closing:
             ended = PlaceUnavailable(f"resident agent {resident.name} stopped with its place")
         for message in resident.queue:
-            self._taken(message)
+            self._taken(message, resident)
         for message in [*resident.queue, *resident.unanswered.values()]:
             if message.answer is not None and not message.answer.done():
                 message.answer.set_exception(ended)

@@ -127,9 +127,9 @@ TC__API int tc_go_next(void);
 
 /* Messages between agents (see tacoma/place/_residents.py). tc_reside makes this agent the
  * resident NAME at its place. tc_receive returns the next message (a new handle, with an
- * ENVELOPE folder: id, kind, sender), 0 if none came within timeout seconds (negative:
- * wait as long as the meet lasts), or TC_ERROR; tc_reply answers a request with a
- * briefcase. tc_send sends a one-way message to NAME@PLACE and copies its id into id;
+ * ENVELOPE folder: id, kind, sender, and the sender's principal), 0 if none came within
+ * timeout seconds (negative: wait as long as the meet lasts), or TC_ERROR; tc_reply
+ * answers a request with a briefcase. tc_send sends a one-way message to NAME@PLACE and copies its id into id;
  * tc_send_ack sends one whose acknowledgement tc_wait_ack waits for (timeout negative:
  * without limit); tc_request sends a request and returns the reply (a new handle). */
 TC__API int tc_reside(const char *name);

@@ -120,6 +120,8 @@ def _rows(place: str, elements: list[bytes]) -> list[dict[str, Any]]:
                 raise ValueError(f"a row is not one of ps: {str(row)[:200]}")
             if not (row.get("mailbox") is None or isinstance(row["mailbox"], int)):
                 raise ValueError("a row's mailbox is not a count")
+            if not all(isinstance(row.get(k, ""), str) for k in ("principal", "via")):
+                raise ValueError("a row's principal is not a name")
     except ValueError as exc:
         raise tacoma.RemoteProtocolError(f"place {place} answered ps with what tacoma cannot "
                                          f"read: {exc}") from None
@@ -127,29 +129,44 @@ def _rows(place: str, elements: list[bytes]) -> list[dict[str, Any]]:
 
 
 def agents_table(rows: list[dict[str, Any]]) -> None:
-    """`tacoma ps`'s table of the place's rows (its cells escaped, as every table's)."""
-    table(("MEET", "NAME", "AGENT", "LANGUAGE", "PID", "PROCS", "AGE", "CPU", "MEMORY", "NET",
-           "MAILBOX"), [(
-               r["meet"], r["name"] or "-", r["agent"], r["language"], r["pid"],
+    """`tacoma ps`'s table of the place's rows (its cells escaped, as every table's).
+    Meet ids are per principal: each row says whose (and the place that vouched for it)."""
+    table(("MEET", "PRINCIPAL", "NAME", "AGENT", "LANGUAGE", "PID", "PROCS", "AGE", "CPU",
+           "MEMORY", "NET", "MAILBOX"), [(
+               r["meet"], _whose(r), r["name"] or "-", r["agent"], r["language"], r["pid"],
                r["processes"], f"{r['age']:.1f}s", f"{r['cpu']:.2f}s",
                f"{r['rss'] / 2**20:.1f}M", r.get("network", "-"),
                "-" if r["mailbox"] is None else r["mailbox"],
            ) for r in rows], right=("PID", "PROCS", "AGE", "CPU", "MEMORY", "MAILBOX"))
 
 
+def _whose(row: dict[str, Any]) -> str:
+    """A row's principal, and the place that vouched for it if one did."""
+    principal = row.get("principal") or "-"
+    return f"{principal} via {row['via']}" if row.get("via") else principal
+
+
 @click.command(short_help="Stop a resident agent or a meet at a place.")
 @click.argument("target", metavar="NAME[@PLACE]")
+@click.option("--principal", default=None, metavar="PRINCIPAL",
+              help="NAME is a meet id of this principal's (ids are per principal: tacoma "
+                   "ps shows whose each meet is).")
 @admin_options
 @identity_options
-def kill(target: str, state_dir: Path | None, token_file: Path | None) -> None:
+def kill(target: str, principal: str | None, state_dir: Path | None,
+         token_file: Path | None) -> None:
     """Stop an agent: NAME is a resident agent's name or a meet id (see tacoma ps), at
     PLACE (default: $TACOMA_PLACE, else 127.0.0.1:7707).
+
+    Meet ids are per principal: a NAME that is the id of meets of several principals, or
+    a resident's name and a meet's id, is refused; say whose meet with --principal.
 
     Its processes are killed; whoever waits for its meet gets AgentKilled.
     """
     name, _, place = with_place(target, "NAME", "NAME[@PLACE]").rpartition("@")
     try:
-        killed = _admin(place, state_dir, token_file, OP=["kill"], NAME=[name])
+        killed = _admin(place, state_dir, token_file, OP=["kill"], NAME=[name],
+                        PRINCIPAL=[principal] if principal is not None else [])
     except tacoma.TacomaError as exc:
         fail(exc, place=place)
     said = killed.text("KILLED") if killed.folder("KILLED") else []
@@ -157,4 +174,5 @@ def kill(target: str, state_dir: Path | None, token_file: Path | None) -> None:
         fail(tacoma.RemoteProtocolError(f"place {place} answered kill without the meet it "
                                         "stopped"), place=place)
     # The meet id is the place's word, and the name was typed (or pasted): both escaped.
-    click.echo(escape(f"killed {name} (meet {said[0]}) at {place}"))
+    whose = f" of {principal}" if principal is not None else ""
+    click.echo(escape(f"killed {name} (meet {said[0]}{whose}) at {place}"))

@@ -32,14 +32,17 @@ __all__ = ["status"]
 @click.option("--wait", type=Duration(), default=None, is_flag=False, flag_value=3600.0,
               help="A meet's: wait up to DURATION (30, 5m; --wait alone: an hour) for it to "
                    "end.")
+@click.option("--principal", default=None, metavar="PRINCIPAL",
+              help="A meet's: the principal whose meet it is (ids are per principal), for "
+                   "an identity with the admin role asking about another's meet.")
 @click.option("--json", "as_json", is_flag=True,
               help='Print exactly one JSON object: a place\'s status, or a meet\'s '
                    '{"meet_id", "state", "agent", "runs", "folders" (when done) or "error" '
                    '(when failed)}.')
 @admin_options
 @identity_options
-def status(target: str | None, wait: float | None, as_json: bool, state_dir: Path | None,
-           token_file: Path | None) -> None:
+def status(target: str | None, wait: float | None, principal: str | None, as_json: bool,
+           state_dir: Path | None, token_file: Path | None) -> None:
     """A place in one screen, or what became of a meet.
 
     PLACE (HOST:PORT; none: $TACOMA_PLACE, else 127.0.0.1:7707): its address, version and
@@ -53,6 +56,8 @@ def status(target: str | None, wait: float | None, as_json: bool, state_dir: Pat
     trips that began there and the sync meets whose caller's connection was lost, with each
     one's outcome for a while after it ended (tacoma place --keep-results). tacoma meet
     prints a meet's id with --async, and names it when a sync meet's connection is lost.
+    Ids are per principal: the meet is your identity's own, or, with --principal (an
+    identity with the admin role), that principal's.
 
     \b
     Examples:
@@ -60,10 +65,14 @@ def status(target: str | None, wait: float | None, as_json: bool, state_dir: Pat
       tacoma status 127.0.0.1:7707 --json
       tacoma status p4Rk2xV9_cLm0sQe@127.0.0.1:7707
       tacoma status p4Rk2xV9_cLm0sQe@127.0.0.1:7707 --wait 60 --json
+      tacoma status nightly-report@127.0.0.1:7707 --principal alice
     """
     if target is None or "@" not in target:
         if wait is not None:
             raise click.UsageError("--wait waits for a meet: give MEET_ID@HOST:PORT")
+        if principal is not None:
+            raise click.UsageError("--principal names whose meet it is: give "
+                                   "MEET_ID@HOST:PORT")
         if target is not None and ":" not in target:
             raise click.BadParameter(
                 f"{target!r} is neither a place (HOST:PORT) nor a meet (MEET_ID@HOST:PORT)",
@@ -75,7 +84,7 @@ def status(target: str | None, wait: float | None, as_json: bool, state_dir: Pat
         raise click.BadParameter("give the meet's id and its place: MEET_ID@HOST:PORT",
                                  param_hint="MEET_ID@PLACE")
     try:
-        found = tacoma.status(target, wait=wait or 0.0)
+        found = tacoma.status(target, wait=wait or 0.0, principal=principal)
     except tacoma.TacomaError as exc:
         fail(exc, place=place)
     if as_json:
@@ -83,6 +92,8 @@ def status(target: str | None, wait: float | None, as_json: bool, state_dir: Pat
                                   "state": found.state, "agent": found.agent,
                                   "runs": found.runs, "accepted": found.accepted,
                                   "ended": found.ended}
+        if principal is not None:
+            out["principal"] = principal
         if found.hops is not None:
             out["trip"] = {"hops": found.hops, "at": found.at}
         if found.result is not None:
@@ -97,8 +108,9 @@ def status(target: str | None, wait: float | None, as_json: bool, state_dir: Pat
         trip = (f"; its trip has made {found.hops} hops, last heard at {found.at}"
                 if found.hops is not None else "")
         # The place's words (its agent's name, where a trip was heard of), escaped.
-        click.echo(escape(f"meet {found.id} at {found.place}: {found.state}{agent}{trip}"),
-                   err=found.result is not None)
+        whose = f" of {principal}" if principal is not None else ""
+        click.echo(escape(f"meet {found.id}{whose} at {found.place}: {found.state}{agent}"
+                          f"{trip}"), err=found.result is not None)
         if found.result is not None:
             print_briefcase(found.result)
     # Under --json the object above is the one on stdout, its "error" the meet's.

@@ -5,9 +5,11 @@ every sync meet whose caller's connection was lost, with the outcome of each for
 after it ended (`tacoma place --keep-results`). `status("ID@PLACE")` says where the meet is:
 queued, running, done (with its result), failed (with its error) or unknown (the place has
 no record of it: a wrong or expired id, another principal's meet, or a sync meet during
-which the place was killed). `result` returns the result briefcase, raises the meet's error,
-and with `wait=True` waits for the meet to end first. `results` waits for many meets at
-once, with a progress bar (tacoma.display.progress) in a terminal or a notebook.
+which the place was killed). Ids are per principal: an administrator asks about another
+principal's meet by naming it (`principal=`). `result` returns the result briefcase,
+raises the meet's error, and with `wait=True` waits for the meet to end first. `results`
+waits for many meets at once, with a progress bar (tacoma.display.progress) in a terminal
+or a notebook.
 """
 
 from __future__ import annotations
@@ -98,15 +100,20 @@ class MeetStatus:
             "was a sync meet during which the place was stopped")
 
 
-async def astatus(target: str, *, wait: float = 0.0,
+async def astatus(target: str, *, wait: float = 0.0, principal: str | None = None,
                   connect_timeout: float | None = 10.0) -> MeetStatus:
     """The status of meet `ID@PLACE` (a bare id: at the default place); with `wait`, wait
-    up to that many seconds for it to end first."""
+    up to that many seconds for it to end first.
+
+    Meet ids are per principal: the meet is your own identity's, or, for an identity with
+    the admin role, that of `principal` (another's without the role: NotAllowed)."""
     meet_id, address = await place_of(target)
     client = await connection(address, connect_timeout)
     request = Briefcase(ID=[meet_id])
     if wait > 0:
         request.replace("WAIT", [repr(float(wait))])
+    if principal is not None:
+        request.replace("PRINCIPAL", [principal])
     answer = await client.meet(STATUS_AGENT, request, "sync",
                                wait + 30.0 if wait > 0 else 30.0)
     assert isinstance(answer, Briefcase)
@@ -156,12 +163,12 @@ async def aresult(target: str, *, wait: bool = True, timeout: float | None = Non
                               f"{meet_status.state}, not yet ended")
 
 
-def status(target: str, *, wait: float = 0.0,
+def status(target: str, *, wait: float = 0.0, principal: str | None = None,
            connect_timeout: float | None = 10.0) -> MeetStatus:
     """Blocking `astatus`."""
     from ._runtime import run_blocking
 
-    answer: MeetStatus = run_blocking(astatus(target, wait=wait,
+    answer: MeetStatus = run_blocking(astatus(target, wait=wait, principal=principal,
                                               connect_timeout=connect_timeout))
     return answer
 

@@ -339,7 +339,7 @@ def test_ps_rows_from_a_hostile_place_are_shown_escaped(
                    "network": HOSTILE, "mailbox": 0, "principal": HOSTILE}])
     out = capsys.readouterr().out
     assert_clean(out)
-    assert out.count(SHOWN) == 5
+    assert out.count(SHOWN) == 6
 
 
 # ------------------------------------------------------------------------ the renderers
@@ -439,7 +439,7 @@ def test_the_notebooks_views_of_a_result_are_escaped_and_fetch_nothing() -> None
     for shown in (text_view(bc), html_view(bc)):
         assert_clean(shown)
         assert "N" + SHOWN in shown and "lazy" in shown and SHOWN in shown
-    assert "DATA=<lazy: 4.1 kB at 127.0.0.1:" in text_view(bc)
+    assert "DATA=<lazy: 4.1 kB in 3 elements at 127.0.0.1:" in text_view(bc)
     assert bc.is_lazy("DATA")  # still a reference: nothing was fetched
 
 
@@ -452,10 +452,8 @@ def test_the_notebooks_views_of_an_error_are_escaped() -> None:
     lines = error_lines(error)
     assert_clean(*lines)
     assert lines[0] == f"AgentFailed: Exception: {SHOWN}\\nAgentFailed: forged line"
-    # The traceback's lines as the error's class splits them (at "\r" too: a line break,
-    # never a carriage return), each escaped.
-    before, _, after = HOSTILE.partition("\r")
-    assert lines[-2:] == [f"  {escape(before)}", escape(after)]
+    # The traceback's lines, split at its newlines only: a "\r" is shown, not obeyed.
+    assert lines[-2:] == ["Traceback (most recent call last):", f"  {escape(HOSTILE)}"]
     status = MeetStatus("m" * 16, "127.0.0.1:1", "failed", agent=HOSTILE, error=error,
                         result=forged_briefcase())
     for shown in (text_view(status), html_view(status)):

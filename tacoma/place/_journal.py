@@ -193,6 +193,55 @@ class _Store:
             raise
 
 
+    def commit(self, batch: list[Callable[[sqlite3.Connection], Any]]) -> list[Any]:
+        """Run a batch of writes in one transaction; each one's value or exception (each in
+        a savepoint of its own, so that one failing write does not undo the others).
+
+        A full disk or an I/O error makes SQLite roll the whole transaction back, the
+        savepoints with it: then each write runs again in a transaction of its own, so
+        that those that fit are kept and each failure reaches its own caller only.
+        """
+        db = self.db
+        outcomes: list[Any] = []
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for write in batch:
+                db.execute("SAVEPOINT one")
+                try:
+                    outcomes.append(write(db))
+                except Exception as exc:  # noqa: BLE001 - handed to that write's caller
+                    if not db.in_transaction:  # rolled back whole: see above
+                        return self._one_by_one(batch)
+                    db.execute("ROLLBACK TO one")
+                    outcomes.append(exc)
+                db.execute("RELEASE one")
+            db.execute("COMMIT")
+        except sqlite3.Error:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            return self._one_by_one(batch)
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        return outcomes
+
+    def _one_by_one(self, batch: list[Callable[[sqlite3.Connection], Any]]) -> list[Any]:
+        db = self.db
+        outcomes: list[Any] = []
+        for write in batch:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                outcome = write(db)
+                db.execute("COMMIT")
+            except Exception as exc:  # noqa: BLE001 - handed to that write's caller
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                outcome = exc
+            outcomes.append(outcome)
+        return outcomes
+
+
 class Journal:
     """The place's journal of meets (see the module's docstring)."""
 
@@ -229,54 +278,6 @@ class Journal:
             self._store = _Store(self.path)
         return self._store
 
-    def _commit(self, batch: list[Callable[[sqlite3.Connection], Any]]) -> list[Any]:
-        """Run a batch of writes in one transaction; each one's value or exception (each in
-        a savepoint of its own, so that one failing write does not undo the others).
-
-        A full disk or an I/O error makes SQLite roll the whole transaction back, the
-        savepoints with it: then each write runs again in a transaction of its own, so
-        that those that fit are kept and each failure reaches its own caller only.
-        """
-        db = self._open_store().db
-        outcomes: list[Any] = []
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            for write in batch:
-                db.execute("SAVEPOINT one")
-                try:
-                    outcomes.append(write(db))
-                except Exception as exc:  # noqa: BLE001 - handed to that write's caller
-                    if not db.in_transaction:  # rolled back whole: see above
-                        return self._one_by_one(batch)
-                    db.execute("ROLLBACK TO one")
-                    outcomes.append(exc)
-                db.execute("RELEASE one")
-            db.execute("COMMIT")
-        except sqlite3.Error:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            return self._one_by_one(batch)
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
-        return outcomes
-
-    def _one_by_one(self, batch: list[Callable[[sqlite3.Connection], Any]]) -> list[Any]:
-        db = self._open_store().db
-        outcomes: list[Any] = []
-        for write in batch:
-            try:
-                db.execute("BEGIN IMMEDIATE")
-                outcome = write(db)
-                db.execute("COMMIT")
-            except Exception as exc:  # noqa: BLE001 - handed to that write's caller
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                outcome = exc
-            outcomes.append(outcome)
-        return outcomes
-
     def _typed(self, exc: BaseException) -> BaseException:
         """A database error as the place's callers take it (map_exceptions at the journal's
         boundary): a full disk is LimitExceeded, any other PlaceUnavailable."""
@@ -305,7 +306,8 @@ class Journal:
         self._committing = True
         batch, self._pending = self._pending, []
         loop = asyncio.get_running_loop()
-        done = loop.run_in_executor(self._executor, self._commit, [w for w, _ in batch])
+        done = loop.run_in_executor(self._executor,
+                                    lambda: self._open_store().commit([w for w, _ in batch]))
 
         def committed(outcomes: asyncio.Future[list[Any]]) -> None:
             self._committing = False

@@ -302,32 +302,6 @@ class Briefcase(MutableMapping[str, list[bytes]]):
         away. Everything escaped, and bounded whatever the briefcase holds."""
         import html
 
-        def element(value: bytes) -> str:
-            text = _text_prefix(value, self._HTML_CHARS)
-            if text is None:
-                head = value[:self._HTML_HEX].hex(" ")
-                more = " ..." if len(value) > self._HTML_HEX else ""
-                return (f"<span style='color:#666'>{_human_size(len(value))} binary:</span> "
-                        f"<code>{head}{more}</code>")
-            cut = len(text.encode("utf-8")) < len(value)
-            more = (f" <span style='color:#666'>... ({_human_size(len(value))})</span>"
-                    if cut else "")
-            return (f"<pre style='margin:0;white-space:pre-wrap'>{html.escape(text)}"
-                    f"</pre>{more}")
-
-        def program(elements: list[bytes]) -> str:
-            source = b"\n".join(elements)
-            name = self._folders.get(CODE_NAME, [b""])
-            label = escape(name[0].decode("utf-8", "replace")[:self._HTML_CHARS]) if name \
-                else ""
-            text = source[:self._HTML_PROGRAM * 4].decode("utf-8", "replace")
-            shown = text[:self._HTML_PROGRAM]
-            more = "\n..." if len(shown.encode("utf-8")) < len(source) else ""
-            summary = f"program{' ' + label if label else ''}, {_human_size(len(source))}"
-            return (f"<details><summary>{html.escape(summary)}</summary>"
-                    f"<pre style='white-space:pre-wrap'>{html.escape(shown + more)}</pre>"
-                    "</details>")
-
         rows = []
         lazy = self._refs()
         for name, elements in list(self._folders.items())[:self._HTML_FOLDERS]:
@@ -338,9 +312,9 @@ class Briefcase(MutableMapping[str, list[bytes]]):
                         f"{html.escape(escape(ref.origin) or 'the client')}, fetched as "
                         "read</span>")
             elif name == CODE:
-                cell = program(elements)
+                cell = _html_program(elements, self._folders.get(CODE_NAME, [b""]))
             else:
-                cell = "".join(f"<div>{element(e)}</div>"
+                cell = "".join(f"<div>{_html_element(e)}</div>"
                                for e in elements[:self._HTML_ELEMENTS])
                 if len(elements) > self._HTML_ELEMENTS:
                     cell += (f"<div style='color:#666'>and "
@@ -581,3 +555,34 @@ class Briefcase(MutableMapping[str, list[bytes]]):
     def lazy_refs(self) -> list[Ref]:
         """The references of the folders that travel lazily (for a place's checks)."""
         return list(self._refs().values())
+
+
+def _html_element(value: bytes) -> str:
+    """One element in a briefcase's HTML table: text cut short, binary as its size and
+    first bytes in hex."""
+    import html
+
+    text = _text_prefix(value, Briefcase._HTML_CHARS)
+    if text is None:
+        head = value[:Briefcase._HTML_HEX].hex(" ")
+        more = " ..." if len(value) > Briefcase._HTML_HEX else ""
+        return (f"<span style='color:#666'>{_human_size(len(value))} binary:</span> "
+                f"<code>{head}{more}</code>")
+    cut = len(text.encode("utf-8")) < len(value)
+    more = (f" <span style='color:#666'>... ({_human_size(len(value))})</span>"
+            if cut else "")
+    return f"<pre style='margin:0;white-space:pre-wrap'>{html.escape(text)}</pre>{more}"
+
+
+def _html_program(elements: list[bytes], name: list[bytes]) -> str:
+    """The CODE folder in a briefcase's HTML table: folded away, named by CODE_NAME."""
+    import html
+
+    source = b"\n".join(elements)
+    label = escape(name[0].decode("utf-8", "replace")[:Briefcase._HTML_CHARS]) if name else ""
+    text = source[:Briefcase._HTML_PROGRAM * 4].decode("utf-8", "replace")
+    shown = text[:Briefcase._HTML_PROGRAM]
+    more = "\n..." if len(shown.encode("utf-8")) < len(source) else ""
+    summary = f"program{' ' + label if label else ''}, {_human_size(len(source))}"
+    return (f"<details><summary>{html.escape(summary)}</summary>"
+            f"<pre style='white-space:pre-wrap'>{html.escape(shown + more)}</pre></details>")

@@ -375,16 +375,12 @@ def encode(event: Event) -> bytes:
     return body
 
 
-def encode_in_pieces(event: Event, piece: int = PIECE_ELEMENTS,
-                     made: Callable[[], object] | None = None) -> list[bytes | memoryview]:
+def encode_in_pieces(event: Event, piece: int = PIECE_ELEMENTS) -> list[bytes | memoryview]:
     """`encode(event)`, in pieces (joined end to end, they are its bytes), made `piece`
     array elements at a time: for a thread that encodes a large briefcase while an event
     loop runs beside it. Left in pieces, so that tens of megabytes are not copied once
-    more to be joined. `made`, if given, is called once the fields are in their wire form
-    (copies of the folders' lists), before they are packed."""
+    more to be joined."""
     fields = [event.tag, *event.fields()]
-    if made is not None:
-        made()
     pieces: list[bytes | memoryview] = []
     _pack(fields, pieces, piece, outer=True)
     return pieces

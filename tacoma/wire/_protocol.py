@@ -49,7 +49,6 @@ from ._events import Role as Role
 # typing costs a worker ~9 ms to import; annotations are strings (PEP 563) anyway.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from typing import Final, NoReturn
 
     from ._events import MeetMode
@@ -181,12 +180,11 @@ def body_of(event: Event, limit: int) -> bytes:
     return body
 
 
-def pieces_of(event: Event, limit: int, made: Callable[[], object] | None = None
-              ) -> list[bytes | memoryview]:
-    """`body_of`, in pieces (see _events.encode_in_pieces, and `made` there): for a driver
-    to run on a thread and then `Connection.commit` the event with the pieces' length."""
+def pieces_of(event: Event, limit: int) -> list[bytes | memoryview]:
+    """`body_of`, in pieces (see _events.encode_in_pieces): for a driver to run on a thread
+    and then `Connection.commit` the event with the pieces' length."""
     try:
-        pieces = encode_in_pieces(event, made=made)
+        pieces = encode_in_pieces(event)
     except (TypeError, ValueError) as exc:
         raise LocalProtocolError(f"cannot encode {type(event).__name__}: {exc}") from exc
     _within(event, sum(map(len, pieces)), limit)

@@ -374,28 +374,6 @@ class Dispatch:
         if meet is not None and (meet.journaled or meet.orphaned):
             await self.record(meet, result, None)
 
-    # ------------------------------------------------------------------ messages
-    async def answer_of(self, meet: Meet, answer: asyncio.Future[Briefcase]) -> Briefcase:
-        """The resident's answer to a message: its reply (sync) or that it took it (ack)."""
-        timeout = self.bounded(meet.timeout)
-        try:
-            async with asyncio.timeout(timeout):
-                return await answer
-        except TimeoutError:
-            if answer.done() and not answer.cancelled():
-                raise
-            what = "take the message" if meet.mode == "ack" else "reply"
-            raise MeetTimeout(f"{meet.agent} did not {what} within {timeout:g} s") from None
-
-    async def message(self, name: str, meet: Meet, sender: str,
-                      principal: str) -> Briefcase | str:
-        """Deliver a message from `principal`'s meet to resident `name` here: the message id
-        (one-way), or the resident's answer."""
-        message = self.residents.deliver(name, meet.mode, meet.briefcase, sender, principal)
-        if message.answer is None:
-            return message.id
-        return await self.answer_of(meet, message.answer)
-
     # ------------------------------------------------------------------ agents' own meets
     async def agent_meet(self, meet: RunningMeet, worker: Worker, event: Meet) -> None:
         """The agent of `meet`, run by `worker`, meets another agent (here, or at another
@@ -432,7 +410,8 @@ class Dispatch:
                 answer = await self.residents.serve(meet, event.briefcase)
             elif self.residents.get(agent) is not None:
                 sender = f"{meet.resident}@{self.address}" if meet.resident else meet.identity
-                answer = await self.message(agent, event, sender, meet.principal)
+                answer = await self.residents.message(agent, event, sender, meet.principal,
+                                                      self.bounded(event.timeout))
             elif event.mode == "ack":
                 raise MessageError(f"the ack mode is for messages to resident agents, and "
                                    f"{agent} is not one here")

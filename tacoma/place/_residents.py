@@ -52,7 +52,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..wire._briefcase import ENVELOPE, Briefcase
-from ..wire._errors import MailboxFull, MessageError, PlaceUnavailable, UnknownAgent
+from ..wire._errors import (
+    MailboxFull,
+    MeetTimeout,
+    MessageError,
+    PlaceUnavailable,
+    UnknownAgent,
+)
+from ..wire._protocol import Meet
 
 if TYPE_CHECKING:
     from ._meet import RunningMeet
@@ -181,6 +188,28 @@ class Residents:
         if resident.waiter is not None and not resident.waiter.done():
             resident.waiter.set_result(None)
         return message
+
+    async def message(self, name: str, meet: Meet, sender: str, principal: str,
+                      timeout: float) -> Briefcase | str:
+        """Deliver a message from `principal`'s meet to resident `name` here: the message id
+        (one-way), or the resident's answer within `timeout` seconds."""
+        message = self.deliver(name, meet.mode, meet.briefcase, sender, principal)
+        if message.answer is None:
+            return message.id
+        return await self.answer_of(meet, message.answer, timeout)
+
+    @staticmethod
+    async def answer_of(meet: Meet, answer: asyncio.Future[Briefcase],
+                        timeout: float) -> Briefcase:
+        """The resident's answer to a message: its reply (sync) or that it took it (ack)."""
+        try:
+            async with asyncio.timeout(timeout):
+                return await answer
+        except TimeoutError:
+            if answer.done() and not answer.cancelled():
+                raise
+            what = "take the message" if meet.mode == "ack" else "reply"
+            raise MeetTimeout(f"{meet.agent} did not {what} within {timeout:g} s") from None
 
     # ------------------------------------------------------------------ the resident's side
     async def serve(self, meet: RunningMeet, request: Briefcase) -> Briefcase:

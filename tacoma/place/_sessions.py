@@ -292,7 +292,9 @@ class Session:
             self._reply(Accepted(event.rid, message.id))
             return
         task = asyncio.ensure_future(self.dispatch.answered(
-            event.rid, functools.partial(self.dispatch.answer_of, event, message.answer), None,
+            event.rid, functools.partial(self.dispatch.residents.answer_of, event,
+                                         message.answer, self.dispatch.bounded(event.timeout)),
+            None,
             self._reply))
         self._track(event.rid, task)
 

@@ -49,7 +49,8 @@ VALUES: dict[str, str] = {
     "flag": "true or false",
     "id": "an identifier the place made (of a meet, of a message)",
     "handle": "a handle naming an acknowledged send, for wait_ack",
-    "message": "a message as receive returns it: its folders and ENVELOPE (id, kind, sender)",
+    "message": "a message as receive returns it: its folders and ENVELOPE (id, kind, sender, "
+               "principal)",
     "message or nothing": "a message as receive returns it, or nothing if none came in time",
     "flag or never": "false if there is nowhere to go; else does not return (the agent went)",
 }

@@ -609,6 +609,33 @@ def test_one_principals_agents_log_within_a_budget(start_place: Callable[..., Ru
     serves(p)
 
 
+# -------------------------------------------------- 6. briefcases being received at once
+def test_one_principal_holds_its_share_of_the_briefcases_being_received(
+        start_place: Callable[..., RunningPlace], alice: Path, mallory: Path) -> None:
+    from tacoma.wire._protocol import Connection, Role
+
+    p = start_place("--max-briefcase", "8M", "--max-receiving", "32M")
+    host, port = p.address.rsplit(":", 1)
+    hogs = []
+    try:
+        for _ in range(4):  # each all but the end of an 8 MiB frame: the whole budget
+            sock = Credentials(mallory).context(p.address).wrap_socket(
+                socket.create_connection((host, int(port)), timeout=15), server_hostname=host)
+            conn = Connection(Role.CLIENT)
+            sock.sendall(conn.send(conn.hello()))
+            size = (8 << 20) - 1024
+            with contextlib.suppress(OSError):
+                sock.sendall(size.to_bytes(4, "big") + b"\0" * (size - 65536))
+            hogs.append(sock)
+        # alice's briefcase is received beside mallory's share (8 MiB of 32).
+        big = {"X": [b"a" * (2 << 20)]}
+        assert meet_as(alice, p.address, "ag_echo", big, timeout=30) == Briefcase(big)
+    finally:
+        for sock in hogs:
+            sock.close()
+    serves(p)
+
+
 # ------------------------------------------------------ 8. a flood of TLS handshakes
 def test_one_hosts_unfinished_handshakes_leave_room(start_place: Callable[..., RunningPlace]
                                                     ) -> None:

@@ -87,27 +87,40 @@ def _decoded_elsewhere(body: bytes | bytearray) -> Event | ValueError:
 
 
 class ReceiveBudget:
-    """The bytes of incomplete frames a place holds for all its connections together.
+    """The bytes of incomplete frames a place holds for all its connections together, and
+    for any one peer's identity (`share` of them, one whole frame at least).
 
     A frame is buffered whole before it is decoded, so peers that each send all but the
-    end of a large frame would hold max_frame bytes each; the budget bounds the total. A
-    connection whose frame would take the total past `limit` is closed with a Bye saying
-    so (its peer may send again later); what it held is given back.
+    end of a large frame would hold max_frame bytes each; the budget bounds the total, and
+    the share keeps one identity (or, unauthenticated, one host) from taking all of it. A
+    connection whose frame would pass either is closed with a Bye saying so (its peer may
+    send again later); what it held is given back.
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, share: int | None = None) -> None:
         self.limit = limit
+        self.share = limit if share is None else share
         self.total = 0
-        self._held: dict[Channel, int] = {}
+        self._held: dict[Channel, tuple[str, int]] = {}
+        self._by_peer: dict[str, int] = {}
 
     def hold(self, channel: Channel, held: int) -> bool:
         """Record that `channel` now holds `held` bytes; False if that is over budget."""
-        before = self._held.get(channel, 0)
-        if held > before and self.total - before + held > self.limit:
+        peer = channel.identity.name if channel.identity is not None \
+            else channel.peer.rpartition(":")[0]
+        key, before = self._held.get(channel, (peer, 0))
+        mine = self._by_peer.get(key, 0)
+        if held > before and (self.total - before + held > self.limit
+                              or mine - before + held > self.share):
             return False
         self.total += held - before
+        mine += held - before
+        if mine > 0:
+            self._by_peer[key] = mine
+        else:
+            self._by_peer.pop(key, None)
         if held:
-            self._held[channel] = held
+            self._held[channel] = (key, held)
         else:
             self._held.pop(channel, None)
         return True
@@ -277,7 +290,8 @@ class Channel(asyncio.Protocol):
         held = self.conn.buffered + decoding
         if not self._budget.hold(self, held):
             self.close_reason = (f"over the place's budget for incoming briefcases "
-                                 f"({self._budget.limit:,} bytes being received at once)")
+                                 f"({self._budget.limit:,} bytes being received at once, "
+                                 f"{self._budget.share:,} from any one identity)")
             self._budget.hold(self, 0)
             self._let_go()
             self._fail(f"{self.close_reason}; send again later")

@@ -83,8 +83,10 @@ class Place:
                                self.settings.keep_results)
         self.cgroups: Cgroups | None = None
         self.uids: AgentUids | None = None
-        #: Bytes of incomplete frames held for all connections together.
-        self.receiving = ReceiveBudget(self.settings.max_receiving)
+        #: Bytes of incomplete frames held for all connections together, and per identity.
+        settings = self.settings
+        self.receiving = ReceiveBudget(settings.max_receiving, max(
+            settings.max_frame, int(settings.max_receiving * settings.share)))
         self.dispatch: Dispatch | None = None  # its parts, once it listens
         self.access: Access | None = None  # its trust, once it starts
         self._server: asyncio.AbstractServer | None = None

@@ -106,6 +106,8 @@ class ReceiveBudget:
 
     def hold(self, channel: Channel, held: int) -> bool:
         """Record that `channel` now holds `held` bytes; False if that is over budget."""
+        if not held and channel not in self._held:  # the usual: a whole frame, let go
+            return True
         peer = channel.identity.name if channel.identity is not None \
             else channel.peer.rpartition(":")[0]
         key, before = self._held.get(channel, (peer, 0))

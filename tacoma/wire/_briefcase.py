@@ -16,6 +16,7 @@ This module is imported inside agent processes: standard library and msgpack onl
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 
 from ._errors import LazyFolderError
@@ -419,7 +420,7 @@ class Briefcase(MutableMapping[str, list[bytes]]):
         folders = self._folders.values()
         if sum(map(len, folders)) >= elements:
             return True
-        return sum(len(element) for folder in folders for element in folder) >= nbytes
+        return sum(map(len, itertools.chain.from_iterable(folders))) >= nbytes
 
     def size(self) -> int:
         """Total bytes held in elements (not counting names or framing; a lazy folder not

@@ -245,13 +245,18 @@ class Connection:
     def send(self, event: Event) -> bytes:
         """The bytes that carry `event`; raises LocalProtocolError if it may not be sent now,
         LimitExceeded if it is larger than the peer accepts."""
-        self.check(event)
+        self._may_send(event)  # the books are checked as the event is booked, below
         body = body_of(event, self.peer_max_frame)
-        return self.commit(event, len(body)) + body
+        return self._book(event, len(body)) + body
 
     def check(self, event: Event) -> None:
         """Raise LocalProtocolError if `event` may not be sent now (what `send` checks before
         it encodes)."""
+        self._may_send(event)
+        self._track(event, self.awaiting, self.owed, LocalProtocolError, commit=False)
+
+    def _may_send(self, event: Event) -> None:
+        """LocalProtocolError unless this end may send an event of its kind now."""
         kind = type(event)
         if kind not in MAY_SEND[self.role]:
             raise LocalProtocolError(f"a {self.role.value} may not send {kind.__name__}")
@@ -260,7 +265,6 @@ class Connection:
         if isinstance(event, Cancel) and event.rid not in self.awaiting:
             raise LocalProtocolError(f"Cancel for request id {event.rid}, which has no meet "
                                      "outstanding")
-        self._track(event, self.awaiting, self.owed, LocalProtocolError, commit=False)
 
     def commit(self, event: Event, size: int) -> bytes:
         """Book `event`, whose body of `size` bytes `body_of` or `pieces_of` made (with this
@@ -268,6 +272,10 @@ class Connection:
         body. Checked again first (LocalProtocolError): between a check and a body made
         elsewhere, other events may have been sent."""
         self.check(event)
+        return self._book(event, size)
+
+    def _book(self, event: Event, size: int) -> bytes:
+        """Book `event`, checked, as sent: its frame's header."""
         self._track(event, self.awaiting, self.owed, LocalProtocolError, commit=True)
         self.our_state = TRANSITIONS[self.our_state, type(event)]
         return size.to_bytes(_HEADER, "big")

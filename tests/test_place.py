@@ -735,14 +735,25 @@ def test_the_bytes_being_received_at_once_are_bounded(start_place) -> None:
 
 
 def test_receive_budget_accounting() -> None:
+    from types import SimpleNamespace
+
     from tacoma.client._transport import ReceiveBudget
 
+    def channel(name: str) -> object:  # what the budget reads of a Channel
+        return SimpleNamespace(identity=SimpleNamespace(name=name), peer="127.0.0.1:1")
+
     budget = ReceiveBudget(100)
-    a, b = object(), object()
+    a, b = channel("alice"), channel("bob")
     assert budget.hold(a, 60) and budget.hold(b, 40)  # type: ignore[arg-type]
     assert not budget.hold(b, 41)  # type: ignore[arg-type]
     assert budget.hold(a, 10) and budget.hold(b, 90)  # type: ignore[arg-type]
     assert budget.hold(a, 0) and budget.total == 90  # type: ignore[arg-type]
+    # One identity holds at most its share, over all its connections.
+    shared = ReceiveBudget(100, share=50)
+    a1, a2, m = channel("alice"), channel("alice"), channel("mallory")
+    assert shared.hold(a1, 30) and not shared.hold(a2, 30)  # type: ignore[arg-type]
+    assert shared.hold(m, 50) and shared.hold(a2, 20)  # type: ignore[arg-type]
+    assert shared.hold(a1, 0) and shared.total == 70  # type: ignore[arg-type]
 
 
 def test_others_are_served_while_a_large_briefcase_is_decoded(place: RunningPlace) -> None:

@@ -739,8 +739,13 @@ def test_receive_budget_accounting() -> None:
 
     from tacoma.client._transport import ReceiveBudget
 
-    def channel(name: str) -> object:  # what the budget reads of a Channel
-        return SimpleNamespace(identity=SimpleNamespace(name=name), peer="127.0.0.1:1")
+    class Fake:  # what the budget reads of a Channel (hashable, as a Channel is)
+        def __init__(self, name: str) -> None:
+            self.identity = SimpleNamespace(name=name)
+            self.peer = "127.0.0.1:1"
+
+    def channel(name: str) -> object:
+        return Fake(name)
 
     budget = ReceiveBudget(100)
     a, b = channel("alice"), channel("bob")

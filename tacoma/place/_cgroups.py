@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 from dataclasses import dataclass, field
@@ -25,6 +26,10 @@ from ..agent import _sandbox
 from ._settings import Limits
 
 __all__ = ["CONTROLLERS", "Cgroups", "Group", "find_controllers"]
+
+#: The names of the groups the places of this process made (see Cgroups.make).
+_OURS: set[str] = set()
+_NUMBERS = itertools.count(1)
 
 log = logging.getLogger("tacoma.place")
 
@@ -130,6 +135,10 @@ class Cgroups:
             return None, {c: str(exc) for c in CONTROLLERS}
         bases: dict[str, Path] = {}
         missing: dict[str, str] = {}
+        # PID-N: the pid says whether its place still runs (see _sweep); N tells apart the
+        # places of one process (an embedded place and another, in a notebook, say).
+        name = f"{os.getpid()}-{next(_NUMBERS)}"
+        _OURS.add(name)
         for controller in (*CONTROLLERS, "cpuacct"):
             root = roots.get(controller)
             if root is None:
@@ -143,7 +152,7 @@ class Cgroups:
                     _enable(root, controller)
                     _enable(top, controller)
                 _sweep(top)
-                base = top / str(os.getpid())
+                base = top / name
                 base.mkdir(exist_ok=True)
                 if v2:
                     _enable(base, controller)
@@ -237,6 +246,7 @@ class Cgroups:
         for base in set(self.bases.values()):
             with contextlib.suppress(OSError):
                 base.rmdir()
+            _OURS.discard(base.name)
 
 
 def find_controllers() -> dict[str, str]:
@@ -284,13 +294,15 @@ def _enable(path: Path, controller: str) -> None:
 
 
 def _sweep(top: Path) -> None:
-    """Kill and remove the groups of places that died without cleaning up."""
+    """Kill and remove the groups of places that died without cleaning up: those of a pid
+    that is gone, and those of our own pid that no place of this process made (a process
+    with our pid was before us: containers)."""
     for place_dir in top.iterdir():
-        if not place_dir.is_dir() or not place_dir.name.isdigit():
+        pid = place_dir.name.split("-", 1)[0]
+        if not place_dir.is_dir() or not pid.isdigit() or place_dir.name in _OURS:
             continue
-        alive = Path(f"/proc/{place_dir.name}").exists()
-        if alive and place_dir.name != str(os.getpid()):  # a place with our pid was before
-            continue                                      # us (containers)
+        if Path(f"/proc/{pid}").exists() and pid != str(os.getpid()):
+            continue
         for worker_dir in place_dir.iterdir():
             if worker_dir.is_dir():
                 _sandbox.kill_cgroup(str(worker_dir))

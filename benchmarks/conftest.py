@@ -25,6 +25,13 @@ from _harness import (
     start_place,
 )
 
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """No workers: the suite's `-n auto` (setup.cfg) is for the tests; benchmarks time one
+    thing at a time, on a machine doing nothing else."""
+    return 0
+
+
 #: Lines the benchmarks want printed after the table (what extra_info holds that the table
 #: cannot show: rates, memory).
 _SUMMARY = pytest.StashKey[list[str]]()

@@ -127,6 +127,9 @@ class Outbox:
         self._bytes = 0  # of the frames in the queue
         self._paused = False  # the transport's buffer is full (pause_writing)
         self._close_after: str | None = None  # close, saying Bye with it, once they are out
+        #: A close waits for what was sent (`close_when_sent`): an attribute, not a property,
+        #: as every send asks it.
+        self.closing = False
         self._unsent = 0  # what waited unsent when `progressed` last looked
 
     def attach(self, owner: Owner) -> None:
@@ -144,10 +147,6 @@ class Outbox:
         """Something waits its turn to be written."""
         return bool(self._queue)
 
-    @property
-    def closing(self) -> bool:
-        """A close waits for what was sent (`close_when_sent`)."""
-        return self._close_after is not None
 
     @property
     def encoding(self) -> bool:
@@ -171,10 +170,12 @@ class Outbox:
         return moved
 
     # -- writing
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes, transport: asyncio.Transport | None = None) -> None:
         """Write an encoded event behind what waits; a large one a piece at a time.
-        ConnectionLost if the connection is closed or closing."""
-        transport = self._writable()
+        ConnectionLost if the connection is closed or closing (`transport`: the owner's,
+        which it checked is open)."""
+        if transport is None:
+            transport = self._writable()
         if not self._queue and len(data) <= WRITE_PIECE:
             transport.write(data)
             self._check_reading(transport)
@@ -199,6 +200,7 @@ class Outbox:
     def close_when_sent(self, reason: str) -> None:
         """Have the owner closed, saying Bye with `reason`, once what waits is written."""
         self._close_after = reason
+        self.closing = True
 
     def pause(self) -> None:
         self._paused = True
@@ -219,6 +221,7 @@ class Outbox:
         queue.clear()
         self._bytes = 0
         self._close_after = None
+        self.closing = False
         return cut
 
     def _flush(self, _: object = None) -> None:
@@ -251,6 +254,7 @@ class Outbox:
             return
         if self._close_after is not None and self._owner is not None:
             reason, self._close_after = self._close_after, None
+            self.closing = False
             self._owner.close(reason)
 
     def _encoded(self, out: _Encoding) -> None:

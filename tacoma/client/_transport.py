@@ -393,9 +393,10 @@ class Channel(asyncio.Protocol):
         return None
 
     def _send_now(self, event: Event) -> None:
-        if self.is_closing:
+        transport = self.transport  # the meet path: its checks once, inline
+        if transport is None or transport.is_closing() or self._outbox.closing:
             raise ConnectionLost(self.close_reason or "connection is closed")
-        self.write(self.conn.send(event))
+        self._outbox.write(self.conn.send(event), transport)
 
     def _send_heavy(self, event: Event, refused: Refused) -> asyncio.Future[None]:
         if self.is_closing:

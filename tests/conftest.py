@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 import pytest
@@ -349,3 +350,93 @@ def fill(path: Path) -> None:
                 f.flush()
             except OSError:
                 return
+
+
+# ------------------------------------------------------------- two real identities
+def identity(base: str, *roles: str) -> Path:
+    """A fresh identity of the tests' CA (its file), named BASE-xxxxxxxx; a place's names
+    127.0.0.1."""
+    import uuid
+
+    return issue_identity(f"{base}-{uuid.uuid4().hex[:8]}", *roles,
+                          addresses=("127.0.0.1",) if "place" in roles else ())
+
+
+def name_of(path: Path) -> str:
+    """The name in an identity file's certificate."""
+    from tacoma.trust import _certs
+
+    return _certs.read_certificate(path.read_bytes()).name
+
+
+def meet_as(who: Path, address: str, agent: str, folders: dict[str, Any] | None = None, *,
+            code: str | None = None, mode: str = "sync", timeout: float = 60,
+            meet_id: str = "", principal: str = "") -> Any:
+    """One meet over a connection of `who`'s own (an identity file): its Briefcase, or an
+    async meet's id. `principal`: for a place identity, the principal it names."""
+    import asyncio
+
+    import tacoma
+    from tacoma.client import PlaceClient
+    from tacoma.client._identity import Credentials
+
+    bc = tacoma.Briefcase()
+    for name, elements in (folders or {}).items():
+        bc[name] = elements
+    if code is not None:
+        bc["CODE"] = [code.encode()]
+
+    async def run() -> Any:
+        client = await PlaceClient.connect(address, credentials=Credentials(who))
+        try:
+            return await client.meet(agent, bc, mode, timeout, principal,  # type: ignore[arg-type]
+                                     meet_id)
+        finally:
+            client.close()
+
+    return asyncio.run(run())
+
+
+def status_as(who: Path, place: RunningPlace, meet_id: str, **folders: list[bytes]) -> str:
+    """What `who` hears of meet `meet_id` at `place` (its STATE)."""
+    answer = meet_as(who, place.address, "ag_status", {"ID": [meet_id.encode()], **folders})
+    return str(answer.text("STATE")[0])
+
+
+def serves(place: RunningPlace) -> None:
+    """The place serves the next normal meet."""
+    import tacoma
+
+    assert tacoma.meet(place.target("ag_echo"), {"OK": [b"1"]}, timeout=30) == {"OK": [b"1"]}
+
+
+def waits_for(cabinet: str) -> str:
+    """Python that waits until public cabinet `cabinet` holds GO (see `release`)."""
+    return textwrap.dedent(f"""
+        import time
+        while True:
+            try:
+                if cabinet_read({cabinet!r}, "GO"):
+                    break
+            except Exception:
+                pass
+            time.sleep(0.05)
+    """)
+
+
+def release(place: RunningPlace, cabinet: str) -> None:
+    """Let the agents waiting on public cabinet `cabinet` at `place` go on."""
+    import tacoma
+
+    tacoma.meet(place.target("ag_cabinet"),
+                {"OP": ["append"], "CABINET": [cabinet], "GO": ["1"]}, timeout=30)
+
+
+@pytest.fixture(scope="module")
+def alice() -> Path:
+    return identity("alice")
+
+
+@pytest.fixture(scope="module")
+def mallory() -> Path:
+    return identity("mallory")

@@ -21,7 +21,6 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import tacoma
@@ -35,11 +34,18 @@ from conftest import (
     LAZY_READER,
     RunningPlace,
     fill,
+    identity,
     issue_identity,
     language_params,
     launch_place,
+    meet_as,
+    name_of,
+    release,
+    serves,
     small_disk,
+    status_as,
     wait_until,
+    waits_for,
 )
 
 LANGUAGES = language_params(agents=True)
@@ -140,67 +146,6 @@ LOOPER = {
 
 
 # --------------------------------------------------------------------------- helpers
-def identity(base: str, *roles: str) -> Path:
-    """A fresh identity of the tests' CA (its file), named BASE-xxxxxxxx."""
-    return issue_identity(f"{base}-{uuid.uuid4().hex[:8]}", *roles,
-                          addresses=("127.0.0.1",) if "place" in roles else ())
-
-
-def name_of(path: Path) -> str:
-    return _certs.read_certificate(path.read_bytes()).name
-
-
-def meet_as(who: Path, address: str, agent: str, folders: dict[str, Any] | None = None, *,
-            code: str | None = None, mode: str = "sync", timeout: float = 60,
-            meet_id: str = "", principal: str = "") -> Briefcase | str:
-    """One meet over a connection of `who`'s own (an identity file)."""
-    bc = Briefcase()
-    for name, elements in (folders or {}).items():
-        bc[name] = elements
-    if code is not None:
-        bc["CODE"] = [code.encode()]
-
-    async def run() -> Briefcase | str:
-        client = await PlaceClient.connect(address, credentials=Credentials(who))
-        try:
-            return await client.meet(agent, bc, mode, timeout, principal,  # type: ignore[arg-type]
-                                     meet_id)
-        finally:
-            client.close()
-
-    return asyncio.run(run())
-
-
-def status_as(who: Path, place: RunningPlace, meet_id: str) -> str:
-    answer = meet_as(who, place.address, "ag_status", {"ID": [meet_id.encode()]})
-    assert isinstance(answer, Briefcase)
-    return answer.text("STATE")[0]
-
-
-def serves(place: RunningPlace) -> None:
-    assert tacoma.meet(place.target("ag_echo"), OK, timeout=30) == OK
-
-
-def release(place: RunningPlace, cabinet: str) -> None:
-    """Let the agents waiting on public cabinet `cabinet` at `place` go on."""
-    tacoma.meet(place.target("ag_cabinet"),
-                {"OP": ["append"], "CABINET": [cabinet], "GO": ["1"]}, timeout=30)
-
-
-def waits_for(cabinet: str) -> str:
-    """Python that waits until public cabinet `cabinet` holds GO (see `release`)."""
-    return textwrap.dedent(f"""
-        import time
-        while True:
-            try:
-                if cabinet_read({cabinet!r}, "GO"):
-                    break
-            except Exception:
-                pass
-            time.sleep(0.05)
-    """)
-
-
 def journal_rows(place: RunningPlace, where: str, *args: object) -> list[tuple[object, ...]]:
     """Rows of the place's journal (read beside the running place: SQLite's WAL allows it)."""
     query = f"SELECT principal, id, state, trip, error FROM meets {where}"  # noqa: S608
@@ -236,16 +181,6 @@ def closed_port() -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return f"127.0.0.1:{s.getsockname()[1]}"
-
-
-@pytest.fixture(scope="module")
-def alice() -> Path:
-    return identity("alice")
-
-
-@pytest.fixture(scope="module")
-def mallory() -> Path:
-    return identity("mallory")
 
 
 @pytest.fixture(scope="module")

@@ -27,86 +27,27 @@ import tacoma
 from tacoma import Briefcase
 from tacoma.client import PlaceClient
 from tacoma.client._identity import Credentials
-from tacoma.trust import _certs
 
-from conftest import RunningPlace, issue_identity, language_params, wait_until
+from conftest import (
+    RunningPlace,
+    identity,
+    language_params,
+    meet_as,
+    name_of,
+    release,
+    serves,
+    status_as,
+    wait_until,
+    waits_for,
+)
 
 LANGUAGES = language_params(agents=True)
 
 
 # --------------------------------------------------------------------------- helpers
-def identity(base: str, *roles: str) -> Path:
-    """A fresh identity of the tests' CA (its file), named BASE-xxxxxxxx."""
-    return issue_identity(f"{base}-{uuid.uuid4().hex[:8]}", *roles)
-
-
-def name_of(path: Path) -> str:
-    return _certs.read_certificate(path.read_bytes()).name
-
-
-def meet_as(who: Path, address: str, agent: str, folders: dict[str, list[bytes]] | None =
-            None, *, code: str | None = None, mode: str = "sync", timeout: float = 60,
-            meet_id: str = "") -> Briefcase | str:
-    """One meet over a connection of `who`'s own (an identity file)."""
-    bc = Briefcase()
-    for name, elements in (folders or {}).items():
-        bc[name] = elements
-    if code is not None:
-        bc["CODE"] = [code.encode()]
-
-    async def run() -> Briefcase | str:
-        client = await PlaceClient.connect(address, credentials=Credentials(who))
-        try:
-            return await client.meet(agent, bc, mode, timeout,  # type: ignore[arg-type]
-                                     meet_id=meet_id)
-        finally:
-            client.close()
-
-    return asyncio.run(run())
-
-
-def state_as(who: Path, place: RunningPlace, meet_id: str, **folders: list[bytes]) -> str:
-    answer = meet_as(who, place.address, "ag_status", {"ID": [meet_id.encode()], **folders})
-    assert isinstance(answer, Briefcase)
-    return answer.text("STATE")[0]
-
-
 def cli(who: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "tacoma", *args, "--identity", str(who)],
                           capture_output=True, text=True, timeout=120)
-
-
-def waits_for(cabinet: str) -> str:
-    """Python that waits until public cabinet `cabinet` holds GO (see `release`)."""
-    return textwrap.dedent(f"""
-        import time
-        while True:
-            try:
-                if cabinet_read({cabinet!r}, "GO"):
-                    break
-            except Exception:
-                pass
-            time.sleep(0.05)
-    """)
-
-
-def release(place: RunningPlace, cabinet: str) -> None:
-    tacoma.meet(place.target("ag_cabinet"),
-                {"OP": ["append"], "CABINET": [cabinet], "GO": ["1"]}, timeout=30)
-
-
-def serves(place: RunningPlace) -> None:
-    assert tacoma.meet(place.target("ag_echo"), {"OK": [b"1"]}, timeout=30) == {"OK": [b"1"]}
-
-
-@pytest.fixture(scope="module")
-def alice() -> Path:
-    return identity("alice")
-
-
-@pytest.fixture(scope="module")
-def mallory() -> Path:
-    return identity("mallory")
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +65,7 @@ def test_a_flood_of_status_waits_is_refused_past_the_principals_share(
     meet_as(mallory, p.address, "ag_python", code=waits_for(gate), mode="async",
             meet_id=hers)
     meet_as(alice, p.address, "ag_python", code=waits_for(gate), mode="async", meet_id=mine)
-    wait_until(lambda: state_as(mallory, p, hers) == "running", 30, "mallory's meet to run")
+    wait_until(lambda: status_as(mallory, p, hers) == "running", 30, "mallory's meet to run")
     flood, parked = 60, 4
     refusals: list[BaseException] = []
     outcome: list[object] = []
@@ -158,8 +99,8 @@ def test_a_flood_of_status_waits_is_refused_past_the_principals_share(
         assert all(isinstance(r, tacoma.PlaceUnavailable) and
                    "--share of --max-meets and --max-queued" in str(r) for r in refusals)
         # alice is answered, waiting too, and the place serves.
-        assert state_as(alice, p, mine) == "running"
-        assert state_as(alice, p, mine, WAIT=[b"0.2"]) == "running"
+        assert status_as(alice, p, mine) == "running"
+        assert status_as(alice, p, mine, WAIT=[b"0.2"]) == "running"
         serves(p)
     finally:
         release(p, gate)
@@ -167,7 +108,7 @@ def test_a_flood_of_status_waits_is_refused_past_the_principals_share(
     # The parked ones learn the end of her meet.
     assert len(outcome) == parked
     assert all(isinstance(o, Briefcase) and o.text("STATE") == ["done"] for o in outcome)
-    assert state_as(mallory, p, hers) == "done"  # and her share is hers again
+    assert status_as(mallory, p, hers) == "done"  # and her share is hers again
 
 
 def test_a_status_request_carries_nothing_large(start_place: Callable[..., RunningPlace],
@@ -178,7 +119,7 @@ def test_a_status_request_carries_nothing_large(start_place: Callable[..., Runni
                                                   "PAD": [b"p" * (8 << 20)]})
     with pytest.raises(tacoma.MeetError, match="takes the folders ID, WAIT and PRINCIPAL"):
         meet_as(mallory, p.address, "ag_status", {"ID": [b"nosuchmeet"], "X": [b"1"]})
-    assert state_as(mallory, p, "nosuchmeet") == "unknown"
+    assert status_as(mallory, p, "nosuchmeet") == "unknown"
     serves(p)
 
 
@@ -191,11 +132,11 @@ def test_an_admin_sees_its_own_meet_by_id_and_anothers_by_naming_it(
     report = 'bc["REPORT"] = ["real numbers"]'
     assert meet_as(ops, p.address, "ag_python", code=report, mode="async",
                    meet_id=job) == job
-    wait_until(lambda: state_as(ops, p, job) == "done", 30, "ops's meet to end")
+    wait_until(lambda: status_as(ops, p, job) == "done", 30, "ops's meet to end")
     forged = 'bc["REPORT"] = ["FORGED"]'
     assert meet_as(mallory, p.address, "ag_python", code=forged, mode="async",
                    meet_id=job) == job
-    wait_until(lambda: state_as(mallory, p, job) == "done", 30, "mallory's meet to end")
+    wait_until(lambda: status_as(mallory, p, job) == "done", 30, "mallory's meet to end")
     # By id alone, ops's own: through the CLI and the Python API.
     shown = cli(ops, "status", f"{job}@{p.address}")
     assert shown.returncode == 0, shown.stderr
@@ -206,10 +147,10 @@ def test_an_admin_sees_its_own_meet_by_id_and_anothers_by_naming_it(
     assert "FORGED" in theirs.stdout and f"of {name_of(mallory)}" in theirs.stderr
     # Nobody else may name another's.
     with pytest.raises(tacoma.NotAllowed, match="admin role"):
-        state_as(alice, p, job, PRINCIPAL=[name_of(ops).encode()])
+        status_as(alice, p, job, PRINCIPAL=[name_of(ops).encode()])
     refused = cli(alice, "status", f"{job}@{p.address}", "--principal", name_of(ops))
     assert refused.returncode == 15 and "NotAllowed" in refused.stderr
-    assert state_as(alice, p, job) == "unknown"
+    assert status_as(alice, p, job) == "unknown"
 
 
 def test_kill_by_id_names_the_principal_when_several_have_it(
@@ -221,7 +162,7 @@ def test_kill_by_id_names_the_principal_when_several_have_it(
         assert meet_as(who, p.address, "ag_python", code=waits_for(gate), mode="async",
                        meet_id=job) == job
     try:
-        wait_until(lambda: state_as(ops, p, job) == state_as(mallory, p, job) == "running",
+        wait_until(lambda: status_as(ops, p, job) == status_as(mallory, p, job) == "running",
                    30, "both meets to run")
         table = cli(ops, "ps", p.address)
         assert table.returncode == 0, table.stderr
@@ -229,14 +170,14 @@ def test_kill_by_id_names_the_principal_when_several_have_it(
         assert name_of(ops) in table.stdout and name_of(mallory) in table.stdout
         ambiguous = cli(ops, "kill", f"{job}@{p.address}")
         assert ambiguous.returncode == 1 and "--principal" in ambiguous.stderr
-        assert state_as(ops, p, job) == state_as(mallory, p, job) == "running"
+        assert status_as(ops, p, job) == status_as(mallory, p, job) == "running"
         killed = cli(ops, "kill", f"{job}@{p.address}", "--principal", name_of(ops))
         assert killed.returncode == 0, killed.stderr
-        wait_until(lambda: state_as(ops, p, job) == "failed", 30, "ops's meet to be killed")
-        assert state_as(mallory, p, job) == "running"
+        wait_until(lambda: status_as(ops, p, job) == "failed", 30, "ops's meet to be killed")
+        assert status_as(mallory, p, job) == "running"
     finally:
         release(p, gate)
-    wait_until(lambda: state_as(mallory, p, job) == "done", 30, "mallory's meet to end")
+    wait_until(lambda: status_as(mallory, p, job) == "done", 30, "mallory's meet to end")
 
 
 def test_a_residents_name_is_no_meet_id(start_place: Callable[..., RunningPlace],
@@ -262,7 +203,7 @@ def test_a_residents_name_is_no_meet_id(start_place: Callable[..., RunningPlace]
         wait_until(lambda: job in {a["name"] for a in p.agents()}, 30, "mallory's resident")
         both = cli(ops, "kill", f"{job}@{p.address}")
         assert both.returncode == 1 and "both a resident agent's name" in both.stderr
-        assert state_as(ops, p, job) == "running"
+        assert status_as(ops, p, job) == "running"
         assert job in {a["name"] for a in p.agents()}
     finally:
         release(p, gate)

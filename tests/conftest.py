@@ -31,6 +31,12 @@ from tacoma.testbed import Testbed
 
 READY = re.compile(r"tacoma place listening on (\S+) ")
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Two test files per core (`-n auto`, setup.cfg): most tests spend their time waiting
+    on a place (a deadline, a restart, a lossy link), so a core can run a second one."""
+    return min(8, 2 * (os.cpu_count() or 1))
+
+
 #: The tests' own trust directory: their places make their CA and local identities there on
 #: first start (as a user's first place does), and never touch the user's own. Set before
 #: any test runs, so every place and client of the session, in or out of this process,

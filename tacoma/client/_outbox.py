@@ -176,9 +176,11 @@ class Outbox:
         which it checked is open)."""
         if transport is None:
             transport = self._writable()
-        if not self._queue and len(data) <= WRITE_PIECE:
+        if not self._queue and len(data) <= WRITE_PIECE:  # the meet path: nothing waits
             transport.write(data)
-            self._check_reading(transport)
+            unsent, conn = transport.get_write_buffer_size(), self._conn
+            if unsent > 2 * conn.peer_max_frame or unsent > 2 * conn.max_frame:
+                self._check_reading(transport)  # (what it checks, without a call per frame)
             return
         self._queue.append(data if len(data) <= WRITE_PIECE else _Frame([data]))
         self._bytes += len(data)

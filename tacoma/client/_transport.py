@@ -201,8 +201,9 @@ class Channel(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.heard = self._loop.time()
-        if self.is_closing:  # over (refused, broken, closed): what comes now is not read
-            return
+        transport = self.transport  # is_closing, inline: the meet path
+        if transport is None or transport.is_closing() or self._outbox.closing:
+            return  # over (refused, broken, closed): what comes now is not read
         self.conn.receive_data(data)
         if self._decoding is None:
             self._process()
@@ -385,7 +386,7 @@ class Channel(asyncio.Protocol):
             self._send_now(event)
             return None
         try:
-            if heavy(event):
+            if getattr(event, "briefcase", None) is not None and heavy(event):
                 return self._send_heavy(event, refused)
             self._send_now(event)
         except (LimitExceeded, ProtocolError) as exc:

@@ -258,6 +258,18 @@ def test_a_refused_connection_hints_at_starting_a_place() -> None:
             "`tacoma place --listen 127.0.0.1:1`") in out.stderr
 
 
+def test_a_port_in_use_is_said_with_a_hint_and_leaves_no_state(place: RunningPlace,
+                                                                 tmp_path: Path) -> None:
+    state = tmp_path / "second"
+    out = tacoma("place", "--listen", place.address, "--state-dir", str(state), "-q")
+    assert out.returncode == 1, out
+    assert f"tacoma: CannotListen: cannot listen on {place.address}: " in out.stderr
+    assert "address already in use" in out.stderr
+    assert f"hint: another program listens on port {place.address.rpartition(':')[2]}" \
+        in out.stderr
+    assert not state.exists()  # made for the start that failed, and removed
+
+
 def test_an_unknown_agent_is_answered_with_did_you_mean(place: RunningPlace) -> None:
     out = tacoma("meet", place.target("ag_pyhton"))
     assert out.returncode == 4

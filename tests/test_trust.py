@@ -816,6 +816,28 @@ def test_ps_needs_the_admin_role_or_the_token(place: RunningPlace, bob: str,
     serves(place)
 
 
+def test_a_chosen_identity_acts_as_itself_not_with_the_local_token(
+        start_place, bob: str, tmp_path: Path) -> None:
+    # The user's own place, on the default state directory: ps reads its token unasked...
+    data = tmp_path / "data"
+    data.mkdir()
+    place = start_place(state_dir=data / "tacoma")
+    home = {"XDG_DATA_HOME": str(data)}
+    out = tacoma_cli("ps", place.address, "--json", env=home)
+    assert out.returncode == 0, out.stderr
+    # ...but not for an identity the user chose: bob acts as bob, who is no admin.
+    for chosen in (["--identity", bob], []):
+        env = {**home, "TACOMA_IDENTITY": bob} if not chosen else home
+        out = tacoma_cli("ps", place.address, *chosen, env=env)
+        assert out.returncode == 15 and "NotAllowed" in out.stderr, (out.stdout, out.stderr)
+        out = tacoma_cli("kill", f"nosuch@{place.address}", *chosen, env=env)
+        assert out.returncode == 15 and "NotAllowed" in out.stderr, (out.stdout, out.stderr)
+    # Asked for, the token is shown whoever the identity is.
+    out = tacoma_cli("ps", place.address, "--identity", bob, "--state-dir",
+                     str(data / "tacoma"), env=home)
+    assert out.returncode == 0, out.stderr
+
+
 # --------------------------------------------------------------------------- 16. claims
 def test_a_client_cannot_speak_for_another_principal(place: RunningPlace) -> None:
     async def scenario() -> None:

@@ -50,8 +50,14 @@ def admin_token(place: str, state_dir: Path | None, token_file: Path | None) -> 
     role needs none).
 
     The token of the default state directory belongs to a place on this host: it is sent
-    only to a loopback address, never to a place elsewhere (which could collect it).
+    only to a loopback address, never to a place elsewhere (which could collect it), and
+    not when an identity was chosen (--identity, $TACOMA_IDENTITY): that identity acts as
+    itself, with the role it has.
     """
+    ctx = click.get_current_context(silent=True)
+    chosen = ctx.meta.get("tacoma.identity", {}).get("identity") if ctx is not None else None
+    if chosen and token_file is None and state_dir is None:
+        return None
     path = token_file or tacoma.PlaceSettings(state_dir=state_dir or default_state_dir()) \
         .admin_token_file
     host = place.rpartition(":")[0].strip("[]")
@@ -87,7 +93,9 @@ def ps(place: str | None, state_dir: Path | None, token_file: Path | None,
 
     Needs an identity with the admin role (your own is one), or the place's admin token: a
     place writes a new one to admin.token in its state directory each time it starts,
-    readable only by the place's user.
+    readable only by the place's user. The token of the default state directory is shown
+    to a place on loopback unasked, unless an identity is chosen (--identity,
+    $TACOMA_IDENTITY): that identity then acts as itself.
     """
     place = checked_place(place)
     try:
@@ -162,6 +170,9 @@ def kill(target: str, principal: str | None, state_dir: Path | None,
     a resident's name and a meet's id, is refused; say whose meet with --principal.
 
     Its processes are killed; whoever waits for its meet gets AgentKilled.
+
+    Needs an identity with the admin role (your own is one), or the place's admin token
+    (see tacoma ps).
     """
     name, _, place = with_place(target, "NAME", "NAME[@PLACE]").rpartition("@")
     try:

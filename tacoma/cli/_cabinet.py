@@ -247,11 +247,19 @@ def cabinet_claim(name: str, principal: str, program: str | None, was: str | Non
                   state_dir: Path | None) -> None:
     """Name the principal a private cabinet belongs to.
 
-    A private cabinet belongs to the program that made it run for one principal. One made
-    before that (by an older tacoma) has no principal, and no agent may use it until it is
-    named here: then the same program, run for that principal, may. Of the private
-    cabinets of NAME, claim takes the one waiting for a principal; with none waiting, the
-    one --program and --was pick out, to give it to another principal instead.
+    A private cabinet belongs to a principal and a program together: the program that
+    made it, run for that principal. A private cabinet kept by an older tacoma names only
+    its program, and no agent may use it until its principal is named here; then that
+    program, run for that principal, may. Of the private cabinets of NAME, claim takes the
+    one waiting for a principal; with none waiting, the one --program and --was pick out,
+    to give it to another principal instead. Run it where the place's state directory is
+    (the place may be running).
+
+    \b
+    Examples:
+      tacoma cabinet list                        # the cabinets, with their owners
+      tacoma cabinet claim visits --principal alice
+      tacoma cabinet claim visits --principal bob --was alice --program 3f9a...
     """
     from ..place._cabinets import check_name
 

@@ -61,7 +61,7 @@ class TacomaGroup(click.Group):
             status = USAGE_STATUS
         except click.ClickException as exc:
             report(getattr(exc, "kind", "Error"), exc.format_message(), status=exc.exit_code,
-                   as_json=_json_in(argv), exit_now=False)
+                   hint=getattr(exc, "hint", ""), as_json=_json_in(argv), exit_now=False)
             status = exc.exit_code
         except click.Abort as exc:  # click's form of KeyboardInterrupt (and of EOF)
             what = ("interrupted" if isinstance(exc.__cause__, KeyboardInterrupt | None)

@@ -8,6 +8,7 @@ into the place's agents/ folder, where a running place finds it at its next meet
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
 import signal
@@ -35,6 +36,26 @@ from ._common import (
 )
 
 __all__ = ["doctor", "install", "place"]
+
+
+class CannotListen(click.ClickException):
+    """A place that cannot listen where it was told (exit status 1), with what to do."""
+
+    kind = "CannotListen"
+
+    def __init__(self, listen: str, exc: OSError) -> None:
+        super().__init__(f"cannot listen on {listen}: {exc.strerror or exc}")
+        host, _, port = listen.rpartition(":")
+        if exc.errno == errno.EADDRINUSE:
+            self.hint = (f"another program listens on port {port} (a place already running? "
+                         f"tacoma status {listen}); give this one another: --listen "
+                         f"{host}:PORT")
+        elif exc.errno == errno.EADDRNOTAVAIL:
+            self.hint = f"this host has no address {host}: --listen HOST:PORT with one it has"
+        elif exc.errno == errno.EACCES:
+            self.hint = f"port {port} needs privileges: take one above 1023"
+        else:
+            self.hint = ""
 
 
 def _limits_options(f: CommandFunction) -> CommandFunction:
@@ -224,14 +245,16 @@ def place(listen: str, state_dir: Path | None, pool_size: int, pool_max: int | N
 
     async def serve() -> None:
         place = tacoma.Place(settings)
+        made_state_dir = not settings.state_dir.exists()
         try:
             address = await place.start()
         except OSError as exc:
             if exc.filename:
                 raise click.ClickException(f"cannot use {exc.filename}: "
                                            f"{exc.strerror or exc}") from None
-            raise click.ClickException(f"cannot listen on {listen}: {exc.strerror or exc}") \
-                from None
+            if made_state_dir:  # made for this start, which ends here: nothing to keep
+                shutil.rmtree(settings.state_dir, ignore_errors=True)
+            raise CannotListen(listen, exc) from None
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(place.stop()))

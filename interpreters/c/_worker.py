@@ -49,7 +49,7 @@ from tacoma.agent._api import check_bound
 from tacoma.agent._channel import AgentChannel, AgentFailure
 from tacoma.agent._sandbox import describe_exit
 from tacoma.wire._briefcase import CODE, Briefcase
-from tacoma.wire._errors import MeetError
+from tacoma.wire._errors import AgentKilled, MeetError
 from tacoma.wire._program import artifact_key, program_bytes, program_name
 from tacoma.wire._protocol import Meet
 
@@ -394,7 +394,7 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
     cpu_used = usage.ru_utime + usage.ru_stime
     if code < 0:
         raise AgentFailure(describe_exit(code, cpu_seconds, cpu_used, "C agent"), output,
-                           kind="agent-killed")
+                           kind=AgentKilled.kind)
     raise AgentFailure(f"C agent exited with status {code}", output)
 
 

@@ -29,7 +29,19 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from ..wire._errors import KINDS
+from ..wire._errors import (
+    KINDS,
+    CabinetError,
+    LazyFolderError,
+    LimitExceeded,
+    MailboxFull,
+    MeetError,
+    MeetTimeout,
+    MessageError,
+    NotAllowed,
+    PlaceUnavailable,
+    UnknownAgent,
+)
 
 __all__ = ["API", "CALLS", "VALUES", "Call", "Param", "check_bound", "spell", "unbound"]
 
@@ -115,11 +127,13 @@ class Call:
 #: refusal, a place's limit...).
 _ANY = tuple(KINDS)
 #: Where the place cannot take the agent (go) or hand over a message (send).
-_MOVE = ("unknown-agent", "unavailable", "limit-exceeded", "timeout", "meet-failed")
-_SEND = ("unknown-agent", "mailbox-full", "message", "unavailable", "limit-exceeded")
-_CABINET = ("cabinet",)
+_MOVE = (UnknownAgent.kind, PlaceUnavailable.kind, LimitExceeded.kind, MeetTimeout.kind,
+         MeetError.kind)
+_SEND = (UnknownAgent.kind, MailboxFull.kind, MessageError.kind, PlaceUnavailable.kind,
+         LimitExceeded.kind)
+_CABINET = (CabinetError.kind,)
 #: Reading a lazy folder: its origin gone, its data expired, or not this principal's.
-_LAZY = ("lazy-folder", "not-allowed")
+_LAZY = (LazyFolderError.kind, NotAllowed.kind)
 _NAME = Param("name", "text")
 _TARGET = Param("target", "target")
 _BRIEFCASE = Param("briefcase", "briefcase", optional=True)
@@ -148,7 +162,7 @@ API: tuple[Call, ...] = (
          "given); of a lazy folder only the chunks they are in are fetched"),
     Call("folder_size", "briefcase", (_NAME,), "count", (),
          "the bytes a folder's elements hold (a lazy folder's, without fetching it)"),
-    Call("lazy", "briefcase", (_NAME,), "nothing", ("limit-exceeded", "lazy-folder"),
+    Call("lazy", "briefcase", (_NAME,), "nothing", (LimitExceeded.kind, LazyFolderError.kind),
          "make a folder travel by reference: the place keeps its data, and the meets that "
          "carry it fetch only what their agents read"),
     Call("meet", "meeting", (_TARGET, _BRIEFCASE, _TIMEOUT), "briefcase", _ANY,
@@ -179,7 +193,7 @@ API: tuple[Call, ...] = (
     Call("send_ack", "messages", (_TARGET, _BRIEFCASE), "handle", _SEND,
          "a message whose acknowledgement comes later: a handle for wait_ack"),
     Call("wait_ack", "messages", (Param("handle", "handle"), _TIMEOUT), "nothing",
-         (*_SEND, "timeout"), "wait until a message of send_ack was taken by its resident"),
+         (*_SEND, MeetTimeout.kind), "wait until a message of send_ack was taken by its resident"),
     Call("request", "messages", (_TARGET, _BRIEFCASE, _TIMEOUT), "briefcase", _ANY,
          "send a request to a resident agent and wait for its reply"),
     Call("cabinet_read", "cabinets", (_CABINET_NAME, _FOLDER), "elements", _CABINET,

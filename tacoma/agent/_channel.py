@@ -31,6 +31,7 @@ from ..wire._briefcase import (
     attach_lazy,
 )
 from ..wire._errors import (
+    AgentFailed,
     LimitExceeded,
     LocalProtocolError,
     MeetError,
@@ -70,11 +71,11 @@ class AgentFailure(Exception):
     """Ends the meet as failed: raised by `fail`, or by a language runner for an agent error.
 
     `detail` is the agent's traceback or backtrace as its language wrote it (may be empty);
-    `kind` is "agent-failed", or "agent-killed" where a worker saw its agent's own process
+    `kind` is AgentFailed's, or AgentKilled's where a worker saw its agent's own process
     killed (ag_c runs the agent as a child).
     """
 
-    def __init__(self, message: str, detail: str = "", kind: str = "agent-failed") -> None:
+    def __init__(self, message: str, detail: str = "", kind: str = AgentFailed.kind) -> None:
         super().__init__(message)
         self.message = message
         self.detail = detail
@@ -145,10 +146,10 @@ class AgentChannel:
         try:
             data = self.conn.send(event)
         except LimitExceeded as exc:
-            data = self.conn.send(Failed(event.rid, "limit-exceeded",
+            data = self.conn.send(Failed(event.rid, LimitExceeded.kind,
                                          f"the agent's result is too large: {exc}"))
         except LocalProtocolError as exc:
-            data = self.conn.send(Failed(event.rid, "agent-failed",
+            data = self.conn.send(Failed(event.rid, AgentFailed.kind,
                                          f"the agent's result cannot be sent: {exc}"))
         self._write(data)
 
@@ -474,7 +475,7 @@ def serve_one(run: Runner, plan: dict[str, Any],
     except Exception as exc:  # noqa: BLE001 - a runner bug: still answer the meet
         import traceback
 
-        reply = Failed(meet.rid, "agent-failed", f"{type(exc).__name__}: {exc}",
+        reply = Failed(meet.rid, AgentFailed.kind, f"{type(exc).__name__}: {exc}",
                        traceback.format_exc())
     sys.stdout.flush()
     sys.stderr.flush()

@@ -41,6 +41,7 @@ from ..wire._errors import (
     AgentFailed,
     AgentKilled,
     ConnectionLost,
+    LimitExceeded,
     MeetTimeout,
     PlaceUnavailable,
     TacomaError,
@@ -58,7 +59,7 @@ log = logging.getLogger("tacoma.place")
 
 #: The failure kinds a worker may report about its own agent (a worker that runs the agent
 #: as a child process, as ag_c's does, reports its death); anything else is an AgentFailed.
-WORKER_KINDS = frozenset({AgentFailed.kind, AgentKilled.kind, "limit-exceeded"})
+WORKER_KINDS = frozenset({AgentFailed.kind, AgentKilled.kind, LimitExceeded.kind})
 #: Longest line an agent may write to the place's log, and how many lines and characters
 #: one meet may write in all (the log is the place's, not a channel for an agent to fill);
 #: past that its lines are counted, not written.

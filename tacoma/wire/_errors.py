@@ -121,6 +121,9 @@ class RemoteProtocolError(ProtocolError):
 class LimitExceeded(TacomaError, ValueError):
     """A frame, folder or briefcase is larger than the limit in force."""
 
+    #: Its kind on the wire, where a place or a worker reports it.
+    kind = "limit-exceeded"
+
 
 class TrustError(TacomaError):
     """An identity, the CA or the deny list cannot be used: missing, unreadable, not made
@@ -256,7 +259,7 @@ class NotAuthorized(MeetError):
 class _RemoteLimitExceeded(MeetError, LimitExceeded):
     """A limit was exceeded at the place (a result briefcase too large, say)."""
 
-    kind = "limit-exceeded"
+    kind = LimitExceeded.kind
 
 
 class _RemoteProtocolFailure(MeetError, RemoteProtocolError):

@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from .place import Limits as Limits
     from .place import Place as Place
     from .place import PlaceSettings as PlaceSettings
+    from .place import TripTimings as TripTimings
     from .wire import CODE as CODE
     from .wire import RESERVED_FOLDERS as RESERVED_FOLDERS
     from .wire import AgentFailed as AgentFailed
@@ -152,6 +153,7 @@ _EXPORTS: dict[str, str] = {
     "Place": "place",
     "Limits": "place",
     "PlaceSettings": "place",
+    "TripTimings": "place",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -145,6 +145,9 @@ def test_protocol_error_status(tmp_path: Path) -> None:
     (["meet", "ag_echo@"], "AGENT@HOST:PORT"),
     (["place", "--listen", "nonsense"], "HOST:PORT"),
     (["place", "--memory", "10"], "--memory"),
+    (["place", "--silent-after", "0"], "--silent-after"),
+    (["place", "--lost-after", "2s", "--rear-guard-every", "5s"],
+     "--lost-after (2 s) and --silent-after (30 s) must be at least --rear-guard-every"),
 ])
 def test_usage_errors(args: list[str], message: str) -> None:
     out = tacoma(*args)

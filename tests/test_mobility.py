@@ -21,7 +21,6 @@ import time
 import pytest
 import tacoma
 from tacoma import Briefcase
-from tacoma.place._hops import HAND_OVER_WAIT
 from tacoma.place._trips import Trip, Trips
 
 from conftest import RunningPlace, forward, wait_until
@@ -270,11 +269,13 @@ def _hand_over_through_a_cutting_door(three: list[RunningPlace], silent: bool,
     assert visits["V"] == [b"x"]
 
 
-def test_a_hand_over_left_unanswered_goes_again_on_a_new_connection(
-        three: list[RunningPlace]) -> None:
+def test_a_hand_over_left_unanswered_goes_again_on_a_new_connection(start_place) -> None:
     """A connection that goes silent after the next place took the agent (half open) is
-    given up after HAND_OVER_WAIT; the hand-over goes again, and is taken once."""
-    _hand_over_through_a_cutting_door(three, silent=True, timeout=HAND_OVER_WAIT + 40)
+    given up after --hand-over-wait (30 s by default; 5 s here); the hand-over goes again,
+    and is taken once."""
+    wait = 5.0
+    three = [start_place("--hand-over-wait", f"{wait:g}s"), start_place(), start_place()]
+    _hand_over_through_a_cutting_door(three, silent=True, timeout=wait + 40)
 
 
 def test_a_hand_over_whose_connection_breaks_before_the_answer_runs_the_agent_once(

@@ -21,6 +21,7 @@ import click
 import tacoma
 
 from ..place._settings import DEFAULT_LISTEN, default_state_dir
+from ..place._trips import TripTimings
 from ..wire._address import parse_address
 from ..wire._names import RESERVED_AGENTS
 from ..wire._protocol import MIN_IDLE_SECONDS
@@ -168,6 +169,22 @@ _SETTINGS = tacoma.PlaceSettings()
               show_default=True,
               help="Chunks an agent here fetches after each run of lazy-folder chunks it "
                    "lacks (Accent's prefetch).")
+@click.option("--rear-guard-every", type=Duration(0.1), show_default=True,
+              default=format_duration(_SETTINGS.trip_timings.every),
+              help="Seconds between the questions of an agent's rear guard to the place it "
+                   "moved on to (is the agent still there?).")
+@click.option("--lost-after", type=Duration(0.1), show_default=True,
+              default=format_duration(_SETTINGS.trip_timings.refused_for),
+              help="Take the next place of a trip as lost with its agent once it has "
+                   "refused its rear guard's connections this long (its process is gone).")
+@click.option("--silent-after", type=Duration(0.1), show_default=True,
+              default=format_duration(_SETTINGS.trip_timings.silent_for),
+              help="Take it as lost once it has left its rear guard's questions unanswered "
+                   "this long (a cut link, a dead host, a path losing most packets).")
+@click.option("--hand-over-wait", type=Duration(0.1), show_default=True,
+              default=format_duration(_SETTINGS.trip_timings.hand_over_wait),
+              help="Send an agent's hand-over to the next place again, on a new connection, "
+                   "when it has had no answer for this long (a connection gone half open).")
 @click.option("--agent-network", type=click.Choice(["none", "host"]), default="none",
               show_default=True,
               help="What network agents get: none (they reach other agents only through "
@@ -198,6 +215,8 @@ def place(listen: str, state_dir: Path | None, pool_size: int, pool_max: int | N
           max_meets: int, max_connections: int, grace_seconds: float, mailbox_messages: int,
           mailbox_bytes: int, mailbox_total_bytes: int, same_uid: bool,
           max_receiving: int, idle_seconds: float, max_queued: int, keep_results: float,
+          rear_guard_every: float, lost_after: float, silent_after: float,
+          hand_over_wait: float,
           journal_bytes: int | None, lazy_bytes: int, lazy_seconds: float, prefetch: int,
           agent_network: str, cabinet_bytes: int,
           identity: str | None, insecure: bool,
@@ -226,6 +245,8 @@ def place(listen: str, state_dir: Path | None, pool_size: int, pool_max: int | N
             limits=tacoma.Limits(**limits), separate_uids=not same_uid, identity=identity,
             insecure=insecure, allow=allow, share=share, deny_list=deny_list,
             agent_network=agent_network, idle_seconds=idle_seconds,
+            trip_timings=TripTimings(rear_guard_every, lost_after, silent_after,
+                                     hand_over_wait),
             max_receiving=max_receiving, max_queued=max_queued, keep_results=keep_results,
             journal_bytes=journal_bytes, lazy_bytes=lazy_bytes, lazy_seconds=lazy_seconds,
             prefetch=prefetch, cabinet_bytes=cabinet_bytes)

@@ -89,7 +89,8 @@ class Dispatch:
         #: Connections to the places agents name (see _reach).
         self.reach = Reach(self.clients, self.address)
         self.hops = Hops(self.address, trips, meets, journal, self.clients, builtins, self.run,
-                         self.in_background, self.bounded, self.reach)
+                         self.in_background, self.bounded, self.reach,
+                         settings.trip_timings)
 
     # ------------------------------------------------------------------ the meet path
     async def run(self, meet: RunningMeet) -> Briefcase:

@@ -35,7 +35,7 @@ from ._builtins import BuiltIns
 from ._journal import Journal
 from ._meet import Meets, RunningMeet, failed
 from ._reach import Reach
-from ._trips import HEARTBEAT, LOST_AFTER, RECOVERIES, SILENT_AFTER, Trip, Trips, ending
+from ._trips import RECOVERIES, Trip, Trips, TripTimings, ending
 
 if TYPE_CHECKING:
     from ._pool import Worker
@@ -51,7 +51,6 @@ CONNECT_TIMEOUT = 10.0
 #: How many times a hand-over whose connection broke is sent, and how long each waits
 #: for its answer (see Hops._send_over).
 CONNECT_ATTEMPTS = 3
-HAND_OVER_WAIT = 30.0
 
 
 class Moved(Exception):
@@ -65,8 +64,10 @@ class Hops:
                  clients: ClientCache, builtins: BuiltIns,
                  run: Callable[[RunningMeet], Awaitable[Briefcase]],
                  in_background: Callable[[Coroutine[Any, Any, Any]], None],
-                 bounded: Callable[[float | None], float], reach: Reach) -> None:
+                 bounded: Callable[[float | None], float], reach: Reach,
+                 timings: TripTimings) -> None:
         self.address = address
+        self.timings = timings
         self.trips = trips
         self.meets = meets
         self.journal = journal
@@ -197,9 +198,10 @@ class Hops:
         if at is not None:
             request.replace("AT", [at])
         try:
-            async with asyncio.timeout(LOST_AFTER / 2):
-                client = await self.clients.get(address, timeout=LOST_AFTER / 2)
-                answer = await client.meet(TRIP_AGENT, request, "sync", LOST_AFTER / 2)
+            wait = self.timings.refused_for / 2
+            async with asyncio.timeout(wait):
+                client = await self.clients.get(address, timeout=wait)
+                answer = await client.meet(TRIP_AGENT, request, "sync", wait)
         except Exception as exc:  # noqa: BLE001 - the caller decides what silence means
             log.debug("ag_trip %s at %s: %s", op, address, exc)
             refused = isinstance(exc, ConnectError) and isinstance(
@@ -265,11 +267,12 @@ class Hops:
     async def _guard(self, trip: Trip, target: str, briefcase: Briefcase, agent: str,
                      principal: str) -> None:
         """The rear guard of hop `trip`, handed to `target` (see _trips): ask where the
-        agent is every HEARTBEAT; if `target` is lost with it, do what it chose."""
-        heard, reason = time.monotonic(), ""
+        agent is, every `timings.every` seconds; if `target` is lost with it, do what it
+        chose."""
+        heard, reason, timings = time.monotonic(), "", self.timings
         try:
             while True:
-                await asyncio.sleep(HEARTBEAT)
+                await asyncio.sleep(timings.every)
                 left = trip.time_left()
                 if left is not None and left <= 0:
                     return  # the trip is over by its deadline, wherever the agent is
@@ -283,7 +286,7 @@ class Hops:
                     reason = "it no longer has the agent (it restarted)"
                     break
                 refused = state == REFUSED
-                limit = LOST_AFTER if refused else SILENT_AFTER
+                limit = timings.refused_for if refused else timings.silent_for
                 if time.monotonic() - heard >= limit:
                     reason = (f"it refused its rear guard's connections for {limit:g} s"
                               if refused else
@@ -330,7 +333,7 @@ class Hops:
                 if choice == "skip":
                     briefcase["SKIPPED"] = [*briefcase.get("SKIPPED", []), place.encode()]
                 else:
-                    await asyncio.sleep(HEARTBEAT)
+                    await asyncio.sleep(self.timings.every)
         if self.trips.is_stopped(trip.id):
             return
         if choice == "skip" and (trip.time_left() or 1) > 0:
@@ -364,10 +367,10 @@ class Hops:
                                        principal)
             left = max(0.0, give_up - time.monotonic())
             last = attempt == CONNECT_ATTEMPTS or left < CONNECT_TIMEOUT
-            wait = asyncio.timeout(min(left, HAND_OVER_WAIT))
+            wait = asyncio.timeout(min(left, self.timings.hand_over_wait))
             try:
                 # A connection that went silent (half open, its host gone) is not waited on
-                # past HAND_OVER_WAIT: the hand-over goes again on a new one.
+                # past timings.hand_over_wait: the hand-over goes again on a new one.
                 async with wait:
                     return str(await client.meet(agent, travelling, "go", left, principal))
             except ConnectionLost as exc:
@@ -378,7 +381,7 @@ class Hops:
                 if not wait.expired():
                     raise  # the next place's own MeetTimeout: it answered
                 client.close()
-                why = f"no answer within {min(left, HAND_OVER_WAIT):g} s"
+                why = f"no answer within {min(left, self.timings.hand_over_wait):g} s"
                 if last:
                     raise MeetTimeout(f"place {target} did not answer the hand-over "
                                       f"({why})") from None

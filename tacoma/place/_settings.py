@@ -14,6 +14,7 @@ from pathlib import Path
 import platformdirs
 
 from ..wire._protocol import DEFAULT_MAX_FRAME, IDLE_SECONDS
+from ._trips import TripTimings
 
 __all__ = ["AGENT_NETWORKS", "DEFAULT_LISTEN", "Limits", "PlaceSettings", "default_state_dir"]
 
@@ -126,6 +127,11 @@ class PlaceSettings:
         max_meets (each principal its share of them); more are refused (PlaceUnavailable).
     keep_results: seconds the journal keeps a meet's outcome after it ended (for `tacoma
         status`).
+    trip_timings: how soon this place takes the next place of a trip it handed an agent
+        to as lost with it (see TripTimings: its rear guard asks where the agent is every
+        `every` seconds; a place that refuses its connections for `refused_for`, or leaves
+        its questions unanswered for `silent_for`, is lost), and how long a hand-over waits
+        for its answer on one connection before it goes again on a new one.
     journal_bytes: the most bytes of async meets' briefcases and meets' results the
         journal keeps at once, of which any one principal may keep its `share` (more are
         refused with LimitExceeded); None: a quarter of the state directory's file system,
@@ -173,6 +179,7 @@ class PlaceSettings:
     max_queued: int = 1024
     keep_results: float = 24 * 3600.0
     journal_bytes: int | None = None
+    trip_timings: TripTimings = field(default_factory=TripTimings)
 
     def __post_init__(self) -> None:
         # Absolute: agents' working directories are below it, and they start elsewhere.

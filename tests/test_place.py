@@ -510,11 +510,14 @@ def test_an_unusable_agent_name_is_an_unknown_agent(place: RunningPlace) -> None
         tacoma.meet(place.target("a" * 300), {}, timeout=30)
 
 
-def test_a_connection_that_never_says_hello_is_closed(place: RunningPlace) -> None:
+def test_a_connection_that_never_says_hello_is_closed(start_place) -> None:
+    place = start_place("--hello-timeout", "1s")  # 10 s by default
+    started = time.monotonic()
     with _raw_connection(place) as sock:
         sock.settimeout(30)
         frames = _read_frames(sock)  # returns when the place closes the connection
     assert frames[0][0] == 1  # only the place's own Hello came
+    assert time.monotonic() - started >= 1
 
 
 def test_a_worker_cannot_speak_for_the_place(place: RunningPlace) -> None:

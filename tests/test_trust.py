@@ -36,7 +36,6 @@ from tacoma.client._identity import Credentials
 from tacoma.client._runtime import run_blocking
 from tacoma.trust import _certs
 from tacoma.trust._store import Bundle, TrustStore
-from tacoma.trust._tls import HANDSHAKE_TIMEOUT
 from tacoma.wire._protocol import PROTOCOL_VERSION
 
 from conftest import RunningPlace, forward, tls_connection, wait_until
@@ -484,7 +483,9 @@ def test_the_embedded_place_needs_no_identity(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- 7. stalled handshake
 def test_handshakes_that_stall_are_dropped_and_free_their_slots(start_place) -> None:
-    p = start_place("--max-connections", "4")  # 2 handshakes at once, from any one host
+    timeout = 2.0  # --handshake-timeout (5 s by default)
+    p = start_place("--max-connections", "4",  # 2 handshakes at once, from any one host
+                    "--handshake-timeout", f"{timeout:g}s")
     host, port = p.address.rsplit(":", 1)
     started = time.monotonic()
     stalled = [socket.create_connection((host, int(port)), timeout=30) for _ in range(2)]
@@ -499,8 +500,8 @@ def test_handshakes_that_stall_are_dropped_and_free_their_slots(start_place) -> 
     finally:
         for sock in stalled:
             sock.close()
-    assert HANDSHAKE_TIMEOUT - 1 <= took <= 15, took
-    wait_until(lambda: f"no handshake within {HANDSHAKE_TIMEOUT:g} s" in p.log(), 10,
+    assert timeout - 1 <= took <= 15, took
+    wait_until(lambda: f"no handshake within {timeout:g} s" in p.log(), 10,
                "the stalls logged")
     serves(p)
 

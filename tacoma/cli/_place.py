@@ -20,8 +20,7 @@ import click
 
 import tacoma
 
-from ..place._settings import DEFAULT_LISTEN, default_state_dir
-from ..place._trips import TripTimings
+from ..place._settings import DEFAULT_LISTEN, TripTimings, default_state_dir
 from ..wire._address import parse_address
 from ..wire._names import RESERVED_AGENTS
 from ..wire._protocol import MIN_IDLE_SECONDS
@@ -169,6 +168,14 @@ _SETTINGS = tacoma.PlaceSettings()
               show_default=True,
               help="Chunks an agent here fetches after each run of lazy-folder chunks it "
                    "lacks (Accent's prefetch).")
+@click.option("--handshake-timeout", "handshake_seconds", type=Duration(0.1),
+              default=format_duration(_SETTINGS.handshake_seconds), show_default=True,
+              help="Drop a new connection that has not finished its TLS handshake this long "
+                   "after it was accepted.")
+@click.option("--hello-timeout", "hello_seconds", type=Duration(0.1),
+              default=format_duration(_SETTINGS.hello_seconds), show_default=True,
+              help="Close a connection that has not said Hello this long after its "
+                   "handshake (a client says it at once).")
 @click.option("--rear-guard-every", type=Duration(0.1), show_default=True,
               default=format_duration(_SETTINGS.trip_timings.every),
               help="Seconds between the questions of an agent's rear guard to the place it "
@@ -215,6 +222,7 @@ def place(listen: str, state_dir: Path | None, pool_size: int, pool_max: int | N
           max_meets: int, max_connections: int, grace_seconds: float, mailbox_messages: int,
           mailbox_bytes: int, mailbox_total_bytes: int, same_uid: bool,
           max_receiving: int, idle_seconds: float, max_queued: int, keep_results: float,
+          handshake_seconds: float, hello_seconds: float,
           rear_guard_every: float, lost_after: float, silent_after: float,
           hand_over_wait: float,
           journal_bytes: int | None, lazy_bytes: int, lazy_seconds: float, prefetch: int,
@@ -247,6 +255,7 @@ def place(listen: str, state_dir: Path | None, pool_size: int, pool_max: int | N
             agent_network=agent_network, idle_seconds=idle_seconds,
             trip_timings=TripTimings(rear_guard_every, lost_after, silent_after,
                                      hand_over_wait),
+            handshake_seconds=handshake_seconds, hello_seconds=hello_seconds,
             max_receiving=max_receiving, max_queued=max_queued, keep_results=keep_results,
             journal_bytes=journal_bytes, lazy_bytes=lazy_bytes, lazy_seconds=lazy_seconds,
             prefetch=prefetch, cabinet_bytes=cabinet_bytes)

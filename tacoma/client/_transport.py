@@ -27,7 +27,7 @@ import ssl
 from collections.abc import Callable
 from typing import Protocol, cast
 
-from ..trust._tls import HANDSHAKE_TIMEOUT, Peer, peer_of
+from ..trust._tls import Peer, peer_of
 from ..wire._address import parse_address
 from ..wire._errors import (
     ConnectError,
@@ -40,6 +40,8 @@ from ..wire._errors import (
     map_transport_errors,
 )
 from ..wire._protocol import (
+    HANDSHAKE_TIMEOUT,
+    HELLO_TIMEOUT,
     NEED_DATA,
     Bye,
     Connection,
@@ -55,8 +57,6 @@ __all__ = ["Channel", "EventHandler", "ReceiveBudget", "Refused", "connect"]
 
 log = logging.getLogger("tacoma.client")
 
-#: Seconds a place waits for a new connection's Hello (a client sends it at once).
-HELLO_TIMEOUT = 10.0
 
 
 class EventHandler(Protocol):
@@ -145,8 +145,10 @@ class Channel(asyncio.Protocol):
     def __init__(self, role: Role, handler: EventHandler, max_frame: int,
                  software: str = "", refuse: str = "",
                  admit: Admission | None = None,
-                 budget: ReceiveBudget | None = None) -> None:
+                 budget: ReceiveBudget | None = None,
+                 hello_timeout: float = HELLO_TIMEOUT) -> None:
         self.conn = Connection(role, max_frame, software)
+        self._hello_timeout = hello_timeout  # a place's: for its peer's Hello
         self.handler = handler
         self.transport: asyncio.Transport | None = None
         self._loop = loop = asyncio.get_running_loop()
@@ -192,11 +194,11 @@ class Channel(asyncio.Protocol):
         if self.conn.role == Role.PLACE:
             # A connection that never says Hello would hold a descriptor forever.
             self._hello_timer = asyncio.get_running_loop().call_later(
-                HELLO_TIMEOUT, self._no_hello)
+                self._hello_timeout, self._no_hello)
 
     def _no_hello(self) -> None:
         if not self.ready.done():
-            self.close_reason = f"no Hello within {HELLO_TIMEOUT:g} s"
+            self.close_reason = f"no Hello within {self._hello_timeout:g} s"
             self.abort()
 
     def data_received(self, data: bytes) -> None:

@@ -16,12 +16,12 @@ if TYPE_CHECKING:
     from ._place import Place as Place
     from ._settings import Limits as Limits
     from ._settings import PlaceSettings as PlaceSettings
-    from ._trips import TripTimings as TripTimings
+    from ._settings import TripTimings as TripTimings
 
 # Lazy (PEP 562), as tacoma's own __init__: the CLI reads the settings' defaults for its
 # help text, and must not load the whole place (and asyncio) to print it.
 _EXPORTS = {"Place": "_place", "Limits": "_settings", "PlaceSettings": "_settings",
-            "TripTimings": "_trips"}
+            "TripTimings": "_settings"}
 
 __all__ = ["Limits", "Place", "PlaceSettings", "TripTimings"]
 

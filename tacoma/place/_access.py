@@ -167,7 +167,8 @@ class Access:
         # half the connections in all (see ServerTLS).
         self.tls = ServerTLS(bundle, DenyList(settings.deny_list or store.revoked),
                              per_source=max(2, self.connection_share // 4),
-                             most=max(1, settings.max_connections // 2))
+                             most=max(1, settings.max_connections // 2),
+                             timeout=settings.handshake_seconds)
         if settings.deny_list is not None and not settings.deny_list.exists():
             log.warning("the deny list %s does not exist (yet): no certificate is revoked "
                         "until it does", settings.deny_list)

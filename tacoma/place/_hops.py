@@ -35,7 +35,8 @@ from ._builtins import BuiltIns
 from ._journal import Journal
 from ._meet import Meets, RunningMeet, failed
 from ._reach import Reach
-from ._trips import RECOVERIES, Trip, Trips, TripTimings, ending
+from ._settings import TripTimings
+from ._trips import RECOVERIES, Trip, Trips, ending
 
 if TYPE_CHECKING:
     from ._pool import Worker

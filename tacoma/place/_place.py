@@ -274,7 +274,8 @@ class Place:
         if tls is None:
             session.channel = Channel(Role.PLACE, session, self.settings.max_frame,
                                       _SOFTWARE, refuse, admit=session.admit,
-                                      budget=self.receiving)
+                                      budget=self.receiving,
+                                      hello_timeout=self.settings.hello_seconds)
             return session.channel
         handshake: list[Callable[[], None]] = []
 
@@ -283,7 +284,8 @@ class Place:
             return session.admit(channel)
 
         session.channel = Channel(Role.PLACE, session, self.settings.max_frame, _SOFTWARE,
-                                  refuse, admit=admit, budget=self.receiving)
+                                  refuse, admit=admit, budget=self.receiving,
+                                  hello_timeout=self.settings.hello_seconds)
         protocol, finished = tls.wrap(session.channel)
         handshake.append(finished)
         return protocol

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import platformdirs
 
-from ..wire._protocol import DEFAULT_MAX_FRAME, IDLE_SECONDS
-from ._trips import TripTimings
+from ..wire._protocol import DEFAULT_MAX_FRAME, HANDSHAKE_TIMEOUT, HELLO_TIMEOUT, IDLE_SECONDS
 
-__all__ = ["AGENT_NETWORKS", "DEFAULT_LISTEN", "Limits", "PlaceSettings", "default_state_dir"]
+__all__ = ["AGENT_NETWORKS", "DEFAULT_LISTEN", "Limits", "PlaceSettings", "TripTimings",
+           "default_state_dir"]
 
 DEFAULT_LISTEN = "127.0.0.1:7707"
 #: What network agents get: none (an empty network namespace), or the host's.
@@ -79,6 +79,47 @@ class Limits:
             raise ValueError("limit cpus must be at least 0.01 (a hundredth of a core)")
 
 
+#: Seconds between a rear guard's questions to the place its agent went to.
+HEARTBEAT = 1.0
+#: Seconds a rear guard goes on asking a place that refuses its connections (the place's
+#: process is gone, its host is up) before it takes the agent as lost.
+LOST_AFTER = 6.0
+#: Seconds a rear guard waits for a place that stays silent (questions time out: a cut link,
+#: a dead host, or a path losing most packets, where TCP's retransmissions back off to
+#: several seconds) before it takes the agent as lost.
+SILENT_AFTER = 30.0
+#: Seconds a place waits for the next place's answer to a hand-over on one connection
+#: before it sends the hand-over again on a new one (a connection gone half open).
+HAND_OVER_WAIT = 30.0
+
+#: TripTimings' fields, as a place's options name them (its errors say these).
+_TIMING_OPTIONS = {"every": "--rear-guard-every", "refused_for": "--lost-after",
+                   "silent_for": "--silent-after", "hand_over_wait": "--hand-over-wait"}
+
+
+@dataclass(frozen=True, slots=True)
+class TripTimings:
+    """How soon a place takes the next place of a trip as lost (the place's settings
+    --rear-guard-every, --lost-after, --silent-after and --hand-over-wait; the defaults
+    are the constants above)."""
+
+    every: float = HEARTBEAT  # between a rear guard's questions
+    refused_for: float = LOST_AFTER  # its connections refused this long: lost
+    silent_for: float = SILENT_AFTER  # its questions unanswered this long: lost
+    hand_over_wait: float = HAND_OVER_WAIT  # an unanswered hand-over goes again after
+
+    def __post_init__(self) -> None:
+        for name, option in _TIMING_OPTIONS.items():
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{option} must be above 0 seconds, got {value!r}")
+        if self.refused_for < self.every or self.silent_for < self.every:
+            # A place is taken as lost after one question at least.
+            raise ValueError(f"--lost-after ({self.refused_for:g} s) and --silent-after "
+                             f"({self.silent_for:g} s) must be at least --rear-guard-every "
+                             f"({self.every:g} s)")
+
+
 @dataclass(frozen=True, slots=True)
 class PlaceSettings:
     """How a place runs.
@@ -127,6 +168,10 @@ class PlaceSettings:
         max_meets (each principal its share of them); more are refused (PlaceUnavailable).
     keep_results: seconds the journal keeps a meet's outcome after it ended (for `tacoma
         status`).
+    handshake_seconds: a new connection that has not finished its TLS handshake this long
+        after it was accepted is dropped (and logged).
+    hello_seconds: a connection that has not said Hello this long after its handshake is
+        closed.
     trip_timings: how soon this place takes the next place of a trip it handed an agent
         to as lost with it (see TripTimings: its rear guard asks where the agent is every
         `every` seconds; a place that refuses its connections for `refused_for`, or leaves
@@ -180,6 +225,8 @@ class PlaceSettings:
     keep_results: float = 24 * 3600.0
     journal_bytes: int | None = None
     trip_timings: TripTimings = field(default_factory=TripTimings)
+    handshake_seconds: float = HANDSHAKE_TIMEOUT
+    hello_seconds: float = HELLO_TIMEOUT
 
     def __post_init__(self) -> None:
         # Absolute: agents' working directories are below it, and they start elsewhere.
@@ -196,6 +243,10 @@ class PlaceSettings:
         if not isinstance(self.max_receiving, int) or self.max_receiving < self.max_frame:
             raise ValueError(f"max_receiving must be at least max_frame ({self.max_frame}), "
                              f"got {self.max_receiving!r}")
+        for name in ("handshake_seconds", "hello_seconds"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be above 0, got {value!r}")
         if not isinstance(self.idle_seconds, int | float) or not self.idle_seconds > 0:
             raise ValueError(f"idle_seconds must be above 0, got {self.idle_seconds!r}")
         if self.agent_network not in AGENT_NETWORKS:

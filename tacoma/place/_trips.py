@@ -64,21 +64,8 @@ from dataclasses import dataclass
 from ..wire._briefcase import HOME, Briefcase
 from ..wire._errors import MeetError, MeetTimeout, error_from_wire
 
-__all__ = ["HAND_OVER_WAIT", "HEARTBEAT", "LOST_AFTER", "REPORT_EVERY", "SILENT_AFTER",
-           "Trip", "TripTimings", "Trips", "ending"]
+__all__ = ["REPORT_EVERY", "Trip", "Trips", "ending"]
 
-#: Seconds between a rear guard's questions to the place its agent went to.
-HEARTBEAT = 1.0
-#: Seconds a rear guard goes on asking a place that refuses its connections (the place's
-#: process is gone, its host is up) before it takes the agent as lost.
-LOST_AFTER = 6.0
-#: Seconds a rear guard waits for a place that stays silent (questions time out: a cut link,
-#: a dead host, or a path losing most packets, where TCP's retransmissions back off to
-#: several seconds) before it takes the agent as lost.
-SILENT_AFTER = 30.0
-#: Seconds a place waits for the next place's answer to a hand-over on one connection
-#: before it sends the hand-over again on a new one (a connection gone half open).
-HAND_OVER_WAIT = 30.0
 #: Seconds of a trip between reports of where it is to its home (see the module's header).
 REPORT_EVERY = 1.0
 #: The longest a place remembers a hop it took (seconds past the trip's deadline, at most).
@@ -87,34 +74,6 @@ TAKEN_AT_MOST = 3600.0
 TRIP_ID = re.compile(rb"[0-9a-f]{32}")
 #: What an agent may choose in RECOVERY (the first is the default).
 RECOVERIES = ("fail", "retry", "skip")
-
-
-#: TripTimings' fields, as a place's options name them (its errors say these).
-_TIMING_OPTIONS = {"every": "--rear-guard-every", "refused_for": "--lost-after",
-                   "silent_for": "--silent-after", "hand_over_wait": "--hand-over-wait"}
-
-
-@dataclass(frozen=True, slots=True)
-class TripTimings:
-    """How soon a place takes the next place of a trip as lost (the place's settings
-    --rear-guard-every, --lost-after, --silent-after and --hand-over-wait; the defaults
-    are the constants above)."""
-
-    every: float = HEARTBEAT  # between a rear guard's questions
-    refused_for: float = LOST_AFTER  # its connections refused this long: lost
-    silent_for: float = SILENT_AFTER  # its questions unanswered this long: lost
-    hand_over_wait: float = HAND_OVER_WAIT  # an unanswered hand-over goes again after
-
-    def __post_init__(self) -> None:
-        for name, option in _TIMING_OPTIONS.items():
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{option} must be above 0 seconds, got {value!r}")
-        if self.refused_for < self.every or self.silent_for < self.every:
-            # A place is taken as lost after one question at least.
-            raise ValueError(f"--lost-after ({self.refused_for:g} s) and --silent-after "
-                             f"({self.silent_for:g} s) must be at least --rear-guard-every "
-                             f"({self.every:g} s)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,17 +24,16 @@ from pathlib import Path
 from typing import Any, cast
 
 from ..wire._errors import TrustError
+from ..wire._protocol import HANDSHAKE_TIMEOUT
 from ..wire._text import escape
 from ._store import Bundle, parse_serials, serial_text
 
-__all__ = ["HANDSHAKE_TIMEOUT", "DenyList", "Peer", "RateLimitedLog", "ServerTLS",
+__all__ = ["DenyList", "Peer", "RateLimitedLog", "ServerTLS",
            "client_context",
            "peer_of", "server_context"]
 
 log = logging.getLogger("tacoma.place")
 
-#: Seconds a peer has to finish the TLS handshake before the place drops it.
-HANDSHAKE_TIMEOUT = 5.0
 
 
 def _context(bundle: Bundle, purpose: int) -> ssl.SSLContext:
@@ -220,8 +219,9 @@ class ServerTLS:
     """
 
     def __init__(self, bundle: Bundle, deny_list: DenyList, per_source: int = 64,
-                 most: int = 512) -> None:
+                 most: int = 512, timeout: float = HANDSHAKE_TIMEOUT) -> None:
         self.bundle = bundle
+        self.timeout = timeout  # seconds a peer has to finish its handshake
         self.context = server_context(bundle)
         self.deny_list = deny_list
         self.refusals = RateLimitedLog()
@@ -299,7 +299,7 @@ class ServerTLS:
             self._protocol = Gate
         waiter: asyncio.Future[None] = loop.create_future()
         gate = self._protocol(loop, app, self.context, waiter, server_side=True,
-                              ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
+                              ssl_handshake_timeout=self.timeout)
         self.handshaking += 1
         counted = True
 
@@ -316,13 +316,13 @@ class ServerTLS:
                 return
             exc = future.exception()
             if exc is not None:
-                self.refusals.log(gate.peer, _why(exc))
+                self.refusals.log(gate.peer, _why(exc, self.timeout))
 
         waiter.add_done_callback(handshake_over)
         return gate, finished
 
 
-def _why(exc: BaseException) -> str:
+def _why(exc: BaseException, timeout: float) -> str:
     """A refused handshake's reason in a line."""
     if isinstance(exc, ssl.SSLCertVerificationError):
         return f"TLS: its certificate is not trusted ({exc.verify_message})"
@@ -335,7 +335,7 @@ def _why(exc: BaseException) -> str:
             return f"TLS: it does not speak TLS 1.3 ({reason}; a plaintext client?)"
         return f"TLS: {reason}"
     if isinstance(exc, ConnectionAbortedError):
-        return f"TLS: no handshake within {HANDSHAKE_TIMEOUT:g} s"
+        return f"TLS: no handshake within {timeout:g} s"
     if isinstance(exc, ConnectionResetError | BrokenPipeError):
         return ("TLS: the peer broke off the handshake (does it trust this place's "
                 "certificate? a client of another cluster does not)")

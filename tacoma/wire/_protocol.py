@@ -55,6 +55,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_FRAME",
+    "HANDSHAKE_TIMEOUT",
+    "HELLO_TIMEOUT",
     "IDLE_SECONDS",
     "MIN_IDLE_SECONDS",
     "NEED_DATA",
@@ -90,6 +92,10 @@ DEFAULT_MAX_FRAME: Final = 64 * 1024 * 1024
 #: client._client.ClientCache).
 IDLE_SECONDS: Final = 300.0
 MIN_IDLE_SECONDS: Final = 60.0
+#: Seconds a peer has to finish its TLS handshake before a place drops it, and then to say
+#: Hello (a client says it at once): a place's `--handshake-timeout` and `--hello-timeout`.
+HANDSHAKE_TIMEOUT: Final = 5.0
+HELLO_TIMEOUT: Final = 10.0
 
 #: Frames at the start of a connection, before both sides said Hello, are tiny; a peer that
 #: sends a large one first is not speaking tacoma (an HTTP client, say).

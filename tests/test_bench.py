@@ -8,6 +8,7 @@ import math
 import subprocess
 import sys
 
+import pytest
 from tacoma.bench import Plan, table
 from tacoma.bench._paper import TABLE_8
 from tacoma.bench._suite import Measured, Run
@@ -18,6 +19,7 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_quick_run_of_some_benchmarks(tmp_path) -> None:
     out_file = tmp_path / "bench.json"
     done = _bench("SYNCH", "roam", "FORW-MSG", "--quick", "--json", str(out_file),
@@ -80,6 +82,7 @@ def test_the_full_plan_says_what_it_will_run() -> None:
     assert full.estimate("ROAM") > full.estimate("SYNCH")
 
 
+@pytest.mark.slow
 def test_overhead_per_size_and_isolation_setting(tmp_path) -> None:
     out_file = tmp_path / "overhead.json"
     done = _bench("overhead", "--quick", "--json", str(out_file), "--plot", str(tmp_path))
@@ -136,6 +139,7 @@ def test_breakdown_beside_tacomas_table_1(tmp_path) -> None:
     assert (tmp_path / "breakdown.png").read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.slow
 def test_the_parameters_language_sizes_and_isolation(tmp_path) -> None:
     out_file = tmp_path / "bench.json"
     done = _bench("CL", "MSG-MA", "SYNCH", "--quick", "--language", "tcl", "--agent-size",
@@ -213,6 +217,7 @@ def test_movecode_both_ways_beside_the_advice() -> None:
     assert f"it picked the faster way in {right} of {len(rows)} settings" in out.getvalue()
 
 
+@pytest.mark.slow
 def test_spalink_shapes(tmp_path) -> None:
     """The simulator reproduces the shapes the paper reports: a cache helps the background's
     hits and not agrep's (one sequential pass); a slow server starves agrep there, a fast

@@ -146,6 +146,7 @@ def test_kill_9_mid_trip_with_skip_goes_on_without_that_place(hosts: Hosts) -> N
     assert visits(hosts.places["h3"], b"skip") == 1
 
 
+@pytest.mark.slow
 def test_kill_9_mid_trip_with_retry_runs_it_there_again(hosts: Hosts) -> None:
     def kill_and_restart() -> None:
         hosts.kill("h2")
@@ -209,6 +210,7 @@ def test_a_long_cut_is_reported_and_the_late_end_is_recorded(hosts: Hosts,
     assert result.text("SEEN")[-1] == hosts.address("h1")
 
 
+@pytest.mark.slow
 def test_thirty_percent_loss_on_the_path(hosts: Hosts, testbed: Testbed) -> None:
     testbed.lossy("h2", 30)
     testbed.lossy("h3", 30)

@@ -332,6 +332,7 @@ def test_a_roamer_that_does_not_catch_the_error_fails_where_it_is(
     assert "PlaceUnavailable" in info.value.message
 
 
+@pytest.mark.slow
 def test_a_place_dying_with_the_agent_on_it_is_reported_by_the_rear_guard(
         start_place) -> None:
     """The place that handed the agent on notices within seconds that the next place died
@@ -545,6 +546,7 @@ SKIPPERS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("agent", list(SKIPPERS))
 def test_every_language_chooses_what_happens_when_a_place_dies_with_it(
         start_place, agent: str) -> None:

@@ -845,6 +845,7 @@ def _python_pool(place: RunningPlace) -> Any:
     return next(pool for pool in status.pools if pool.agent == "ag_python")
 
 
+@pytest.mark.slow
 def test_the_pool_grows_under_load_and_shrinks_back_when_idle(start_place) -> None:
     place = start_place("--pool-size", "1", "--pool-max", "4")
     first = _python_pool(place)

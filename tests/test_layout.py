@@ -5,8 +5,10 @@
              standard library (and rich)
     agent    the agent's worker image: wire and itself; never asyncio
     trust    wire and itself (certificates, TLS contexts, the deny list)
-    client   wire, trust, display and itself; never the place, never `cryptography`
-    place    wire, agent, client, trust and itself
+    transport  connections over asyncio (the protocol's driver): wire, trust and itself
+    client   wire, trust, transport, display and itself; never the place, never
+             `cryptography`
+    place    wire, agent, client, transport, trust and itself
     cli      a face over all of them; bench likewise
     notebook the IPython extension (%%meet): a face over wire, client and display
     interpreters/<lang>  wire and agent (their workers run in the agent's image)
@@ -33,8 +35,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "display": {"wire"},
     "agent": {"wire"},
     "trust": {"wire"},
-    "client": {"wire", "trust", "display"},
-    "place": {"wire", "agent", "client", "trust"},
+    "transport": {"wire", "trust"},
+    "client": {"wire", "trust", "transport", "display"},
+    "place": {"wire", "agent", "client", "transport", "trust"},
     "cli": {"wire", "agent", "client", "place", "bench", "trust", "testbed", "display"},
     "bench": {"wire", "agent", "client", "place", "trust", "display"},
     "notebook": {"wire", "client", "display"},

@@ -748,7 +748,7 @@ def test_the_bytes_being_received_at_once_are_bounded(start_place) -> None:
 def test_receive_budget_accounting() -> None:
     from types import SimpleNamespace
 
-    from tacoma.client._transport import ReceiveBudget
+    from tacoma.transport import ReceiveBudget
 
     class Fake:  # what the budget reads of a Channel (hashable, as a Channel is)
         def __init__(self, name: str) -> None:

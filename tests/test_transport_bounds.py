@@ -25,7 +25,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tacoma import Briefcase
 from tacoma.client._client import PlaceClient
-from tacoma.client._transport import Channel
+from tacoma.transport import Channel
 from tacoma.trust._store import Bundle
 from tacoma.trust._tls import server_context
 from tacoma.wire._events import decode, encode, encode_in_pieces

@@ -1,8 +1,8 @@
 """The client: meeting agents at places, over asyncio, and its blocking face.
 
-Connections cached per place, the asyncio driver around the protocol core, the background
-loop that serves blocking calls from scripts and notebook cells, and local places (real
-`tacoma place` processes) for trying moving agents. The client never imports the place: a
+Connections cached per place (each a `tacoma.transport` Channel), the background loop that
+serves blocking calls from scripts and notebook cells, and local places (real `tacoma
+place` processes) for trying moving agents. The client never imports the place: a
 bare agent name meets at a default place that the public `tacoma` package provides.
 """
 

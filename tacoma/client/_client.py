@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from .._version import __version__
+from ..transport import Channel, connect
 from ..wire._address import canonical_address, split_target
 from ..wire._briefcase import CODE, CODE_HASH, TRACE, Briefcase
 from ..wire._errors import (
@@ -61,7 +62,6 @@ from ..wire._trace import record
 from . import _lazy as lazy_folders
 from ._identity import Credentials
 from ._identity import credentials as process_credentials
-from ._transport import Channel, connect
 
 __all__ = ["ClientCache", "PlaceClient", "connection", "meet_deadline", "place_of",
            "set_default_place"]

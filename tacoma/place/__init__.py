@@ -4,7 +4,8 @@ Its lifecycle and sessions, the object that holds a running meet, the built-in a
 agents' own meets, the worker pool and the place's end of the zygote, containment (cgroups,
 uids, the confined runner), compiled builds, residents, trips, cabinets, settings, and the
 embedded place. Runs on asyncio; may import `wire`, `agent` (for the Interpreter interface
-and the sandbox plan) and `client` (a place meets other places as their client).
+and the sandbox plan), `transport` (its connections), `trust` and `client` (a place meets
+other places as their client).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from ..client._client import PlaceClient
 from ..client._identity import Credentials
-from ..client._transport import Channel
+from ..transport import Channel
 from ..trust._store import LOCAL_PLACE, Bundle, TrustStore, check_name
 from ..trust._tls import DenyList, Peer, RateLimitedLog, ServerTLS
 from ..wire._errors import NotAllowed, NotAuthorized, TrustError

@@ -38,7 +38,7 @@ from typing import cast
 
 from .._version import __version__
 from ..agent._interpreter import Interpreter, discover_interpreters, module_file
-from ..client._transport import Channel, ReceiveBudget
+from ..transport import Channel, ReceiveBudget
 from ..wire._address import parse_address
 from ..wire._errors import PlaceUnavailable, TacomaError
 from ..wire._names import BUILT_IN

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from ..agent import _sandbox
 from ..agent._interpreter import Interpreter
 from ..agent._sandbox import describe_exit
-from ..client._transport import Channel
+from ..transport import Channel
 from ..wire._briefcase import Briefcase
 from ..wire._errors import (
     AgentFailed,

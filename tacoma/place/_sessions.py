@@ -19,7 +19,7 @@ import inspect
 import logging
 import time
 
-from ..client._transport import Channel
+from ..transport import Channel
 from ..wire._briefcase import CODE, TRACE, Briefcase
 from ..wire._errors import (
     LazyFolderError,
@@ -88,7 +88,7 @@ class Session:
             self._asking.pop(rid, None)
 
     def admit(self, channel: Channel) -> str:
-        """Channel admission (see _transport.Admission): the place's access rules."""
+        """Channel admission (see tacoma.transport: Admission): the place's access rules."""
         refused = self.access.admit(channel)
         if not refused:
             peer = channel.identity

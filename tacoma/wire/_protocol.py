@@ -2,7 +2,7 @@
 
 Nothing here does I/O or imports asyncio (a test checks): bytes go in through
 `Connection.receive_data`, events come out of `Connection.next_event`, and `Connection.send`
-turns an event into the bytes to write. The asyncio drivers (`client._transport`) and the
+turns an event into the bytes to write. The asyncio drivers (`tacoma.transport`) and the
 blocking agent-side channel (`agent._channel`) are thin loops around it, so the protocol is
 tested whole with an in-memory pair (`tacoma.testing`).
 

@@ -3,7 +3,7 @@
 glibc keeps freed memory for the process's next allocations: after a burst of TLS
 connections (each with buffers of its own) or a frame of tens of megabytes, a place that
 had freed the memory stayed as large as at the peak. (A connection's objects are freed as
-it ends, see _transport.Channel.connection_lost, so that there is memory to hand back.) A
+it ends, see _channel.Channel.connection_lost, so that there is memory to hand back.) A
 trim hands the free pages back; it walks the heap, so it runs on a thread, TRIM_SECONDS
 after it is first asked for since the last one: what is freed meanwhile (the rest of a
 burst of closes) is taken by that one, and what is freed after it asks for the next.

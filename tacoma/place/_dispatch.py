@@ -65,7 +65,8 @@ class Dispatch:
 
     def __init__(self, settings: PlaceSettings, agents: Agents, meets: Meets,
                  builtins: BuiltIns, builds: Builds, residents: Residents,
-                 trips: Trips, access: Access, journal: Journal) -> None:
+                 trips: Trips, access: Access, journal: Journal,
+                 clients: ClientCache) -> None:
         self.settings = settings
         self.agents = agents
         self.meets = meets
@@ -78,8 +79,7 @@ class Dispatch:
         self.address = meets.address
         self.access = access
         # Connections to other places, for agents' meets, made as this place's identity.
-        self.clients = ClientCache(access.credentials, access.vet_place)
-        builtins.lazy.clients = self.clients  # it reads other places' lazy folders
+        self.clients = clients
         #: The programs meets named by hash (see _codes).
         self.codes = builtins.codes
         self.background: set[asyncio.Task[None]] = set()

@@ -88,7 +88,7 @@ class _Relayed:
 class LazyStore:
     """The lazy folders' data this place keeps, and its reads of others' (see the module)."""
 
-    def __init__(self, address: str, settings: PlaceSettings,
+    def __init__(self, address: str, settings: PlaceSettings, clients: ClientCache,
                  seals: Seals | None = None) -> None:
         self.address = address
         self.limit = settings.lazy_bytes
@@ -105,8 +105,8 @@ class LazyStore:
         self.by_owner: collections.Counter[str] = collections.Counter()
         self.by_client: collections.Counter[int] = collections.Counter()  # relays per session
         self.bytes = 0
-        #: Connections to other places, to read their data (set by Dispatch).
-        self.clients: ClientCache | None = None
+        #: Connections to other places, to read their data (the place's, as itself).
+        self.clients = clients
         #: This place's seals on the references it makes, and its checks of others' (None
         #: on an --insecure place, where nothing is authenticated: see trust._seal).
         self.seals = seals
@@ -267,7 +267,6 @@ class LazyStore:
         """A fetch of another place's data: asked of that place, for `principal`."""
         if not ref.origin:
             raise LazyFolderError(f"lazy folder {ref.name}: its reference names no origin")
-        assert self.clients is not None
         try:
             client = await self.clients.get(ref.origin, timeout=min(timeout, 10.0))
             answer = await asyncio.wait_for(

@@ -38,6 +38,7 @@ from typing import cast
 
 from .._version import __version__
 from ..agent._interpreter import Interpreter, discover_interpreters, module_file
+from ..client._client import ClientCache
 from ..transport import Channel, ReceiveBudget
 from ..wire._address import parse_address
 from ..wire._errors import PlaceUnavailable, TacomaError
@@ -213,11 +214,14 @@ class Place:
         meets = Meets(settings.max_meets, address, share, settings.max_queued)
         trips = Trips(address)
         assert self.access is not None
+        # Connections to other places, for agents' meets, moves and lazy folders' data,
+        # made as this place's identity.
+        clients = ClientCache(self.access.credentials, self.access.vet_place)
         builtins = BuiltIns(self.cabinets, trips, meets, residents, admin_token, self.journal,
                             settings.limits.meet_seconds, agents=agents,
                             layers=containment.layers.report, settings=settings,
                             codes=CodeStore(),
-                            lazy=LazyStore(address, settings, self.access.seals))
+                            lazy=LazyStore(address, settings, clients, self.access.seals))
         builds = Builds(containment, cache_mode, self.disk)
         logs = LogBudget()  # one for all languages: a principal's agents log within it
         for agent, interpreter in interpreters.items():
@@ -232,7 +236,7 @@ class Place:
             agents.pools[agent] = pool = WorkerPool(interpreter, containment, extras, logs)
             pool.fill()
         return Dispatch(settings, agents, meets, builtins, builds, residents, trips,
-                        self.access, self.journal)
+                        self.access, self.journal, clients)
 
     def _disk_is_full(self, exc: BaseException) -> bool:
         """Whether `exc` (or what caused it) says the state directory's disk is full."""

@@ -317,12 +317,8 @@ class PlaceClient:
             reply = Failed(event.rid, LazyFolderError.kind, f"the client cannot read the "
                            f"lazy folder's data: {exc}", "")
 
-        def refused(exc: TacomaError) -> None:  # the chunks do not fit the place's frames
-            if not channel.is_closing:
-                channel.send(Failed(event.rid, LazyFolderError.kind, str(exc), ""))
-
-        if not channel.is_closing:
-            channel.send(reply, refused)  # encoded on a thread if large
+        # Chunks that do not fit the place's frames: a LazyFolderError saying so.
+        channel.answer(reply, LazyFolderError.kind)
 
     def channel_closed(self, channel: Channel, exc: BaseException | None) -> None:
         if self._watch is not None:

@@ -46,7 +46,6 @@ from ..wire._errors import (
     PlaceUnavailable,
     TacomaError,
     error_from_wire,
-    kind_of,
 )
 from ..wire._protocol import Event, Failed, Log, Meet, Result, Role
 from ._cgroups import Group
@@ -309,15 +308,8 @@ class Worker:
     def answer(self, event: Result | Failed | Event) -> None:
         """Send the reply to a nested meet, if the worker is still there to get it (a large
         one encoded on a thread; one that cannot be sent is answered with a Failed)."""
-        channel = self.channel
-        if channel is None or channel.is_closing:
-            return
-
-        def refused(exc: TacomaError) -> None:
-            if isinstance(event, Result | Failed) and not channel.is_closing:
-                channel.send(Failed(event.rid, kind_of(exc), str(exc)))
-
-        channel.send(event, refused)
+        if self.channel is not None:
+            self.channel.answer(event)
 
     async def destroy(self) -> None:
         """Kill everything this worker started and remove its files."""

@@ -29,7 +29,6 @@ from ..wire._errors import (
     ProtocolError,
     TacomaError,
     error_from_wire,
-    kind_of,
 )
 from ..wire._names import ECHO_AGENT, LAZY_AGENT
 from ..wire._protocol import Accepted, Cancel, Event, Failed, Meet, Result
@@ -324,13 +323,4 @@ class Session:
         if program is not None and isinstance(event, Result):
             # The caller has the program: a result that still holds it names it instead.
             event = Result(event.rid, named_in_reply(event.briefcase, *program))
-        reply = event
-
-        def refused(exc: TacomaError) -> None:  # LimitExceeded or a ProtocolError
-            if not isinstance(reply, Result):
-                log.error("cannot send %s: %s", type(reply).__name__, exc)
-            elif not channel.is_closing:
-                channel.send(Failed(reply.rid, kind_of(exc),
-                                    f"the result briefcase cannot be sent: {exc}"))
-
-        channel.send(reply, refused)
+        channel.answer(event)

@@ -37,6 +37,7 @@ from ..wire._errors import (
     ProtocolError,
     RemoteProtocolError,
     TacomaError,
+    kind_of,
     map_transport_errors,
 )
 from ..wire._protocol import (
@@ -46,6 +47,8 @@ from ..wire._protocol import (
     Bye,
     Connection,
     Event,
+    Failed,
+    Result,
     Role,
     decoded,
     heavy,
@@ -406,6 +409,30 @@ class Channel(asyncio.Protocol):
             raise ConnectionLost(self.close_reason or "connection is closed")
         self.conn.check(event)
         return self._outbox.encode(event, refused)
+
+    def answer(self, event: Event, kind: str | None = None) -> None:
+        """Send `event`, an answer to the peer's meet, if the peer is still there to get it:
+        a large one encoded on a thread (see send). A Result or a Failed that cannot be sent
+        (larger than the peer's frames, or not encodable) is answered with a Failed saying
+        why instead, of `kind` (default: that of the error), so that the meet still ends.
+        The one way the place, its workers' host and a client answer meets."""
+        if self.is_closing:
+            return
+
+        def refused(exc: TacomaError) -> None:  # LimitExceeded or a ProtocolError
+            if self.is_closing:
+                return
+            if not isinstance(event, Result | Failed):
+                log.error("cannot send %s: %s", type(event).__name__, exc)
+                return
+            what = "the result briefcase" if isinstance(event, Result) else "the failure"
+            try:
+                self.send(Failed(event.rid, kind or kind_of(exc),
+                                 f"{what} cannot be sent: {exc}"[:4096]))
+            except (LimitExceeded, ProtocolError) as again:
+                log.error("cannot send Failed: %s", again)
+
+        self.send(event, refused)
 
     def write(self, data: bytes) -> None:
         """Write an encoded event (`conn.send`'s bytes): `send` in two steps, for tracing.

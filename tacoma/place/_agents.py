@@ -13,15 +13,43 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..agent._interpreter import Interpreter
 from ..wire._errors import MeetError, PlaceUnavailable, UnknownAgent
 from ..wire._names import BUILT_IN
 from ._pool import WorkerPool
-from ._trusted import Trusted
+from ._trusted import Trusted, TrustedAgent
 
-__all__ = ["Agents"]
+__all__ = ["Agents", "BuiltInAgent", "Found", "PooledAgent", "TrustedRun"]
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltInAgent:
+    """One of the place's own agents (BUILT_IN): answered by the place, no worker."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class TrustedRun:
+    """An agent installed with --trusted: run in the place's own process (_trusted)."""
+
+    agent: TrustedAgent
+
+
+@dataclass(frozen=True, slots=True)
+class PooledAgent:
+    """An agent run in a worker of `pool`: an interpreter's (its program in CODE), or one
+    installed in STATE/agents (`installed`: its program)."""
+
+    pool: WorkerPool
+    installed: bytes | None = None
+
+
+#: What a name finds (Agents.resolve): how the place runs that agent.
+Found = BuiltInAgent | TrustedRun | PooledAgent
 
 
 class Agents:
@@ -61,28 +89,29 @@ class Agents:
             return True
         return True
 
-    def resolve(self, agent: str) -> tuple[WorkerPool | None, bytes | None]:
-        """The pool that runs `agent` (None for a built-in or a trusted one: the place runs
-        those itself) and, for an installed agent, its program. UnknownAgent lists what the
-        place has."""
+    def resolve(self, agent: str) -> Found:
+        """How the place runs `agent`: itself (a built-in, or a trusted agent), or in a
+        worker of a pool (with the program of an installed agent). UnknownAgent lists what
+        the place has."""
         if agent in BUILT_IN:
-            return None, None
+            return BuiltInAgent(agent)
         pool = self.pools.get(agent)
         if pool is not None:
-            return pool, None
-        if self.trusted.get(agent) is not None:
-            return None, None
+            return PooledAgent(pool)
+        if (trusted := self.trusted.get(agent)) is not None:
+            return TrustedRun(trusted)
         if "/" not in agent and not agent.startswith("."):
             for interpreter in self.interpreters.values():
                 for suffix in interpreter.suffixes:
                     path = self.agents_dir / f"{agent}{suffix}"
                     try:
                         if path.is_file() and interpreter.agent in self.pools:
-                            return self.pools[interpreter.agent], path.read_bytes()
+                            return PooledAgent(self.pools[interpreter.agent],
+                                               path.read_bytes())
                     except OSError:  # a name too long for a file, say: not installed
                         continue
-        if self.trusted.look_again(agent) is not None:  # installed since the last look
-            return None, None
+        if (trusted := self.trusted.look_again(agent)) is not None:  # installed since
+            return TrustedRun(trusted)
         if agent in self.interpreters:
             reason = self.interpreters[agent].check() or "its worker pool is not running"
             raise PlaceUnavailable(f"agent {agent} cannot run at this place: {reason}")

@@ -43,7 +43,7 @@ from ..wire._names import BUILT_IN, HOME_AGENT, MAILBOX_AGENT, TRIP_AGENT
 from ..wire._program import program_bytes, program_name
 from ..wire._protocol import Accepted, Event, Meet, Result
 from ._access import Access, Principal, Side
-from ._agents import Agents
+from ._agents import Agents, BuiltInAgent, TrustedRun
 from ._builds import Builds
 from ._builtins import BuiltIns
 from ._hops import Hops, Moved
@@ -101,19 +101,21 @@ class Dispatch:
         """
         meet.step("examine")
         self._not_revoked(meet)
-        pool, installed_code = self.agents.resolve(meet.agent)
+        found = self.agents.resolve(meet.agent)
         meet.step("find agent")
-        if pool is None:
-            if meet.agent == TRIP_AGENT:  # between places only (Session checks the peer)
+        if isinstance(found, BuiltInAgent):
+            if found.name == TRIP_AGENT:  # between places only (Session checks the peer)
                 return await self.hops.serve_trip(meet.briefcase)
-            trusted = self.agents.trusted.agents.get(meet.agent)
-            result = await (self.builtins.serve(meet.agent, meet.briefcase, meet.caller,
-                                                meet.admin, meet.principal) if trusted is None
-                            else self.agents.trusted.run(trusted, meet.briefcase,
-                                                         meet.principal,
-                                                         self.bounded(meet.timeout)))
+            result = await self.builtins.serve(meet.agent, meet.briefcase, meet.caller,
+                                               meet.admin, meet.principal)
             meet.end_trace(result)
             return result
+        if isinstance(found, TrustedRun):
+            result = await self.agents.trusted.run(found.agent, meet.briefcase,
+                                                   meet.principal, self.bounded(meet.timeout))
+            meet.end_trace(result)
+            return result
+        pool, installed_code = found.pool, found.installed
         timeout = self.bounded(meet.timeout)
         if meet.trip is not None and meet.trip.deadline:  # a hop: the trip's one deadline
             timeout = min(timeout, meet.trip.deadline - time.time())

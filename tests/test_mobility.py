@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import selectors
-import signal
 import socket
 import struct
 import subprocess
@@ -332,50 +331,6 @@ def test_a_roamer_that_does_not_catch_the_error_fails_where_it_is(
     assert "PlaceUnavailable" in info.value.message
 
 
-@pytest.mark.slow
-def test_a_place_dying_with_the_agent_on_it_is_reported_by_the_rear_guard(
-        start_place) -> None:
-    """The place that handed the agent on notices within seconds that the next place died
-    with it (not at the trip's 60 s deadline), and the caller hears where and why."""
-    a, b = start_place(), start_place()
-    code = f"import time\nif place == {b.address!r}:\n    time.sleep(60)\ngo_next()"
-    killer = threading.Timer(1.5, lambda: b.proc.send_signal(signal.SIGKILL))
-    killer.start()
-    started = time.monotonic()
-    try:
-        with pytest.raises(tacoma.PlaceUnavailable,
-                           match=f"the agent was lost at place {b.address}"):
-            tacoma.meet(a.target("ag_python"), {"ITINERARY": [b.address]}, code=code,
-                        timeout=60)
-    finally:
-        killer.cancel()
-    assert time.monotonic() - started < 15
-
-
-def test_a_place_dying_with_the_agent_on_it_ends_the_trip_at_the_deadline(
-        start_place) -> None:
-    """A place stopped (SIGSTOP) with the agent on it, and the one that handed it on gone
-    too: nobody is left to notice, and the trip ends at the home's bound on meets."""
-    a, b, c = start_place("--meet-seconds", "4"), start_place(), start_place()
-    code = (f"import time\nif place == {c.address!r}:\n    time.sleep(60)\n"
-            "go_next()")
-    def cut() -> None:
-        c.proc.send_signal(signal.SIGSTOP)
-        b.proc.send_signal(signal.SIGKILL)
-
-    killer = threading.Timer(1.5, cut)
-    killer.start()
-    started = time.monotonic()
-    try:
-        with pytest.raises(tacoma.MeetTimeout, match="did not end by its deadline"):
-            tacoma.meet(a.target("ag_python"), {"ITINERARY": [b.address, c.address]},
-                        code=code)
-    finally:
-        killer.cancel()
-        c.proc.send_signal(signal.SIGCONT)
-    assert time.monotonic() - started < 30  # never hangs past the meet's own bound
-
-
 def test_a_failure_on_the_way_reaches_the_caller_with_where(
         three: list[RunningPlace]) -> None:
     a, b, c = (p.address for p in three)
@@ -502,67 +457,6 @@ def test_an_installed_agent_that_moves_keeps_its_program_to_itself(
     result = tacoma.meet(a.target("roamer"), {"ITINERARY": [b.address]}, timeout=30)
     assert result.text("SEEN") == [a.address, b.address]
     assert "CODE" not in result
-
-
-#: A roamer in each language that chooses RECOVERY skip, and sleeps at the places in SLOW.
-SKIPPERS = {
-    "ag_python": textwrap.dedent("""
-        bc["RECOVERY"] = ["skip"]
-        bc.append("SEEN", place)
-        if place in bc.text("SLOW"):
-            import time
-            time.sleep(30)
-        go_next()
-    """),
-    "ag_tcl": textwrap.dedent("""
-        bc_replace RECOVERY [list skip]
-        bc_append_text SEEN [place]
-        if {[place] in [bc_text SLOW]} { after 30000 }
-        go_next
-    """),
-    "ag_scheme": textwrap.dedent("""
-        (bc-replace "RECOVERY" (list "skip"))
-        (bc-append "SEEN" (place))
-        (when (member (place) (bc-text "SLOW")) (sleep 30))
-        (go-next)
-    """),
-    "ag_c": textwrap.dedent("""
-        #include <tacoma.h>
-        #include <string.h>
-        #include <unistd.h>
-        int main(void) {
-            tc_list slow;
-            tc_append_text(TC_SELF, "RECOVERY", "skip");
-            tc_append_text(TC_SELF, "SEEN", tc_place());
-            if (tc_text(TC_SELF, "SLOW", &slow) == 0) {
-                for (size_t i = 0; i < slow.count; i++)
-                    if (strcmp((const char *)slow.items[i].data, tc_place()) == 0) sleep(30);
-                tc_list_free(&slow);
-            }
-            if (tc_go_next() < 0) tc_fail("go_next: %s", tc_error());
-            return 0;
-        }
-    """),
-}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("agent", list(SKIPPERS))
-def test_every_language_chooses_what_happens_when_a_place_dies_with_it(
-        start_place, agent: str) -> None:
-    """RECOVERY skip, set by the agent itself: b is killed with the agent on it; a's rear
-    guard hands the agent, as a handed it over, on to c, and notes b in SKIPPED."""
-    a, b, c = start_place(), start_place(), start_place()
-    killer = threading.Timer(2, lambda: b.proc.send_signal(signal.SIGKILL))
-    killer.start()
-    try:
-        result = tacoma.meet(a.target(agent), {"ITINERARY": [b.address, c.address],
-                                               "SLOW": [b.address]},
-                             code=SKIPPERS[agent], timeout=90)
-    finally:
-        killer.cancel()
-    assert result.text("SKIPPED") == [b.address]
-    assert result.text("SEEN") == [a.address, c.address]
 
 
 def test_a_cancelled_trip_that_passed_places_twice_is_stopped_once(start_place) -> None:

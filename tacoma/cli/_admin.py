@@ -21,7 +21,7 @@ from ..place._settings import default_state_dir
 from ..wire._address import parse_address
 from ..wire._text import escape
 from ._common import CommandFunction, default_place, fail, state_dir_option, with_place
-from ._trust import identity_options
+from ._trust import chosen_identity, identity_options
 
 __all__ = ["admin_options", "admin_token", "agents_table", "checked_place", "kill", "ps"]
 
@@ -54,9 +54,7 @@ def admin_token(place: str, state_dir: Path | None, token_file: Path | None) -> 
     not when an identity was chosen (--identity, $TACOMA_IDENTITY): that identity acts as
     itself, with the role it has.
     """
-    ctx = click.get_current_context(silent=True)
-    chosen = ctx.meta.get("tacoma.identity", {}).get("identity") if ctx is not None else None
-    if chosen and token_file is None and state_dir is None:
+    if chosen_identity() and token_file is None and state_dir is None:
         return None
     path = token_file or tacoma.PlaceSettings(state_dir=state_dir or default_state_dir()) \
         .admin_token_file

@@ -182,13 +182,24 @@ def revoke(name: str, trust_dir: Path | None) -> None:
     click.echo(f"revoked {info.name} (certificate {info.serial}) in {store.revoked}")
 
 
+#: Where identity_options keeps what the command line said (ctx.meta), option by option.
+_CHOSEN = "tacoma.identity"
+
+
+def chosen_identity() -> str | None:
+    """The identity this command was told to meet as (--identity, $TACOMA_IDENTITY), if
+    any: None for the default one."""
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get(_CHOSEN, {}).get("identity") if ctx is not None else None
+
+
 def identity_options(f: CommandFunction) -> CommandFunction:
     """--identity and --insecure for the commands that meet places."""
 
     def use(ctx: click.Context, param: click.Parameter, value: object) -> object:
         import tacoma
 
-        chosen = ctx.meta.setdefault("tacoma.identity", {})
+        chosen = ctx.meta.setdefault(_CHOSEN, {})
         chosen[param.name] = value
         if len(chosen) == 2:  # both options seen: decide once
             identity, insecure = chosen["identity"], chosen["insecure"]

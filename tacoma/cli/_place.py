@@ -13,6 +13,7 @@ import json
 import shutil
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,13 @@ class CannotListen(click.ClickException):
             self.hint = ""
 
 
+def _timing(*decls: str, default: float,
+            help: str) -> Callable[[CommandFunction], CommandFunction]:
+    """One of the place's timeouts, as an option: a duration of 0.1 s at least."""
+    return click.option(*decls, type=Duration(0.1), default=format_duration(default),
+                        show_default=True, help=help)
+
+
 def _limits_options(f: CommandFunction) -> CommandFunction:
     """One option per field of `tacoma.Limits`, defaulting to its default."""
     defaults = tacoma.Limits()
@@ -97,6 +105,7 @@ def _limits_options(f: CommandFunction) -> CommandFunction:
 
 
 _SETTINGS = tacoma.PlaceSettings()
+_TRIPS = _SETTINGS.trip_timings
 
 
 @click.command()
@@ -168,30 +177,24 @@ _SETTINGS = tacoma.PlaceSettings()
               show_default=True,
               help="Chunks an agent here fetches after each run of lazy-folder chunks it "
                    "lacks (Accent's prefetch).")
-@click.option("--handshake-timeout", "handshake_seconds", type=Duration(0.1),
-              default=format_duration(_SETTINGS.handshake_seconds), show_default=True,
-              help="Drop a new connection that has not finished its TLS handshake this long "
-                   "after it was accepted.")
-@click.option("--hello-timeout", "hello_seconds", type=Duration(0.1),
-              default=format_duration(_SETTINGS.hello_seconds), show_default=True,
-              help="Close a connection that has not said Hello this long after its "
-                   "handshake (a client says it at once).")
-@click.option("--rear-guard-every", type=Duration(0.1), show_default=True,
-              default=format_duration(_SETTINGS.trip_timings.every),
-              help="Seconds between the questions of an agent's rear guard to the place it "
-                   "moved on to (is the agent still there?).")
-@click.option("--lost-after", type=Duration(0.1), show_default=True,
-              default=format_duration(_SETTINGS.trip_timings.refused_for),
-              help="Take the next place of a trip as lost with its agent once it has "
-                   "refused its rear guard's connections this long (its process is gone).")
-@click.option("--silent-after", type=Duration(0.1), show_default=True,
-              default=format_duration(_SETTINGS.trip_timings.silent_for),
-              help="Take it as lost once it has left its rear guard's questions unanswered "
-                   "this long (a cut link, a dead host, a path losing most packets).")
-@click.option("--hand-over-wait", type=Duration(0.1), show_default=True,
-              default=format_duration(_SETTINGS.trip_timings.hand_over_wait),
-              help="Send an agent's hand-over to the next place again, on a new connection, "
-                   "when it has had no answer for this long (a connection gone half open).")
+@_timing("--handshake-timeout", "handshake_seconds", default=_SETTINGS.handshake_seconds,
+         help="Drop a new connection that has not finished its TLS handshake this long "
+              "after it was accepted.")
+@_timing("--hello-timeout", "hello_seconds", default=_SETTINGS.hello_seconds,
+         help="Close a connection that has not said Hello this long after its handshake "
+              "(a client says it at once).")
+@_timing("--rear-guard-every", default=_TRIPS.every,
+         help="How long between the questions of an agent's rear guard to the place it "
+              "moved on to (is the agent still there?).")
+@_timing("--lost-after", default=_TRIPS.refused_for,
+         help="Take the next place of a trip as lost with its agent once it has refused its "
+              "rear guard's connections this long (its process is gone).")
+@_timing("--silent-after", default=_TRIPS.silent_for,
+         help="Take it as lost once it has left its rear guard's questions unanswered this "
+              "long (a cut link, a dead host, a path losing most packets).")
+@_timing("--hand-over-wait", default=_TRIPS.hand_over_wait,
+         help="Send an agent's hand-over to the next place again, on a new connection, when "
+              "it has had no answer for this long (a connection gone half open).")
 @click.option("--agent-network", type=click.Choice(["none", "host"]), default="none",
               show_default=True,
               help="What network agents get: none (they reach other agents only through "

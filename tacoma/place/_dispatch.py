@@ -43,7 +43,7 @@ from ..wire._names import BUILT_IN, HOME_AGENT, MAILBOX_AGENT, TRIP_AGENT
 from ..wire._program import program_bytes, program_name
 from ..wire._protocol import Accepted, Event, Meet, Result
 from ._access import Access, Principal, Side
-from ._agents import Agents, BuiltInAgent, TrustedRun
+from ._agents import Agents, BuiltInAgent, PooledAgent
 from ._builds import Builds
 from ._builtins import BuiltIns
 from ._hops import Hops, Moved
@@ -103,16 +103,14 @@ class Dispatch:
         self._not_revoked(meet)
         found = self.agents.resolve(meet.agent)
         meet.step("find agent")
-        if isinstance(found, BuiltInAgent):
-            if found.name == TRIP_AGENT:  # between places only (Session checks the peer)
-                return await self.hops.serve_trip(meet.briefcase)
-            result = await self.builtins.serve(meet.agent, meet.briefcase, meet.caller,
-                                               meet.admin, meet.principal)
-            meet.end_trace(result)
-            return result
-        if isinstance(found, TrustedRun):
-            result = await self.agents.trusted.run(found.agent, meet.briefcase,
-                                                   meet.principal, self.bounded(meet.timeout))
+        if isinstance(found, BuiltInAgent) and found.name == TRIP_AGENT:
+            return await self.hops.serve_trip(meet.briefcase)  # from places (see _access)
+        if not isinstance(found, PooledAgent):  # the place runs it itself
+            result = await (
+                self.builtins.serve(meet.agent, meet.briefcase, meet.caller, meet.admin,
+                                    meet.principal) if isinstance(found, BuiltInAgent)
+                else self.agents.trusted.run(found.agent, meet.briefcase, meet.principal,
+                                             self.bounded(meet.timeout)))
             meet.end_trace(result)
             return result
         pool, installed_code = found.pool, found.installed

@@ -391,7 +391,7 @@ class Channel(asyncio.Protocol):
             self._send_now(event)
             return None
         try:
-            if getattr(event, "briefcase", None) is not None and heavy(event):
+            if heavy(event):
                 return self._send_heavy(event, refused)
             self._send_now(event)
         except (LimitExceeded, ProtocolError) as exc:

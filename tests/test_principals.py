@@ -665,6 +665,17 @@ def test_a_name_revoked_again_is_refused_again(start_place: Callable[..., Runnin
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 
 
+def alice_gets_in(alice: Path, p: RunningPlace) -> str:
+    """alice is not starved: her async meet of 1 MiB (its id returned) and her cabinet write
+    of 100 kB go through, and the place serves on."""
+    made = meet_as(alice, p.address, "ag_echo", {"DATA": [b"a" * (1 << 20)]}, mode="async")
+    assert isinstance(made, str)
+    meet_as(alice, p.address, "ag_cabinet", {"OP": [b"append"], "CABINET": [b"alice-pub"],
+                                             "X": [b"1" * 100000]})
+    serves(p)
+    return made
+
+
 @needs_root
 @pytest.mark.root
 def test_one_principal_keeps_at_most_its_share_of_the_journal(
@@ -684,14 +695,8 @@ def test_one_principal_keeps_at_most_its_share_of_the_journal(
             assert refusal is not None and "--journal-bytes" in str(refusal), refusal
             assert 0 < accepted < 10
             # alice is not starved: her async meet and her cabinet write go through.
-            made = meet_as(alice, p.address, "ag_echo", {"DATA": [b"a" * (1 << 20)]},
-                           mode="async")
-            assert isinstance(made, str)
+            made = alice_gets_in(alice, p)
             wait_until(lambda: status_as(alice, p, made) == "done", 30, "alice's meet")
-            meet_as(alice, p.address, "ag_cabinet", {"OP": [b"append"],
-                                                     "CABINET": [b"alice-pub"],
-                                                     "X": [b"1" * 100000]})
-            serves(p)
         finally:
             assert p.stop() == 0, p.log()
         assert "Traceback" not in p.log() and "savepoint" not in p.log()
@@ -712,13 +717,7 @@ def test_compiled_programs_leave_room_on_the_disk(tmp_path: Path, alice: Path,
                     meet_as(mallory, p.address, "ag_c", code=big, timeout=120)
             cache = sum(f.stat().st_size for f in (state / "cache").rglob("*") if f.is_file())
             assert cache <= 16 << 20, f"{cache:,} bytes of compiled programs"
-            made = meet_as(alice, p.address, "ag_echo", {"DATA": [b"a" * (1 << 20)]},
-                           mode="async")
-            assert isinstance(made, str)
-            meet_as(alice, p.address, "ag_cabinet", {"OP": [b"append"],
-                                                     "CABINET": [b"alice-pub"],
-                                                     "X": [b"1" * 100000]})
-            serves(p)
+            alice_gets_in(alice, p)
         finally:
             assert p.stop() == 0, p.log()
 

@@ -26,7 +26,7 @@ import tacoma
 from tacoma import Briefcase
 from tacoma.client import PlaceClient
 from tacoma.client._identity import Credentials
-from tacoma.place._cabinets import Store
+from tacoma.place.stores._cabinets import Store
 
 from conftest import (
     AGENT,

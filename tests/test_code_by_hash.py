@@ -1,4 +1,4 @@
-"""Programs named by hash (CODE_HASH, place._codes): sent once, named after that, in every
+"""Programs named by hash (CODE_HASH, place.stores._codes): sent once, named after that, in every
 language and for agents that move; asked for again by a place that lost them; never
 usable by a principal that did not send them."""
 

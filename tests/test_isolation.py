@@ -336,7 +336,7 @@ def test_the_nproc_allowance_counts_the_users_threads() -> None:
     start at all (their limit was below what the user already ran)."""
     import threading
 
-    from tacoma.place._containment import _user_process_count
+    from tacoma.place.workers._containment import _user_process_count
 
     before = _user_process_count()
     release = threading.Event()
@@ -413,7 +413,7 @@ def test_a_killed_zygote_is_replaced(tight: RunningPlace) -> None:
 
 
 def test_cover_plan_reveals_what_lies_below_a_closed_directory(tmp_path: Path) -> None:
-    from tacoma.place._containment import cover_plan
+    from tacoma.place.workers._containment import cover_plan
 
     closed = tmp_path / "checkout"
     needed = closed / "interpreters" / "c"
@@ -429,7 +429,7 @@ def test_cover_plan_reveals_a_path_below_a_closed_directory_below_a_needed_one(
         tmp_path: Path) -> None:
     # The place's cwd (on sys.path) holds a 0700 directory holding the state directory:
     # the state directory must be revealed on its own, or agents could not reach it.
-    from tacoma.place._containment import cover_plan
+    from tacoma.place.workers._containment import cover_plan
 
     cwd = tmp_path / "cwd"
     state = cwd / "private" / "state"

@@ -8,7 +8,8 @@
     transport  connections over asyncio (the protocol's driver): wire, trust and itself
     client   wire, trust, transport, display and itself; never the place, never
              `cryptography`
-    place    wire, agent, client, transport, trust and itself
+    place    wire, agent, client, transport, trust and itself; inside it, its parts
+             stand on each other in one order (PLACE_PARTS)
     cli      a face over all of them; bench likewise
     notebook the IPython extension (%%meet): a face over wire, client and display
     interpreters/<lang>  wire and agent (their workers run in the agent's image)
@@ -43,6 +44,16 @@ MAY_IMPORT: dict[str, set[str]] = {
     "notebook": {"wire", "client", "display"},
     "testbed": {"wire"},
     "interpreters": {"wire", "agent"},
+}
+#: The parts of the place, and which other parts each may import (each sub-package's header
+#: says the same). The place's own modules (its lifecycle, settings, the embedded place)
+#: lie beside them; of those, only `_settings` may be imported by the parts.
+PLACE_PARTS: dict[str, set[str]] = {
+    "stores": set(),
+    "workers": {"stores"},
+    "meets": {"stores", "workers"},
+    "promises": {"stores", "workers", "meets"},
+    "taking": {"stores", "workers", "meets", "promises"},
 }
 #: What may lie directly in tacoma/ besides the packages.
 TOP_MODULES = {"__init__", "__main__", "_version", "testing"}
@@ -104,6 +115,40 @@ def test_each_module_imports_only_what_its_package_may(path: Path) -> None:
         if not other and not target.startswith("tacoma._version") and own not in faces:
             bad.append(target)
     assert not bad, f"{module_name(path)} ({own}) may import only {sorted(allowed)}: {bad}"
+
+
+def test_the_place_has_only_its_parts_and_its_lifecycle() -> None:
+    place = ROOT / "tacoma" / "place"
+    assert {p.name for p in place.iterdir() if p.is_dir() and p.name != "__pycache__"} \
+        == set(PLACE_PARTS)
+    assert {p.stem for p in place.glob("*.py")} == {"__init__", "_place", "_settings",
+                                                    "_embedded"}
+
+
+@pytest.mark.parametrize("part", sorted(PLACE_PARTS))
+def test_each_part_of_the_place_imports_only_the_parts_below_it(part: str) -> None:
+    allowed = PLACE_PARTS[part] | {part}
+    bad = []
+    for path in sorted((ROOT / "tacoma" / "place" / part).glob("*.py")):
+        for target in imports_of(path):
+            parts = target.split(".")
+            if parts[:2] != ["tacoma", "place"] or len(parts) < 3:
+                continue
+            if parts[2] in PLACE_PARTS and parts[2] not in allowed:
+                bad.append(f"{path.name}: {target}")
+            elif parts[2] not in PLACE_PARTS and parts[2] != "_settings":
+                bad.append(f"{path.name}: {target}")  # the lifecycle is above every part
+    assert not bad, f"place.{part} may import only {sorted(allowed)} and _settings: {bad}"
+
+
+@pytest.mark.parametrize("part", sorted(PLACE_PARTS))
+def test_each_part_of_the_place_says_what_it_owns_and_may_import(part: str) -> None:
+    header = ast.get_docstring(ast.parse(
+        (ROOT / "tacoma" / "place" / part / "__init__.py").read_text())) or ""
+    assert "May import" in header
+    for module in (ROOT / "tacoma" / "place" / part).glob("_*.py"):
+        if module.stem != "__init__":
+            assert f"`{module.stem}`" in header, f"{part}'s header does not name {module.stem}"
 
 
 def test_no_import_cycles() -> None:

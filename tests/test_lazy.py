@@ -1,4 +1,4 @@
-"""Lazy folders (wire._lazy, place._lazy, client._lazy): folders that travel by reference
+"""Lazy folders (wire._lazy, place.stores._lazy, client._lazy): folders that travel by reference
 and are fetched, by chunks, only where and as far as an agent reads them; in every
 language, for agents that move, and with the errors a reader meets (origin gone, data
 expired, a forged reference, another principal's data)."""

@@ -20,7 +20,7 @@ import time
 import pytest
 import tacoma
 from tacoma import Briefcase
-from tacoma.place._trips import Trip, Trips
+from tacoma.place.meets._trips import Trip, Trips
 
 from conftest import RunningPlace, forward, wait_until
 

@@ -273,7 +273,7 @@ def test_a_deeply_nested_hello_gets_a_bye_not_a_traceback(place: RunningPlace) -
 def test_meet_ids_differ_across_restarts() -> None:
     # Two runs of a place within the same second (its ids were the time's low bits and a
     # counter from 1): the book of meets of each run hands out ids the other never does.
-    from tacoma.place._meet import Meets
+    from tacoma.place.meets._meet import Meets
 
     runs = [Meets(256, "127.0.0.1:7707"), Meets(256, "127.0.0.1:7707")]
     ids = [{run.new("ag_echo", Briefcase(), None).id for _ in range(100)} for run in runs]
@@ -668,8 +668,8 @@ def test_the_zygotes_table_of_ended_workers_does_not_grow() -> None:
     for _ in range(5):
         tacoma.meet("ag_python", code="pass")
     place = _embedded._place
-    assert place is not None and place.dispatch is not None
-    zygote = place.dispatch.agents.pools["ag_python"].zygote
+    assert place is not None and place.router is not None
+    zygote = place.router.agents.pools["ag_python"].zygote
     assert zygote is not None
     wait_until(lambda: not zygote.cpu_used, what="the ended workers' entries to go")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import tacoma
 from tacoma.agent._sandbox import cgroup_members
-from tacoma.place._uids import BASE, BLOCK, AgentUids, _uids_in_use
+from tacoma.place.workers._uids import BASE, BLOCK, AgentUids, _uids_in_use
 
 from conftest import RunningPlace, needs_root, processes_of_uid, wait_until
 
@@ -120,7 +120,7 @@ def test_the_mount_probe_says_why_in_a_chroot(tmp_path: Path) -> None:
     """In a chroot, / is no mount point: the namespaces unshare, but a zygote's first step
     (making / private) fails with a bare "Invalid argument". The probe tries that step too
     and says why, so the place plans no mount layer instead of failing every agent."""
-    from tacoma.place._layers import _CLONE_NEWNS, _PROBE
+    from tacoma.place.workers._layers import _CLONE_NEWNS, _PROBE
 
     root = tmp_path / "root"
     (root / "usr").mkdir(parents=True)
@@ -237,7 +237,7 @@ def test_agents_read_the_installation_not_the_places_whole_sys_path(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     # A place run as a service from "/" (python -m puts the cwd on sys.path) must not give
     # its agents a rule to read and run everything.
-    from tacoma.place._containment import interpreter_paths
+    from tacoma.place.workers._containment import interpreter_paths
 
     monkeypatch.syspath_prepend("/")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -263,8 +263,8 @@ def test_an_emptied_cgroup_serves_the_next_worker_unless_memory_killed_its_agent
     killed (its count of such kills would be read as the next agent's)."""
     import asyncio
 
-    from tacoma.place._cgroups import Cgroups
     from tacoma.place._settings import Limits
+    from tacoma.place.workers._cgroups import Cgroups
 
     cgroups, missing = Cgroups.available()
     if cgroups is None or "memory" in missing:
@@ -301,7 +301,7 @@ def test_a_busy_place_makes_few_cgroups(start_place: Callable[..., RunningPlace]
         pools = tacoma.place_status(place.address, token=token).pools
         return len(pools) == 4 and all(pool.ready == pool.size == 2 for pool in pools)
 
-    from tacoma.place._cgroups import _find_hierarchies
+    from tacoma.place.workers._cgroups import _find_hierarchies
 
     base = _find_hierarchies()[0]["pids"] / "tacoma" / f"{place.proc.pid}-1"  # its first
 

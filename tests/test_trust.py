@@ -948,7 +948,7 @@ def test_a_place_does_not_hand_meets_to_a_revoked_place(start_place) -> None:
     """)
     result = tacoma.meet(a.target("ag_python"), code=code, timeout=60)
     # Refused, and at an address where no place answered before, said as any failure to
-    # reach one is (see place._reach); the place's log says why.
+    # reach one is (see place.promises._reach); the place's log says why.
     assert result.text("R") in (["NotAuthorized"], ["ConnectError"], ["PlaceUnavailable"]), \
         result.text("R")
 

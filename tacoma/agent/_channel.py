@@ -168,7 +168,7 @@ class AgentChannel:
     # -- lazy folders (wire._lazy): the briefcase reads and keeps them through these
     def lazy_fetch(self, ref: Ref, first: int, count: int,
                    manifest: bool) -> tuple[bytes | None, list[bytes]]:
-        """Chunks of a lazy folder, from its origin through the place (see place._lazy)."""
+        """Chunks of a lazy folder, from its origin through the place (see place.stores._lazy)."""
         request = Briefcase(OP=[b"fetch"], REF=[ref.pack()], FIRST=[str(first)],
                             COUNT=[str(count)])
         if manifest:
@@ -324,7 +324,8 @@ class AgentChannel:
         """Write a line to the place's log."""
         self._write(self.conn.send(Log(level, str(message))))
 
-    # -- cabinets: the place's own folders, through its ag_cabinet agent (see place._cabinets)
+    # -- cabinets: the place's own folders, through its ag_cabinet agent
+    # (see place.stores._cabinets)
     def _cabinet(self, op: str, cabinet: str | None = None,
                  folders: dict[str, list[bytes | str]] | None = None) -> Briefcase:
         request = Briefcase(OP=[op])

@@ -3,7 +3,7 @@
 Every worker process, whatever its language, calls `enter(plan)` first thing, before it says
 Hello to its place and long before any agent code runs (so none of this is on a meet's
 critical path: the pool pre-starts workers). The plan is made by the place
-(`place._containment.Containment.plan`, the outside of confinement) and passed to the
+(`place.workers._containment.Containment.plan`, the outside of confinement) and passed to the
 zygote with the spawn request (or as JSON on the command line, for a build). What the
 zygote does before the fork belongs to the same story: it is in a network namespace of its
 own (empty: no interface but a loopback that is down), and forks each worker as the first
@@ -31,7 +31,7 @@ doctor` say which apply on this host, and why not):
    signal the place or other agents, nor read what only root may; every capability gone;
 7. parent-death signal: if the zygote (or place) dies, so does the worker (armed after the
    uid change, which would clear it);
-8. a seccomp filter, built by the place (`place._seccomp`): system calls an agent never
+8. a seccomp filter, built by the place (`place.workers._seccomp`): system calls an agent never
    needs fail with EPERM;
 9. a private umask.
 

@@ -29,7 +29,7 @@ from ..wire._text import escape, shown
 from ._common import briefcase_json, parse_folder_arg, print_briefcase, state_dir_option
 
 if TYPE_CHECKING:
-    from ..place._cabinets import Cabinet, Store
+    from ..place.stores._cabinets import Cabinet, Store
 
 __all__ = ["cabinet"]
 
@@ -47,7 +47,7 @@ def _open_store(state_dir: Path | None) -> Store:
     # Imported here: the cabinets module brings asyncio, which no other command needs.
     import sqlite3
 
-    from ..place._cabinets import Store
+    from ..place.stores._cabinets import Store
 
     path = (state_dir or default_state_dir()) / "cabinets.sqlite3"
     if not path.exists():
@@ -109,7 +109,7 @@ def _missing(name: str, public: bool, principal: str | None,
 
 
 def _checked(name: str, what: str = "cabinet") -> str:
-    from ..place._cabinets import check_name
+    from ..place.stores._cabinets import check_name
 
     try:
         return check_name(name, what)
@@ -261,7 +261,7 @@ def cabinet_claim(name: str, principal: str, program: str | None, was: str | Non
       tacoma cabinet claim visits --principal alice
       tacoma cabinet claim visits --principal bob --was alice --program 3f9a...
     """
-    from ..place._cabinets import check_name
+    from ..place.stores._cabinets import check_name
 
     if escape(principal) != principal:
         raise click.BadParameter(f"{shown(principal)} has characters no identity's name has",

@@ -318,7 +318,7 @@ def doctor(as_json: bool, same_uid: bool, agent_network: str) -> None:
     without root several cannot).
     """
     from ..agent._interpreter import discover_interpreters
-    from ..place._layers import probe
+    from ..place.workers._layers import probe
 
     report = []
     for agent, interpreter in sorted(discover_interpreters().items()):

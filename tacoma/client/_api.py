@@ -2,7 +2,7 @@
 
 `ameet` is the one implementation of a meet; `meet` runs it on a background event loop
 (`_runtime`) so it can be called from plain scripts and from notebook cells, where a loop
-already runs in the caller's thread. Messages are meets too (see place._residents): `asend`
+already runs in the caller's thread. Messages are meets too (see place.meets._residents): `asend`
 is an async (one-way) or ack meet with a resident, `arequest` a sync one.
 
 Interrupting a blocking meet (Ctrl-C in a script, a notebook's stop button) cancels it, and
@@ -203,7 +203,7 @@ def run_interruptible(make: Callable[[], Coroutine[Any, Any, T]],
 async def asend(target: str, briefcase: Folders = None, *, ack: bool = False,
                 timeout: float | None = None,
                 connect_timeout: float | None = 10.0) -> str | asyncio.Future[None]:
-    """Send a message to the resident agent `name@place` (see place._residents).
+    """Send a message to the resident agent `name@place` (see place.meets._residents).
 
     One-way (the default): returns the message id once the message is in the resident's
     mailbox; the resident never answers. With `ack=True`: returns, once the message is sent,

@@ -3,7 +3,7 @@
 `tacoma.lazy(path_or_bytes)` is a folder value (`{"DATA": tacoma.lazy("big.csv")}`, or
 `-f DATA=@@big.csv` on the command line): the meet carries its reference, not its bytes,
 and the data stays in this process. The place the meet goes to names itself the origin
-(place._lazy) and asks this client, over the meet's own connection, for the chunks its
+(place.stores._lazy) and asks this client, over the meet's own connection, for the chunks its
 agents read; an agent that reads nothing costs nothing but the reference. So a lazy
 folder can be read only while its client is connected: for the whole of a sync meet,
 and while the process that made an async one lives (for --lazy-seconds at most, the

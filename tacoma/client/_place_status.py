@@ -1,6 +1,6 @@
 """A place in one screen: `place_status(PLACE)`, the face of `tacoma status PLACE`.
 
-The place sums itself up in one ag_admin meet (operation `status`, place._builtins): its
+The place sums itself up in one ag_admin meet (operation `status`, place.taking._builtins): its
 address, version and uptime, the sandbox layers it applies, a worker pool per language,
 its meets (running, queued, ended), its resident agents and their mailboxes, its cabinets.
 Like `tacoma ps` it is for the place's administrator: an identity with the admin role (the
@@ -72,7 +72,7 @@ class Resident:
 
 @dataclass(frozen=True, slots=True)
 class Programs:
-    """What a place did with programs named by hash since it started (see place._codes)."""
+    """What a place did with programs named by hash since it started (see place.stores._codes)."""
 
     programs: int = 0
     bytes: int = 0

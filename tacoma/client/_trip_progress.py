@@ -1,6 +1,6 @@
 """A sync meet's trip, shown as it goes: hops so far and where the agent is.
 
-The trip's home keeps where each of its trips is (place._trips: the other places tell it,
+The trip's home keeps where each of its trips is (place.meets._trips: the other places tell it,
 at most once a second of a trip); a caller that shows progress asks the home for it by the
 meet's id (ag_status: HOPS and AT) every PROGRESS_EVERY seconds, starting PROGRESS_AFTER
 seconds into the meet, so that the usual meet, which ends before then, asks nothing and

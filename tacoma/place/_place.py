@@ -6,21 +6,22 @@ language, and on `stop` lets running meets finish within the grace period and ta
 that down again. The work is done by its parts, each in its own module and each given only
 the collaborators it needs:
 
-    _sessions   a client connection, and how each of its meets is taken (sync, async,
-                go, a message)
-    _dispatch   the meet path itself (`Dispatch.run`), hops, and agents' own meets
-    _meet       `RunningMeet`, one meet's state; `Meets`, the book of running meets
-    _agents     which agents the place has, and how a name finds one
-    _builtins   the agents the place is itself: ag_echo, ag_cabinet, ag_home, ag_admin,
-                ag_status (ag_trip is the dispatcher's: it serves rear guards)
-    _pool       pre-started worker processes, one per meet (`_zygotes` forks them)
-    _containment  the sandbox plan, the outside of confinement, from the layers this host
-                allows (`_layers`): uids (`_uids`), cgroups (`_cgroups`), the file system
-                an agent sees, its Landlock rules and seccomp filter (`_seccomp`)
-    _journal    async meets, trips and orphaned results, kept across restarts (SQLite)
-    _hops       the place's side of trips: hand-overs, hops, rear guards, recovery, stops
-    _builds, _residents, _trips, _cabinets   compiled programs, messages, moving agents,
-                the place's folders
+    taking/     a client's connection (`_sessions`: its I/O only), the one router that
+                takes every meet, a client's or an agent's (`_router`), and the agents
+                the place is itself (`_builtins`: ag_echo, ag_cabinet, ag_home, ag_admin,
+                ag_status; ag_trip is the router's: it serves rear guards)
+    meets/      a meet's record and the book of them (`_meet`), the router's tables and
+                the meet's states (`_route`), trips as data (`_trips`), who may meet what
+                (`_access`), residents' mailboxes (`_residents`)
+    promises/   what outlives a crash or a lost link: the journal (`_journal`, SQLite),
+                the place's side of trips (`_hops`: hand-overs, rear guards, recovery)
+    workers/    which agents the place has (`_agents`), pre-started worker processes
+                (`_pool`, forked by `_zygotes`), the sandbox plan (`_plan`) and what it is
+                made of (`_containment`, `_layers`, `_uids`, `_cgroups`, `_seccomp`),
+                compiled programs (`_builds`), trusted agents (`_trusted`)
+    stores/     the state directory (`_statedir`), cabinets, lazy folders, programs by hash
+
+Each sub-package's header says what it owns and what it may import.
 """
 
 from __future__ import annotations
@@ -44,26 +45,26 @@ from ..wire._address import parse_address
 from ..wire._errors import PlaceUnavailable, TacomaError
 from ..wire._names import BUILT_IN
 from ..wire._protocol import Role
-from ._access import Access
-from ._agents import Agents
-from ._builds import Builds
-from ._builtins import BuiltIns
-from ._cabinets import Cabinets
-from ._cgroups import Cgroups
-from ._codes import CodeStore
-from ._containment import Containment
-from ._dispatch import Dispatch
-from ._journal import Journal
-from ._layers import probe
-from ._lazy import LazyStore
-from ._meet import Meets
-from ._pool import LogBudget, WorkerPool
-from ._residents import Residents
-from ._sessions import Session
 from ._settings import PlaceSettings
-from ._statedir import Disk, StateDir, disk_full
-from ._trips import Trips
-from ._uids import AgentUids
+from .meets._access import Access
+from .meets._meet import Meets
+from .meets._residents import Residents
+from .meets._trips import Trips
+from .promises._journal import Journal
+from .stores._cabinets import Cabinets
+from .stores._codes import CodeStore
+from .stores._lazy import LazyStore
+from .stores._statedir import Disk, StateDir, disk_full
+from .taking._builtins import BuiltIns
+from .taking._router import Router
+from .taking._sessions import Session
+from .workers._agents import Agents
+from .workers._builds import Builds
+from .workers._cgroups import Cgroups
+from .workers._containment import Containment
+from .workers._layers import probe
+from .workers._pool import LogBudget, WorkerPool
+from .workers._uids import AgentUids
 
 __all__ = ["Place"]
 
@@ -88,7 +89,7 @@ class Place:
         settings = self.settings
         self.receiving = ReceiveBudget(settings.max_receiving, max(
             settings.max_frame, int(settings.max_receiving * settings.share)))
-        self.dispatch: Dispatch | None = None  # its parts, once it listens
+        self.router: Router | None = None  # its parts, once it listens
         self.access: Access | None = None  # its trust, once it starts
         self._server: asyncio.AbstractServer | None = None
         self._recheck: asyncio.TimerHandle | None = None
@@ -180,9 +181,9 @@ class Place:
                                   else f"{sock[0]}:{sock[1]}")
         containment = Containment(settings, layers, self.uids, address, module_paths,
                                   self.access.secrets)
-        self.dispatch = self._parts(interpreters, containment, enterable, admin_token)
+        self.router = self._parts(interpreters, containment, enterable, admin_token)
         try:
-            await self.dispatch.resume()
+            await self.router.resume()
         except (sqlite3.Error, TacomaError) as exc:
             if not self._disk_is_full(exc):
                 raise PlaceUnavailable(f"cannot open the journal {self.journal.path}: "
@@ -201,7 +202,7 @@ class Place:
         return address
 
     def _parts(self, interpreters: dict[str, Interpreter], containment: Containment,
-               cache_mode: int, admin_token: str) -> Dispatch:
+               cache_mode: int, admin_token: str) -> Router:
         """The place's parts, each given what it needs, and a filling pool per language."""
         settings, address = self.settings, containment.place_address
         residents: Residents
@@ -235,7 +236,7 @@ class Place:
                 extras = functools.partial(builds.worker_plan, interpreter)
             agents.pools[agent] = pool = WorkerPool(interpreter, containment, extras, logs)
             pool.fill()
-        return Dispatch(settings, agents, meets, builtins, builds, residents, trips,
+        return Router(settings, agents, meets, builtins, builds, residents, trips,
                         self.access, self.journal, clients)
 
     def _disk_is_full(self, exc: BaseException) -> bool:
@@ -246,7 +247,7 @@ class Place:
 
     def agent_names(self) -> list[str]:
         """Every agent this place can meet now: built-in, interpreters, installed."""
-        return self.dispatch.agents.names() if self.dispatch is not None else list(BUILT_IN)
+        return self.router.agents.names() if self.router is not None else list(BUILT_IN)
 
     def _new_channel(self) -> asyncio.BaseProtocol:
         """A new connection: a Session on a Channel, inside TLS unless --insecure.
@@ -257,10 +258,10 @@ class Place:
         the oldest dropped for the newest past that (see ServerTLS).
         """
         # The server serves only once the parts are made.
-        assert self.dispatch is not None
+        assert self.router is not None
         assert self.access is not None
         tls = self.access.tls
-        session = Session(self.dispatch, self.sessions, self.access)
+        session = Session(self.router, self.sessions, self.access)
         refuse = ""
         handshaking = tls.handshaking if tls else 0
         if tls is not None and handshaking >= 2 * tls.most:
@@ -308,13 +309,13 @@ class Place:
                                 "now revoked", peer.name, session.channel.peer)
                     session.channel.close(f"not authorized: identity {peer.name} is revoked")
             access = self.access
-            if self.dispatch is not None and (stopped := self.dispatch.meets.kill_where(
+            if self.router is not None and (stopped := self.router.meets.kill_where(
                     lambda meet: bool(meet.principal) and access.stops(meet.principal,
                                                                        meet.serial),
                     "stopped: its principal's certificate is revoked")):
                 log.warning("stopped %d meets of principals whose certificates are now "
                             "revoked", stopped)
-            clients = self.dispatch.clients.clients if self.dispatch is not None else {}
+            clients = self.router.clients.clients if self.router is not None else {}
             for address, client in list(clients.items()):
                 place = client.channel.identity if client.channel is not None else None
                 if place is not None and self.access.revoked(place):
@@ -339,14 +340,14 @@ class Place:
         self._stopping = True
         if self._recheck is not None:
             self._recheck.cancel()
-        dispatch = self.dispatch
+        router = self.router
         if self._server is not None:
             self._server.close()
-        if dispatch is not None:
-            dispatch.meets.stopping = True  # new meets are refused from now on
-            dispatch.residents.close()  # residents waiting in receive get none, and can end
+        if router is not None:
+            router.meets.stopping = True  # new meets are refused from now on
+            router.residents.close()  # residents waiting in receive get none, and can end
             grace = self.settings.grace_seconds if grace is None else grace
-            running = dispatch.meets.tasks()
+            running = router.meets.tasks()
             if running:
                 log.info("waiting up to %g s for %d running meets", grace, len(running))
                 _, late = await asyncio.wait(running, timeout=grace)
@@ -354,15 +355,15 @@ class Place:
                     task.cancel()
                 if late:
                     await asyncio.wait(late, timeout=10)
-            await dispatch.settle()
+            await router.settle()
         for session in list(self.sessions):
             session.channel.close(f"place {self.address} is shutting down")
-        if dispatch is not None:
-            await dispatch.close()
+        if router is not None:
+            await router.close()
         await self.cabinets.close()
         await self.journal.close()
-        if dispatch is not None:
-            await asyncio.gather(*(pool.close() for pool in dispatch.agents.pools.values()),
+        if router is not None:
+            await asyncio.gather(*(pool.close() for pool in router.agents.pools.values()),
                                  return_exceptions=True)
         for session in list(self.sessions):  # peers that did not take their last replies
             session.channel.abort()

@@ -42,8 +42,9 @@ CODE_HASH = "CODE_HASH"
 
 #: Folder names with a meaning to the system. CODE is read by interpreter agents; the others
 #: belong to the mobility and messaging conventions: ITINERARY (the places still to visit,
-#: see place._trips), HOME (a moving agent's trip, taken out by each place before the agent runs)
-#: ENVELOPE (a received message's id, kind and sender, see place._residents), and TRACE.
+#: see place.meets._trips), HOME (a moving agent's trip, taken out by each place before the
+#: agent runs), ENVELOPE (a received message's id, kind and sender, see
+#: place.meets._residents), and TRACE.
 ITINERARY = "ITINERARY"
 HOME = "HOME"
 ENVELOPE = "ENVELOPE"
@@ -54,7 +55,7 @@ TRACE = "TRACE"
 RERUN = "RERUN"
 #: A moving agent's choice of what its rear guard does if a place dies with it on it:
 #: "fail" (the default: its home hears the failure), "retry" (hand it to that place again)
-#: or "skip" (on to the next place of its ITINERARY). See place._trips.
+#: or "skip" (on to the next place of its ITINERARY). See place.meets._trips.
 RECOVERY = "RECOVERY"
 #: LAZY (see _lazy) carries the references of the briefcase's lazy folders; an agent never
 #: sees it, only the folders it names.
@@ -62,7 +63,7 @@ RESERVED_FOLDERS = frozenset({CODE, CODE_NAME, CODE_HASH, ITINERARY, HOME, ENVEL
                               RERUN, RECOVERY, LAZY})
 
 #: The folders of a request to a place's ag_cabinet that say what to do, not what to store
-#: (see place._cabinets); a cabinet cannot hold folders by these names.
+#: (see place.stores._cabinets); a cabinet cannot hold folders by these names.
 CABINET_REQUEST_FOLDERS = frozenset({"OP", "CABINET", "FOLDER", "PRIVATE", CODE})
 
 #: Longest folder name accepted: names are labels, not data.
@@ -546,7 +547,7 @@ class Briefcase(MutableMapping[str, list[bytes]]):
                     seal: Callable[[Ref], Ref] | None = None) -> None:
         """Give the lazy folders that name no origin (a client's, on their way) `origin`, the
         id `rename` gives each, and `seal`'s seal (a place relays for its client: see
-        place._lazy)."""
+        place.stores._lazy)."""
         for held in (self._lazy or {}).values():
             ref = held.lazy.ref
             if not ref.origin:

@@ -183,7 +183,8 @@ class CodeUnknown(MeetError, LookupError):
 
 
 class UnknownMeet(MeetError, LookupError):
-    """The place has no record of that meet id (see place._journal: what "unknown" means)."""
+    """The place has no record of that meet id (see place.promises._journal: what
+    "unknown" means)."""
 
     kind = "unknown-meet"
 

@@ -5,7 +5,7 @@ a briefcase carries a `Ref` (the folder's name, the place that holds the data, a
 its size, its element count, its chunk size and a root hash), in the reserved folder LAZY;
 the folder itself is there, empty, so that it keeps its place among the folders. An agent
 that reads the folder fetches the chunks it touches through its place from the origin
-(place._lazy), each checked against the folder's manifest, with `prefetch` chunks after
+(place.stores._lazy), each checked against the folder's manifest, with `prefetch` chunks after
 each one it lacks (Accent found one always pays). An agent that never reads it never
 fetches it; one that passes it on (a meet, a move) passes the reference.
 

@@ -132,7 +132,7 @@ TRANSITIONS: Final[dict[tuple[str, type[Event]], str]] = {
 }
 
 #: A place meets its client too, for one thing only: the chunks of a lazy folder the client
-#: sent, which an agent reads (ag_lazy, see place._lazy and client._lazy).
+#: sent, which an agent reads (ag_lazy, see place.stores._lazy and client._lazy).
 MAY_SEND: Final[dict[Role, frozenset[type[Event]]]] = {
     Role.CLIENT: frozenset({Hello, Meet, Result, Failed, Cancel, Bye}),
     Role.PLACE: frozenset({Hello, Meet, Accepted, Result, Failed, Bye}),

@@ -51,15 +51,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..wire._briefcase import ENVELOPE, Briefcase
-from ..wire._errors import (
+from ...wire._briefcase import ENVELOPE, Briefcase
+from ...wire._errors import (
     MailboxFull,
     MeetTimeout,
     MessageError,
     PlaceUnavailable,
     UnknownAgent,
 )
-from ..wire._protocol import Meet
+from ...wire._protocol import Meet
 
 if TYPE_CHECKING:
     from ._meet import RunningMeet

@@ -5,7 +5,7 @@ trips at a place); this is what a place does for them: `go` hands an agent on (j
 the trip at its home first), `run_hop` runs a hop that arrived and sends the trip's end
 home (again while the home is unreachable), `_guard` is a rear guard, `_recover` does what
 the agent chose in RECOVERY, and `serve_trip` answers other places' rear guards and stops
-(the built-in `ag_trip`). The meet path itself (`Dispatch.run`) is given as a callable: it
+(the built-in `ag_trip`). The meet path itself (`Router.run`) is given as a callable: it
 runs a hop's agent like any meet's.
 """
 
@@ -18,10 +18,10 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..client._client import ClientCache, PlaceClient
-from ..wire._address import canonical_address
-from ..wire._briefcase import ITINERARY, RECOVERY, Briefcase
-from ..wire._errors import (
+from ...client._client import ClientCache, PlaceClient
+from ...wire._address import canonical_address
+from ...wire._briefcase import ITINERARY, RECOVERY, Briefcase
+from ...wire._errors import (
     ConnectError,
     ConnectionLost,
     MeetError,
@@ -29,17 +29,16 @@ from ..wire._errors import (
     PlaceUnavailable,
     error_from_wire,
 )
-from ..wire._names import HOME_AGENT, TRIP_AGENT
-from ..wire._protocol import Accepted, Meet
-from ._builtins import BuiltIns
+from ...wire._names import HOME_AGENT, TRIP_AGENT
+from ...wire._protocol import Accepted, Meet
+from .._settings import TripTimings
+from ..meets._meet import Meets, RunningMeet, failed
+from ..meets._trips import RECOVERIES, Trip, Trips, ending
 from ._journal import Journal
-from ._meet import Meets, RunningMeet, failed
 from ._reach import Reach
-from ._settings import TripTimings
-from ._trips import RECOVERIES, Trip, Trips, ending
 
 if TYPE_CHECKING:
-    from ._pool import Worker
+    from ..workers._pool import Worker
 
 __all__ = ["Hops", "Moved"]
 
@@ -62,7 +61,8 @@ class Hops:
     """What one place does for trips (see the module's docstring)."""
 
     def __init__(self, address: str, trips: Trips, meets: Meets, journal: Journal,
-                 clients: ClientCache, builtins: BuiltIns,
+                 clients: ClientCache,
+                 home: Callable[[Briefcase, str], Awaitable[None]],
                  run: Callable[[RunningMeet], Awaitable[Briefcase]],
                  in_background: Callable[[Coroutine[Any, Any, Any]], None],
                  bounded: Callable[[float | None], float], reach: Reach,
@@ -73,7 +73,7 @@ class Hops:
         self.meets = meets
         self.journal = journal
         self.clients = clients
-        self.builtins = builtins
+        self._home = home  # a trip's end, at its home when that is here (ag_home)
         self._run = run
         self._in_background = in_background
         self._bounded = bounded
@@ -151,7 +151,7 @@ class Hops:
         own principal only), trying again while the home is unreachable (restarting, cut
         off) until a minute after the trip's deadline."""
         if trip.home == self.address:
-            await self.builtins.serve(HOME_AGENT, end, None, principal=principal)
+            await self._home(end, principal)
             self._release_guard(trip)
             return
         left = trip.time_left()

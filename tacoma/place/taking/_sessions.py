@@ -19,9 +19,9 @@ import inspect
 import logging
 import time
 
-from ..transport import Channel
-from ..wire._briefcase import CODE, TRACE, Briefcase
-from ..wire._errors import (
+from ...transport import Channel
+from ...wire._briefcase import CODE, TRACE, Briefcase
+from ...wire._errors import (
     LazyFolderError,
     LimitExceeded,
     MeetError,
@@ -30,14 +30,14 @@ from ..wire._errors import (
     TacomaError,
     error_from_wire,
 )
-from ..wire._names import ECHO_AGENT, LAZY_AGENT
-from ..wire._protocol import Accepted, Cancel, Event, Failed, Meet, Result
-from ._access import Access, Principal
-from ._codes import named_in_reply
-from ._dispatch import Dispatch
-from ._meet import RunningMeet, failed
-from ._trips import Trip
-from ._trusted import TrustedAgent
+from ...wire._names import ECHO_AGENT, LAZY_AGENT
+from ...wire._protocol import Accepted, Cancel, Event, Failed, Meet, Result
+from ..meets._access import Access, Principal
+from ..meets._meet import RunningMeet, failed
+from ..meets._trips import Trip
+from ..stores._codes import named_in_reply
+from ..workers._trusted import TrustedAgent
+from ._router import Router
 
 __all__ = ["Session"]
 
@@ -47,9 +47,9 @@ log = logging.getLogger("tacoma.place")
 class Session:
     """A client connection to the place and the meets it has in flight."""
 
-    def __init__(self, dispatch: Dispatch, sessions: set[Session], access: Access) -> None:
-        self.dispatch = dispatch
-        self.meets = dispatch.meets
+    def __init__(self, router: Router, sessions: set[Session], access: Access) -> None:
+        self.router = router
+        self.meets = router.meets
         self.sessions = sessions
         self.access = access
         self.channel: Channel
@@ -100,12 +100,12 @@ class Session:
     def _check_idle(self) -> None:
         """Close the connection once it has had no meet in flight and sent nothing for
         --idle-seconds (idle connections must not hold the place's slots)."""
-        limit = self.dispatch.settings.idle_seconds
+        limit = self.router.settings.idle_seconds
         quiet = time.monotonic() - self._active
         if self.channel.is_closing:
             return
         if quiet >= limit and not self.channel.conn.owed and not self.tasks \
-                and not self.dispatch.builtins.lazy.relaying(self):
+                and not self.router.builtins.lazy.relaying(self):
             self.channel.close(f"idle for {limit:g} s with no meet in flight")
             return
         wait = limit - quiet if quiet < limit else limit
@@ -139,7 +139,7 @@ class Session:
     def channel_closed(self, channel: Channel, exc: BaseException | None) -> None:
         if self._idle is not None:
             self._idle.cancel()
-        self.dispatch.builtins.lazy.forget(self)
+        self.router.builtins.lazy.forget(self)
         for asked in self._asking.values():
             if not asked.done():
                 asked.set_exception(LazyFolderError(
@@ -165,8 +165,8 @@ class Session:
             principal = (self.access.principal(peer, event.principal) if event.principal
                          else self.own)
             self.access.check(principal, event.agent, event.mode, self.access.side(peer),
-                              self.dispatch.address, self.channel.peer)
-            digest = self.dispatch.codes.take(principal.name, event.briefcase)
+                              self.router.address, self.channel.peer)
+            digest = self.router.codes.take(principal.name, event.briefcase)
             if own := sum(not ref.origin for ref in event.briefcase.lazy_refs()):
                 self._take_lazy(event.briefcase, principal, own)
         except (MeetError, ProtocolError, LimitExceeded) as exc:
@@ -174,7 +174,7 @@ class Session:
             return
         if digest is not None and event.mode == "sync":
             self._programs[event.rid] = (event.briefcase[CODE], digest)
-        if event.mode != "go" and self.dispatch.residents.get(event.agent) is not None:
+        if event.mode != "go" and self.router.residents.get(event.agent) is not None:
             self._accept_message(event, principal.name)
             return
         if event.mode == "sync" and not accepted and not self.meets.stopping:
@@ -183,7 +183,7 @@ class Session:
                 # it never takes a slot (every other meet, built-in or not, counts).
                 self._reply(Result(event.rid, event.briefcase))
                 return
-            trusted = self.dispatch.agents.trusted.get(event.agent)
+            trusted = self.router.agents.trusted.get(event.agent)
             if trusted is not None and trusted.plain and trusted.call is not None:
                 self._serve_trusted(event, trusted, principal.name)  # likewise
                 return
@@ -194,7 +194,7 @@ class Session:
             shared = event.mode != "go"
             trip = Trip.take(event.briefcase) if event.mode == "go" else None
             if trip is not None:
-                trips, sender = self.dispatch.hops.trips, (principal.name, principal.via)
+                trips, sender = self.router.hops.trips, (principal.name, principal.via)
                 if (taken := trips.taken_as(trip, sender)) is not None:
                     # Sent again (the connection broke before the answer): taken once, and
                     # answered even at a full place, or the agent would go on from both.
@@ -210,7 +210,7 @@ class Session:
                 self._reply(Accepted(event.rid, event.meet_id))  # sent again: taken once
                 return
             if trip is not None:  # answered before it runs: refuse it now if it cannot
-                self.dispatch.agents.resolve(event.agent)
+                self.router.agents.resolve(event.agent)
             meet = self.meets.new(event.agent, event.briefcase, event.timeout, principal.name,
                                   trip=trip,
                                   traced_at=accepted if event.mode == "sync" else 0,
@@ -229,13 +229,13 @@ class Session:
                       f" via {principal.via}" if principal.via else "", self.channel.peer)
         if trip is not None:
             self._reply(Accepted(event.rid, meet.id))
-            self.meets.spawn(meet, self.dispatch.hops.run_hop(meet))
+            self.meets.spawn(meet, self.router.hops.run_hop(meet))
         elif event.mode == "async":
             # Not cancellable: once journaled, an async meet runs whatever its caller does.
-            self.dispatch.in_background(self._submit(event.rid, meet))
+            self.router.in_background(self._submit(event.rid, meet))
         else:
-            task = self.meets.spawn(meet, self.dispatch.answered(
-                event.rid, functools.partial(self.dispatch.run, meet), meet, self._reply))
+            task = self.meets.spawn(meet, self.router.answered(
+                event.rid, functools.partial(self.router.run, meet), meet, self._reply))
             self._track(event.rid, task, meet)
             if meet.chosen_id:
                 self.chosen[event.rid] = meet
@@ -244,28 +244,28 @@ class Session:
         """A client's own lazy folders in a meet from this connection (`count` with no
         origin yet): this place is their origin, seals them, and relays (asks the client for
         the chunks), within --lazy-bytes and the principal's share of it."""
-        lazy = self.dispatch.builtins.lazy
+        lazy = self.router.builtins.lazy
         lazy.may_relay(self, principal.name, count)
         relay = functools.partial(lazy.relay, self, principal.name)
-        briefcase.with_origin(self.dispatch.address, relay, lazy.seal)
+        briefcase.with_origin(self.router.address, relay, lazy.seal)
 
     def _serve_trusted(self, event: Meet, agent: TrustedAgent, principal: str) -> None:
         """A sync meet with a trusted agent whose meet is a plain function: answered here and
         now, on the place's own loop (see _trusted)."""
-        trusted = self.dispatch.agents.trusted
+        trusted = self.router.agents.trusted
         try:
             returned = trusted.call(agent, event.briefcase, principal)
             if inspect.isawaitable(returned):  # a wrapper of an async def, found out now
-                self.dispatch.in_background(self._await_trusted(event, agent, returned))
+                self.router.in_background(self._await_trusted(event, agent, returned))
                 return
             self._reply(Result(event.rid, trusted.result(agent, event.briefcase, returned)))
         except TacomaError as exc:
             self._reply(failed(event.rid, exc))
 
     async def _await_trusted(self, event: Meet, agent: TrustedAgent, returned: object) -> None:
-        trusted = self.dispatch.agents.trusted
+        trusted = self.router.agents.trusted
         try:
-            done = await trusted.finish(agent, returned, self.dispatch.bounded(event.timeout))
+            done = await trusted.finish(agent, returned, self.router.bounded(event.timeout))
             self._reply(Result(event.rid, trusted.result(agent, event.briefcase, done)))
         except TacomaError as exc:
             self._reply(failed(event.rid, exc))
@@ -273,7 +273,7 @@ class Session:
     async def _submit(self, rid: int, meet: RunningMeet) -> None:
         """An async meet: answered Accepted once the journal holds it (see _journal)."""
         try:
-            meet_id = await self.dispatch.submit(meet)
+            meet_id = await self.router.submit(meet)
         except Exception as exc:  # noqa: BLE001 - refused, or a journal that cannot write
             self._reply(failed(rid, exc))
         else:
@@ -282,7 +282,7 @@ class Session:
     def _accept_message(self, event: Meet, principal: str) -> None:
         """A meet with a resident agent: a message to it from `principal` (see _residents)."""
         try:
-            message = self.dispatch.residents.deliver(event.agent, event.mode,
+            message = self.router.residents.deliver(event.agent, event.mode,
                                                       event.briefcase, "client", principal)
         except MeetError as exc:
             self._reply(failed(event.rid, exc))
@@ -290,9 +290,9 @@ class Session:
         if message.answer is None:  # one-way: in the mailbox is all the sender hears
             self._reply(Accepted(event.rid, message.id))
             return
-        task = asyncio.ensure_future(self.dispatch.answered(
-            event.rid, functools.partial(self.dispatch.residents.answer_of, event,
-                                         message.answer, self.dispatch.bounded(event.timeout)),
+        task = asyncio.ensure_future(self.router.answered(
+            event.rid, functools.partial(self.router.residents.answer_of, event,
+                                         message.answer, self.router.bounded(event.timeout)),
             None,
             self._reply))
         self._track(event.rid, task)

@@ -21,7 +21,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from ..wire._errors import PlaceUnavailable
+from ...wire._errors import PlaceUnavailable
 
 __all__ = ["RUN_DIR", "AgentUids"]
 

@@ -22,8 +22,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..agent import _sandbox
-from ._settings import Limits
+from ...agent import _sandbox
+from .._settings import Limits
 
 __all__ = ["CONTROLLERS", "Cgroups", "Group", "find_controllers"]
 

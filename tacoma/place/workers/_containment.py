@@ -32,13 +32,13 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ..agent import _landlock
-from ..agent._interpreter import worker_sys_path
-from ..agent._mounts import TMP_DIRS, is_below
-from ..wire._errors import MeetTimeout
+from ...agent import _landlock
+from ...agent._interpreter import worker_sys_path
+from ...agent._mounts import TMP_DIRS, is_below
+from ...wire._errors import MeetTimeout
+from .._settings import PlaceSettings
 from ._cgroups import Group
 from ._layers import Layers
-from ._settings import PlaceSettings
 from ._uids import AgentUids
 
 __all__ = ["Containment", "cover_plan", "interpreter_paths", "private_output", "tail"]

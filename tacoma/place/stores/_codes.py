@@ -18,9 +18,9 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass
 
-from ..wire._briefcase import CODE, CODE_HASH, Briefcase
-from ..wire._errors import CodeUnknown, ProtocolError
-from ..wire._program import CODE_BY_HASH_MIN, code_digest
+from ...wire._briefcase import CODE, CODE_HASH, Briefcase
+from ...wire._errors import CodeUnknown, ProtocolError
+from ...wire._program import CODE_BY_HASH_MIN, code_digest
 
 __all__ = ["CodeStore"]
 

@@ -61,8 +61,8 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from ..wire._briefcase import HOME, Briefcase
-from ..wire._errors import MeetError, MeetTimeout, error_from_wire
+from ...wire._briefcase import HOME, Briefcase
+from ...wire._errors import MeetError, MeetTimeout, error_from_wire
 
 __all__ = ["REPORT_EVERY", "Trip", "Trips", "ending"]
 

@@ -30,16 +30,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..agent._interpreter import InProcess, Interpreter
-from ..wire._briefcase import Briefcase
-from ..wire._errors import (
+from ...agent._interpreter import InProcess, Interpreter
+from ...wire._briefcase import Briefcase
+from ...wire._errors import (
     AgentFailed,
     LimitExceeded,
     MeetTimeout,
     PlaceUnavailable,
     TacomaError,
 )
-from ..wire._names import RESERVED_AGENTS
+from ...wire._names import RESERVED_AGENTS
 
 __all__ = ["Trusted", "TrustedAgent"]
 

@@ -25,10 +25,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from ..client._client import ClientCache
-from ..wire._address import canonical_address
-from ..wire._briefcase import Briefcase
-from ..wire._errors import (
+from ...client._client import ClientCache
+from ...wire._address import canonical_address
+from ...wire._briefcase import Briefcase
+from ...wire._errors import (
     ConnectError,
     LazyFolderError,
     LimitExceeded,
@@ -37,13 +37,13 @@ from ..wire._errors import (
     TransportError,
     TrustError,
 )
-from ..wire._lazy import CHUNK, MAX_COUNT, Ref, Source, new_id
-from ..wire._names import LAZY_AGENT
-from ..wire._text import shown
-from ._settings import PlaceSettings
+from ...wire._lazy import CHUNK, MAX_COUNT, Ref, Source, new_id
+from ...wire._names import LAZY_AGENT
+from ...wire._text import shown
+from .._settings import PlaceSettings
 
 if TYPE_CHECKING:
-    from ..trust._seal import Seals
+    from ...trust._seal import Seals
 
 __all__ = ["LazyStore"]
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import msgpack
 
-from ..agent._interpreter import Interpreter
-from ..agent._zygote import MAX_CONTROL
-from ..wire._errors import PlaceUnavailable
+from ...agent._interpreter import Interpreter
+from ...agent._zygote import MAX_CONTROL
+from ...wire._errors import PlaceUnavailable
 from ._containment import tail
 
 __all__ = ["START_TIMEOUT", "ZygoteHandle"]

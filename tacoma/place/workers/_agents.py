@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..agent._interpreter import Interpreter
-from ..wire._errors import MeetError, PlaceUnavailable, UnknownAgent
-from ..wire._names import BUILT_IN
+from ...agent._interpreter import Interpreter
+from ...wire._errors import MeetError, PlaceUnavailable, UnknownAgent
+from ...wire._names import BUILT_IN
 from ._pool import WorkerPool
 from ._trusted import Trusted, TrustedAgent
 

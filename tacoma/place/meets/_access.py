@@ -33,13 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..client._client import PlaceClient
-from ..client._identity import Credentials
-from ..transport import Channel
-from ..trust._store import LOCAL_PLACE, Bundle, TrustStore, check_name
-from ..trust._tls import DenyList, Peer, RateLimitedLog, ServerTLS
-from ..wire._errors import NotAllowed, NotAuthorized, TrustError
-from ..wire._names import (
+from ...client._client import PlaceClient
+from ...client._identity import Credentials
+from ...transport import Channel
+from ...trust._store import LOCAL_PLACE, Bundle, TrustStore, check_name
+from ...trust._tls import DenyList, Peer, RateLimitedLog, ServerTLS
+from ...wire._errors import NotAllowed, NotAuthorized, TrustError
+from ...wire._names import (
     ADMIN_AGENT,
     CABINET_AGENT,
     ECHO_AGENT,
@@ -49,11 +49,11 @@ from ..wire._names import (
     STATUS_AGENT,
     TRIP_AGENT,
 )
-from ..wire._text import shown
-from ._settings import PlaceSettings
+from ...wire._text import shown
+from .._settings import PlaceSettings
 
 if TYPE_CHECKING:
-    from ..trust._seal import Seals
+    from ...trust._seal import Seals
 
 __all__ = ["DOORS", "Access", "Door", "Principal", "Rules", "Side"]
 
@@ -176,12 +176,12 @@ class Access:
         # The place meets other places (agents' meets, moves, trips' ends) as itself, and
         # seals what only it may say (its lazy folders' references).
         self.credentials = Credentials(bundle)
-        from ..trust._seal import Seals  # cryptography, as for the identity above
+        from ...trust._seal import Seals  # cryptography, as for the identity above
 
         self.seals = Seals(bundle, self.tls.deny_list)
 
     def _identity(self, store: TrustStore, host: str) -> Bundle:
-        from ..trust import _certs  # cryptography: a place reads its own certificate once
+        from ...trust import _certs  # cryptography: a place reads its own certificate once
 
         spec = self.settings.identity
         if spec is None:

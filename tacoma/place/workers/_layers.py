@@ -15,7 +15,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from ..agent import _landlock
+from ...agent import _landlock
 from . import _seccomp
 from ._cgroups import CONTROLLERS, Cgroups, find_controllers
 

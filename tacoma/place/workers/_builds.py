@@ -30,18 +30,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..agent._interpreter import Interpreter
-from ..agent._sandbox import describe_exit
-from ..wire._errors import (
+from ...agent._interpreter import Interpreter
+from ...agent._sandbox import describe_exit
+from ...wire._errors import (
     AgentFailed,
     AgentKilled,
     LimitExceeded,
     MeetTimeout,
     PlaceUnavailable,
 )
-from ..wire._program import artifact_key
+from ...wire._program import artifact_key
+from ..stores._statedir import Disk, disk_full
 from ._containment import Containment
-from ._statedir import Disk, disk_full
 
 __all__ = ["Builds"]
 

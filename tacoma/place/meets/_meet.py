@@ -29,9 +29,9 @@ import time
 from collections.abc import Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..wire._address import canonical_address
-from ..wire._briefcase import Briefcase
-from ..wire._errors import (
+from ...wire._address import canonical_address
+from ...wire._briefcase import Briefcase
+from ...wire._errors import (
     AgentKilled,
     MeetError,
     MeetTimeout,
@@ -39,13 +39,13 @@ from ..wire._errors import (
     TacomaError,
     kind_of,
 )
-from ..wire._names import ADMIN_AGENT, HOME_AGENT, STATUS_AGENT, TRIP_AGENT
-from ..wire._protocol import Failed
-from ..wire._trace import read as read_trace
-from ..wire._trace import record
+from ...wire._names import ADMIN_AGENT, HOME_AGENT, STATUS_AGENT, TRIP_AGENT
+from ...wire._protocol import Failed
+from ...wire._trace import read as read_trace
+from ...wire._trace import record
 
 if TYPE_CHECKING:
-    from ._pool import Worker
+    from ..workers._pool import Worker
     from ._trips import Trip
 
 __all__ = ["ALWAYS_SERVED", "AtCapacity", "Meets", "RunningMeet", "failed"]

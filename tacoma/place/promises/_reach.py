@@ -24,10 +24,10 @@ import collections
 import logging
 import time
 
-from ..client._client import ClientCache, PlaceClient
-from ..wire._address import canonical_address
-from ..wire._errors import ConnectError, LimitExceeded, PlaceUnavailable, TacomaError
-from ..wire._text import shown
+from ...client._client import ClientCache, PlaceClient
+from ...wire._address import canonical_address
+from ...wire._errors import ConnectError, LimitExceeded, PlaceUnavailable, TacomaError
+from ...wire._text import shown
 
 __all__ = ["Reach"]
 

@@ -23,10 +23,10 @@ import secrets
 import time
 from typing import Any
 
-from .._version import __version__
-from ..wire._briefcase import TRACE, Briefcase
-from ..wire._errors import LimitExceeded, MeetError, NotAllowed, UnknownAgent
-from ..wire._names import (
+from ..._version import __version__
+from ...wire._briefcase import TRACE, Briefcase
+from ...wire._errors import LimitExceeded, MeetError, NotAllowed, UnknownAgent
+from ...wire._names import (
     ADMIN_AGENT,
     BUILT_IN,
     CABINET_AGENT,
@@ -35,17 +35,17 @@ from ..wire._names import (
     STATUS_AGENT,
     TRIP_AGENT,
 )
-from ..wire._text import shown
-from ._agents import Agents
-from ._cabinets import Cabinets
-from ._codes import CodeStore
-from ._journal import Journal, pack
-from ._layers import Layer
-from ._lazy import LazyStore
-from ._meet import ALWAYS_SERVED, Meets, RunningMeet
-from ._residents import Residents
-from ._settings import PlaceSettings
-from ._trips import Trips
+from ...wire._text import shown
+from .._settings import PlaceSettings
+from ..meets._meet import ALWAYS_SERVED, Meets, RunningMeet
+from ..meets._residents import Residents
+from ..meets._trips import Trips
+from ..promises._journal import Journal, pack
+from ..stores._cabinets import Cabinets
+from ..stores._codes import CodeStore
+from ..stores._lazy import LazyStore
+from ..workers._agents import Agents
+from ..workers._layers import Layer
 
 __all__ = ["BuiltIns"]
 
@@ -93,6 +93,23 @@ class BuiltIns:
         self.residents = residents
         self.admin_token = admin_token  # this run's, in the state directory (see _place)
 
+    async def trip_ended(self, briefcase: Briefcase, principal: str) -> None:
+        """ag_home: the end of a trip of `principal` that began here (from the place
+        where it ended, or this one): to its waiting caller, else to the journal."""
+        late = self.trips.end(briefcase, principal)
+        if late is not None:  # its caller stopped waiting: the journal keeps the end
+            trip_id, failure = late
+            error = (failure.kind, failure.message, failure.detail) if failure else None
+            meet_id = await self.journal.trip_ended(trip_id, principal,
+                                                    briefcase if not failure else None,
+                                                    error)
+            if meet_id is None:
+                log.warning("trip %s of %s ended, but this place has no record of it",
+                            trip_id, shown(principal, 80))
+            else:
+                log.info("trip %s of meet %s ended after its caller stopped waiting; "
+                         "its outcome is recorded", trip_id, meet_id)
+
     async def serve(self, agent: str, briefcase: Briefcase, who: str | None,
                     admin: bool = False, principal: str = "",
                     origins: set[str] | None = None) -> Briefcase:
@@ -105,19 +122,7 @@ class BuiltIns:
             return await self.lazy.serve(briefcase, principal, who is not None, self.max_wait,
                                          origins or set())
         if agent == HOME_AGENT:
-            late = self.trips.end(briefcase, principal)
-            if late is not None:  # its caller stopped waiting: the journal keeps the end
-                trip_id, failure = late
-                error = (failure.kind, failure.message, failure.detail) if failure else None
-                meet_id = await self.journal.trip_ended(trip_id, principal,
-                                                        briefcase if not failure else None,
-                                                        error)
-                if meet_id is None:
-                    log.warning("trip %s of %s ended, but this place has no record of it",
-                                trip_id, shown(principal, 80))
-                else:
-                    log.info("trip %s of meet %s ended after its caller stopped waiting; "
-                             "its outcome is recorded", trip_id, meet_id)
+            await self.trip_ended(briefcase, principal)
             return Briefcase()
         if agent == ADMIN_AGENT:
             return await self._admin(briefcase, admin)

@@ -28,10 +28,10 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from ..client._client import ClientCache
-from ..wire._address import canonical_address, split_target
-from ..wire._briefcase import CODE, CODE_NAME, RERUN, TRACE, Briefcase
-from ..wire._errors import (
+from ...client._client import ClientCache
+from ...wire._address import canonical_address, split_target
+from ...wire._briefcase import CODE, CODE_NAME, RERUN, TRACE, Briefcase
+from ...wire._errors import (
     MeetError,
     MeetTimeout,
     MessageError,
@@ -39,28 +39,28 @@ from ..wire._errors import (
     PlaceUnavailable,
     TacomaError,
 )
-from ..wire._names import BUILT_IN, HOME_AGENT, MAILBOX_AGENT, TRIP_AGENT
-from ..wire._program import program_bytes, program_name
-from ..wire._protocol import Accepted, Event, Meet, Result
-from ._access import Access, Principal, Side
-from ._agents import Agents, BuiltInAgent, PooledAgent
-from ._builds import Builds
+from ...wire._names import BUILT_IN, HOME_AGENT, MAILBOX_AGENT, TRIP_AGENT
+from ...wire._program import program_bytes, program_name
+from ...wire._protocol import Accepted, Event, Meet, Result
+from .._settings import PlaceSettings
+from ..meets._access import Access, Principal, Side
+from ..meets._meet import AtCapacity, Meets, RunningMeet, failed
+from ..meets._residents import Residents
+from ..meets._trips import Trips
+from ..promises._hops import Hops, Moved
+from ..promises._journal import Journal, Record
+from ..promises._reach import Reach
+from ..workers._agents import Agents, BuiltInAgent, PooledAgent
+from ..workers._builds import Builds
+from ..workers._pool import Worker
 from ._builtins import BuiltIns
-from ._hops import Hops, Moved
-from ._journal import Journal, Record
-from ._meet import AtCapacity, Meets, RunningMeet, failed
-from ._pool import Worker
-from ._reach import Reach
-from ._residents import Residents
-from ._settings import PlaceSettings
-from ._trips import Trips
 
-__all__ = ["Dispatch", "failed"]
+__all__ = ["Router", "failed"]
 
 log = logging.getLogger("tacoma.place")
 
 
-class Dispatch:
+class Router:
     """Runs the meets of one place, whoever made them (a client, or an agent here)."""
 
     def __init__(self, settings: PlaceSettings, agents: Agents, meets: Meets,
@@ -88,9 +88,9 @@ class Dispatch:
         self._watching: set[asyncio.Task[None]] = set()
         #: Connections to the places agents name (see _reach).
         self.reach = Reach(self.clients, self.address)
-        self.hops = Hops(self.address, trips, meets, journal, self.clients, builtins, self.run,
-                         self.in_background, self.bounded, self.reach,
-                         settings.trip_timings)
+        self.hops = Hops(self.address, trips, meets, journal, self.clients,
+                         builtins.trip_ended, self.run, self.in_background, self.bounded,
+                         self.reach, settings.trip_timings)
 
     # ------------------------------------------------------------------ the meet path
     async def run(self, meet: RunningMeet) -> Briefcase:

@@ -47,9 +47,9 @@ from typing import Any
 
 import msgpack
 
-from ..wire._briefcase import Briefcase
-from ..wire._errors import LimitExceeded, PlaceUnavailable, TacomaError, kind_of
-from ._statedir import Disk, disk_full
+from ...wire._briefcase import Briefcase
+from ...wire._errors import LimitExceeded, PlaceUnavailable, TacomaError, kind_of
+from ..stores._statedir import Disk, disk_full
 
 __all__ = ["STATES", "Journal", "Record"]
 

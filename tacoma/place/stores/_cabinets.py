@@ -72,10 +72,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from ..wire._briefcase import CABINET_REQUEST_FOLDERS, Briefcase
-from ..wire._errors import CabinetError, LimitExceeded
-from ..wire._text import escape, shown
-from ._settings import PlaceSettings
+from ...wire._briefcase import CABINET_REQUEST_FOLDERS, Briefcase
+from ...wire._errors import CabinetError, LimitExceeded
+from ...wire._text import escape, shown
+from .._settings import PlaceSettings
 from ._statedir import Disk, disk_full
 
 __all__ = ["Cabinet", "Cabinets", "Caller", "Store"]

@@ -32,12 +32,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..agent import _sandbox
-from ..agent._interpreter import Interpreter
-from ..agent._sandbox import describe_exit
-from ..transport import Channel
-from ..wire._briefcase import Briefcase
-from ..wire._errors import (
+from ...agent import _sandbox
+from ...agent._interpreter import Interpreter
+from ...agent._sandbox import describe_exit
+from ...transport import Channel
+from ...wire._briefcase import Briefcase
+from ...wire._errors import (
     AgentFailed,
     AgentKilled,
     ConnectionLost,
@@ -47,7 +47,7 @@ from ..wire._errors import (
     TacomaError,
     error_from_wire,
 )
-from ..wire._protocol import Event, Failed, Log, Meet, Result, Role
+from ...wire._protocol import Event, Failed, Log, Meet, Result, Role
 from ._cgroups import Group
 from ._containment import Containment, private_output, tail
 from ._zygotes import START_TIMEOUT, ZygoteHandle

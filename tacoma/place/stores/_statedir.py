@@ -24,7 +24,7 @@ import os
 import stat
 from pathlib import Path
 
-from ..wire._errors import LimitExceeded, PlaceUnavailable
+from ...wire._errors import LimitExceeded, PlaceUnavailable
 
 __all__ = ["LOCK_NAME", "Disk", "StateDir", "disk_full"]
 

@@ -6,6 +6,7 @@ limits catch is in test_isolation.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -18,6 +19,17 @@ from pathlib import Path
 
 import pytest
 import tacoma
+from tacoma.agent import _landlock
+from tacoma.agent._plan import (
+    Artifacts,
+    Landlock,
+    Mounts,
+    Namespaces,
+    Rlimits,
+    SandboxPlan,
+    View,
+    ZygotePlan,
+)
 from tacoma.agent._sandbox import cgroup_members
 from tacoma.place.workers._uids import BASE, BLOCK, AgentUids, _uids_in_use
 
@@ -321,3 +333,75 @@ def test_a_busy_place_makes_few_cgroups(start_place: Callable[..., RunningPlace]
     made = max(int(d.name[1:]) for d in groups())
     # 4 languages x 2 ready workers, then a replacement for each meet: 20 made without reuse.
     assert 8 <= made <= 12, made
+
+
+# --------------------------------------------------------------------------- the plan
+def _a_plan() -> SandboxPlan:
+    """A plan with every field set: every layer, and a worker's and a build's parts."""
+    return SandboxPlan(
+        workdir="/state/work/python-1", env={"HOME": "/state/work/python-1", "LANG": "C.UTF-8"},
+        cgroups=("/sys/fs/cgroup/tacoma/w1",),
+        limits=Rlimits(cpu_seconds=30, memory_bytes=1 << 30, file_bytes=1 << 26, open_files=256),
+        nproc=64,
+        mounts=Mounts(at="/state/work", quota=1 << 28, uid=60001,
+                      keep=("/usr/lib/python3", "/state"), proc=True, name="python-1",
+                      view=View(covers=(("/root", ("/root/venv",)), ("/state", ())),
+                                hide_files=("/etc/tacoma/identity.pem",))),
+        userns=True,
+        landlock=Landlock(rules=(("/usr", _landlock.RUN),
+                                 ("/state/work/python-1", _landlock.WRITE)), deny_tcp=True),
+        uid=60001, seccomp=bytes(range(16)), place="127.0.0.1:7707", max_frame=1 << 20,
+        prefetch=4, ahead=True, artifacts=Artifacts(directory="/state/cache/c", build_id="cc 1"),
+        argv=("cc", "-o", "agent", "agent.c"), namespaces=True, parent=1234, parent_pidfd=5,
+        fd=6)
+
+
+def test_a_plan_round_trips_through_its_wire_form() -> None:
+    import msgpack
+
+    plan = _a_plan()
+    wire = plan.to_wire()
+    assert SandboxPlan.from_wire(wire) == plan
+    # The transports it takes: msgpack to a zygote, JSON on a build's command line.
+    assert SandboxPlan.from_wire(msgpack.unpackb(msgpack.packb(wire, use_bin_type=True),
+                                                 raw=False)) == plan
+    assert SandboxPlan.from_wire(json.loads(json.dumps(wire))) == plan
+    # Where a layer does not apply, and what only some processes need, left out.
+    bare = dataclasses.replace(plan, mounts=None, landlock=None, seccomp=None, uid=None,
+                               nproc=None, artifacts=None)
+    assert SandboxPlan.from_wire(json.loads(json.dumps(bare.to_wire()))) == bare
+    optional = {"mounts", "landlock", "ahead", "artifacts", "argv", "namespaces", "parent",
+                "parent_pidfd", "fd"}
+    assert SandboxPlan.from_wire({k: v for k, v in bare.to_wire().items()
+                                  if k not in optional}) \
+        == dataclasses.replace(bare, ahead=False, argv=(), namespaces=False, parent=0,
+                               parent_pidfd=None, fd=-1)
+    zygote = ZygotePlan(parent=1234, control_fd=7, namespaces=Namespaces(
+        netns=True, pidns=True, userns=False, view=plan.mounts.view if plan.mounts else None))
+    assert ZygotePlan.from_wire(json.loads(json.dumps(zygote.to_wire()))) == zygote
+
+
+def test_a_plan_with_an_unknown_or_missing_key_is_refused_saying_which() -> None:
+    wire = _a_plan().to_wire()
+    with pytest.raises(ValueError, match=r"sandbox plan: unknown key 'netns' \(the place and"):
+        SandboxPlan.from_wire({**wire, "netns": True})
+    with pytest.raises(ValueError, match="sandbox plan: missing keys 'limits', 'workdir'"):
+        SandboxPlan.from_wire({k: v for k, v in wire.items() if k not in ("limits", "workdir")})
+    mounts = {k: v for k, v in wire["mounts"].items() if k != "quota"}
+    with pytest.raises(ValueError, match="sandbox plan: mounts: missing key 'quota'"):
+        SandboxPlan.from_wire({**wire, "mounts": mounts})
+    with pytest.raises(ValueError, match="sandbox plan: uid: expected int or None, got '0'"):
+        SandboxPlan.from_wire({**wire, "uid": "0"})
+    with pytest.raises(ValueError, match="zygote plan: missing key 'control_fd'"):
+        ZygotePlan.from_wire({"parent": 1, "namespaces": {"netns": False, "pidns": False,
+                                                          "userns": False}})
+
+
+def test_a_process_given_a_plan_it_cannot_read_says_why(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    from tacoma.agent._sandbox import plan_from_argv
+
+    wire = {**_a_plan().to_wire(), "sandbox": "none"}
+    monkeypatch.setattr(sys, "argv", ["tacoma-agent", json.dumps(wire)])
+    with pytest.raises(SystemExit, match="tacoma worker: sandbox plan: unknown key 'sandbox'"):
+        plan_from_argv(SandboxPlan.from_wire)

@@ -270,9 +270,11 @@ def _program(meet: Meet, channel: AgentChannel) -> str:
     if not meet.briefcase.folder(CODE):
         raise AgentFailure(f"{meet.agent} needs its C program in the CODE folder "
                            f"(tacoma meet {meet.agent} --code FILE)")
-    plan = channel.plan
-    key = artifact_key(str(plan["build_id"]), program_bytes(meet.briefcase))
-    path = os.path.join(str(plan["artifacts"]), key)
+    artifacts = channel.plan.artifacts if channel.plan is not None else None
+    if artifacts is None:  # the place gives every C worker its cache (`_builds`)
+        raise AgentFailure("this C worker was started without the place's compiled programs")
+    key = artifact_key(artifacts.build_id, program_bytes(meet.briefcase))
+    path = os.path.join(artifacts.directory, key)
     if not os.path.isfile(path):
         raise AgentFailure(f"the compiled program {key[:16]} is not in the place's cache")
     return path
@@ -390,7 +392,7 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
         name = signal.Signals(-code).name
         raise AgentFailure(_crash_message(name, CRASHES[signal.Signals(-code)], output),
                            _symbolize(output, path, program_name(meet.briefcase)))
-    cpu_seconds = int(channel.plan.get("limits", {}).get("cpu_seconds", 0))
+    cpu_seconds = channel.plan.limits.cpu_seconds if channel.plan is not None else 0
     cpu_used = usage.ru_utime + usage.ru_stime
     if code < 0:
         raise AgentFailure(describe_exit(code, cpu_seconds, cpu_used, "C agent"), output,

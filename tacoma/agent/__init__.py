@@ -1,8 +1,9 @@
 """The agent's worker image: what runs inside an agent's own OS process.
 
-The zygote that forks workers, the sandbox each one enters, the blocking channel to its
-place, the agent API as one table that every language adapter binds (`API`, in _api), and
-the `Interpreter` interface an adapter implements. Standard library and msgpack only, no
+The zygote that forks workers, the sandbox each one enters and the plan it enters by
+(`_plan`: the place builds it, this image reads it), the blocking channel to its place,
+the agent API as one table that every language adapter binds (`API`, in _api), and the
+`Interpreter` interface an adapter implements. Standard library and msgpack only, no
 asyncio (a test checks): this is the image every agent process starts from, and it must
 start fast.
 """

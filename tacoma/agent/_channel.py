@@ -99,7 +99,7 @@ class AgentChannel:
     def __init__(self, fd: int, max_frame: int) -> None:
         self.fd = fd
         self.conn = Connection(Role.WORKER, max_frame)
-        self.plan: dict[str, Any] = {}  # the sandbox plan this worker was started with
+        self.plan: SandboxPlan | None = None  # the plan this worker entered (serve_one)
         self.gone: str | None = None  # the place the agent went to, once it went
         self._unacked: set[int] = set()  # rids of acknowledged sends not yet waited for
         self.read_at = 0  # perf_counter_ns() after the last read (for traced meets)
@@ -384,7 +384,9 @@ Runner = Callable[[Meet, AgentChannel], Briefcase]
 # typing costs a worker ~9 ms to import; annotations are strings (PEP 563) anyway.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, NoReturn
+    from typing import NoReturn
+
+    from ._plan import SandboxPlan
 
 
 def program_text(meet: Meet, language: str) -> str:
@@ -423,7 +425,7 @@ def warm_up(run: Runner, meet: Meet) -> None:
     _warm_up(run, AgentChannel(-1, 1 << 20), meet)
 
 
-def serve_one(run: Runner, plan: dict[str, Any],
+def serve_one(run: Runner, plan: SandboxPlan,
               prepare: Callable[[], None] | None = None,
               warm: Meet | None = None) -> None:
     """Confine this process as `plan` says, serve one meet with `run`, and return.
@@ -434,7 +436,7 @@ def serve_one(run: Runner, plan: dict[str, Any],
     start its interpreter off the meet's critical path.
 
     `warm`, if given, is the zygote's warm-up meet, taken through `run` again here when the
-    place started this worker ahead of its meet (a pool's, `plan["ahead"]`): a forked
+    place started this worker ahead of its meet (a pool's, `plan.ahead`): a forked
     worker shares its zygote's pages until it writes to them, and CPython writes to every
     object it touches (reference counts, the type cache, frames), so a first meet would
     take hundreds of copy-on-write page faults on its critical path. Taken here, they are
@@ -444,14 +446,14 @@ def serve_one(run: Runner, plan: dict[str, Any],
     _sandbox.enter(plan)
     if prepare is not None:
         prepare()
-    if warm is not None and plan.get("ahead"):
+    if warm is not None and plan.ahead:
         warm_up(run, warm)
-    fd = int(plan["fd"])
+    fd = plan.fd
     os.set_inheritable(fd, False)  # the agent's own children do not get it
-    channel = AgentChannel(fd, int(plan["max_frame"]))
-    channel.place = str(plan.get("place", ""))
+    channel = AgentChannel(fd, plan.max_frame)
+    channel.place = plan.place
     channel.plan = plan
-    attach_lazy(channel.lazy_fetch, channel.lazy_keep, int(plan.get("prefetch", 1)))
+    attach_lazy(channel.lazy_fetch, channel.lazy_keep, plan.prefetch)
     channel.hello()
     try:
         meet = channel.wait_meet()

@@ -2,9 +2,9 @@
 
 Every worker process, whatever its language, calls `enter(plan)` first thing, before it says
 Hello to its place and long before any agent code runs (so none of this is on a meet's
-critical path: the pool pre-starts workers). The plan is made by the place
-(`place.workers._containment.Containment.plan`, the outside of confinement) and passed to the
-zygote with the spawn request (or as JSON on the command line, for a build). What the
+critical path: the pool pre-starts workers). The plan (`_plan.SandboxPlan`) is made by the
+place (`place.workers._containment.Containment.plan`, the outside of confinement) and passed
+to the zygote with the spawn request (or as JSON on the command line, for a build). What the
 zygote does before the fork belongs to the same story: it is in a network namespace of its
 own (empty: no interface but a loopback that is down), and forks each worker as the first
 process of a new PID namespace (`_zygote`).
@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import json
 import os
 import resource
@@ -53,11 +54,15 @@ import sys
 from . import _landlock, _mounts
 from ._libc import check, error
 from ._libc import libc as _libc
+from ._plan import Mounts, SandboxPlan
 
 # typing costs a worker ~9 ms to import; annotations are strings (PEP 563) anyway.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from collections.abc import Callable
+    from typing import TypeVar
+
+    P = TypeVar("P")
 
 __all__ = ["CLONE_NEWNET", "CLONE_NEWPID", "CLONE_NEWUSER", "become_subreaper",
            "cgroup_members", "children", "close_inherited", "describe_exit",
@@ -167,53 +172,64 @@ def _setrlimit(which: int, value: int, slack: int = 0) -> None:
     resource.setrlimit(which, (soft, new_hard))
 
 
-def enter(plan: dict[str, Any]) -> None:
+def _mount_spec(mounts: Mounts) -> dict[str, object]:
+    """`mounts` as `_mounts` takes it: its spec is still a map, made here in the process
+    that applies it (nothing of it crosses a process boundary as a map)."""
+    spec: dict[str, object] = {"at": mounts.at, "quota": mounts.quota, "uid": mounts.uid,
+                               "keep": list(mounts.keep), "proc": mounts.proc,
+                               "name": mounts.name}
+    if mounts.view is not None:
+        spec["covers"] = [(directory, list(shown)) for directory, shown in mounts.view.covers]
+        spec["hide_files"] = list(mounts.view.hide_files)
+    return spec
+
+
+def enter(plan: SandboxPlan) -> None:
     """Confine this process as `plan` says; raises OSError if a layer cannot be applied."""
-    for cgroup in plan.get("cgroups") or []:
+    for cgroup in plan.cgroups:
         with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
             f.write(str(os.getpid()))
-    limits = plan["limits"]
+    limits = plan.limits
     _setrlimit(resource.RLIMIT_CORE, 0)
-    _setrlimit(resource.RLIMIT_NOFILE, int(limits["open_files"]))
-    _setrlimit(resource.RLIMIT_FSIZE, int(limits["file_bytes"]))
-    _setrlimit(resource.RLIMIT_AS, int(limits["memory_bytes"]))
-    if plan.get("nproc") is not None:
-        _setrlimit(resource.RLIMIT_NPROC, int(plan["nproc"]))
+    _setrlimit(resource.RLIMIT_NOFILE, limits.open_files)
+    _setrlimit(resource.RLIMIT_FSIZE, limits.file_bytes)
+    _setrlimit(resource.RLIMIT_AS, limits.memory_bytes)
+    if plan.nproc is not None:
+        _setrlimit(resource.RLIMIT_NPROC, plan.nproc)
     used = resource.getrusage(resource.RUSAGE_SELF)
     spent = int(used.ru_utime + used.ru_stime) + 1
     # One second between soft and hard limit: the kernel sends SIGXCPU at the soft limit
     # (reported as "CPU time limit reached") and SIGKILL at the hard one: where SIGXCPU is
     # blocked (Guile) or cannot kill (the first process of a PID namespace ignores it).
-    _setrlimit(resource.RLIMIT_CPU, spent + int(limits["cpu_seconds"]), slack=1)
+    _setrlimit(resource.RLIMIT_CPU, spent + limits.cpu_seconds, slack=1)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    mounts = plan.get("mounts")
-    if mounts and "covers" in mounts:  # a build: no zygote prepared its view
-        _mounts.enter_namespace(mounts)
-    elif mounts:
-        _mounts.enter_scratch({**mounts, "unshare": True})
-    if plan.get("userns"):
+    mounts = plan.mounts
+    if mounts is not None and mounts.view is not None:  # a build: no zygote prepared it
+        _mounts.enter_namespace(_mount_spec(mounts))
+    elif mounts is not None:
+        _mounts.enter_scratch({**_mount_spec(mounts), "unshare": True})
+    if plan.userns:
         # A user namespace of the worker's own, nested in its zygote's: the kernel counts
         # RLIMIT_NPROC per user *and namespace*, so this is what makes the limit the
         # agent's own allowance. In the zygote's namespace every worker's processes
         # counted together, starting from none of the user's others on the host.
         enter_user_namespace()
     _prctl(_PR_SET_NO_NEW_PRIVS, 1)
-    if plan.get("landlock"):
-        landlock = plan["landlock"]
-        _landlock.restrict([(str(path), int(access)) for path, access in landlock["rules"]],
-                           deny_tcp=bool(landlock["deny_tcp"]), scope=True)
+    if plan.landlock is not None:
+        _landlock.restrict(list(plan.landlock.rules), deny_tcp=plan.landlock.deny_tcp,
+                           scope=True)
     # Root that stays root (--same-uid) would get every capability back at an exec; a
     # worker in a user namespace holds them all there. Changing to another uid clears them.
-    stays_root = plan.get("uid") is None and os.geteuid() == 0
-    if stays_root or plan.get("userns"):
+    stays_root = plan.uid is None and os.geteuid() == 0
+    if stays_root or plan.userns:
         _drop_bounding_capabilities()
-    if plan.get("uid") is not None:
-        _become(int(plan["uid"]))
-    if stays_root or plan.get("userns"):
+    if plan.uid is not None:
+        _become(plan.uid)
+    if stays_root or plan.userns:
         _drop_capabilities()
-    die_with_parent(int(plan["parent"]), pidfd=plan.get("parent_pidfd"))
-    if plan.get("seccomp"):
-        _load_seccomp(bytes.fromhex(str(plan["seccomp"])))
+    die_with_parent(plan.parent, pidfd=plan.parent_pidfd)
+    if plan.seccomp:
+        _load_seccomp(plan.seccomp)
     os.umask(0o077)
 
 
@@ -289,17 +305,17 @@ def exec_plan() -> None:
 
     How the place runs a program other than a worker under an agent's confinement (a
     compiler on an agent's source, say); never returns. Where the plan asks for namespaces
-    ("namespaces", as root), this process stays outside as the waiter that mirrors the
+    (`namespaces`, as root), this process stays outside as the waiter that mirrors the
     program's exit, and the program runs as the first process of new PID and network
     namespaces (so its /proc shows only itself, and it has no network).
     """
-    plan = plan_from_argv()
-    argv = [str(arg) for arg in plan["argv"]]
+    plan = plan_from_argv(SandboxPlan.from_wire)
+    argv = list(plan.argv)
     close_inherited()
-    if plan.get("userns"):  # not root: the namespaces are made in a user namespace
+    if plan.userns:  # not root: the namespaces are made in a user namespace
         enter_user_namespace(CLONE_NEWNET)
-    if plan.get("namespaces"):
-        die_with_parent(int(plan["parent"]))
+    if plan.namespaces:
+        die_with_parent(plan.parent)
         unshare(CLONE_NEWPID | CLONE_NEWNET)
         child = os.fork()
         if child:
@@ -308,7 +324,7 @@ def exec_plan() -> None:
             os._exit(code if code >= 0 else 128 - code)
         # The waiter is outside this PID namespace: getppid() is 0 here, and that is who
         # the death signal is armed for.
-        plan = {**plan, "parent_pidfd": None, "parent": 0}
+        plan = dataclasses.replace(plan, parent_pidfd=None, parent=0)
     enter(plan)
     try:
         os.execvp(argv[0], argv)  # noqa: S606 - the place's own command, confined
@@ -317,12 +333,16 @@ def exec_plan() -> None:
         os._exit(127)
 
 
-def plan_from_argv() -> dict[str, Any]:
-    """The plan the place passed as the last command-line argument."""
+def plan_from_argv(from_wire: Callable[[object], P]) -> P:
+    """The plan the place passed as the last command-line argument, read by `from_wire`
+    (`SandboxPlan.from_wire`, or `ZygotePlan.from_wire`)."""
     plan = json.loads(sys.argv[-1])
     if not isinstance(plan, dict):
         raise SystemExit("tacoma worker: expected a JSON sandbox plan as the last argument")
-    return plan
+    try:
+        return from_wire(plan)
+    except ValueError as exc:
+        raise SystemExit(f"tacoma worker: {exc}") from None
 
 
 _SIGNALS = {s.value for s in signal.Signals}

@@ -25,13 +25,15 @@ dies (SIGTERM as its parent-death signal, or the control socket's end), the zygo
 every process of its live workers, through their cgroups where they have them and their
 process groups otherwise, and exits: an agent's own children do not outlive the place.
 
-Control messages are msgpack maps: place -> zygote `{"op": "spawn", "id", "plan"}` with the
-worker's channel and output file descriptors attached (SCM_RIGHTS); zygote -> place
-`{"op": "ready"}` (or `{"op": "failed", "message"}` if it could not enter its namespaces),
-`{"op": "spawned", "id", "pid"}` (or `{"op": "spawn-failed", "id", "message"}`),
-`{"op": "exited", "pid", "status",
-"cpu"}` (status as subprocess reports it: an exit code, or minus the signal number; cpu:
-the seconds of CPU the worker used, so a kill at the CPU limit can be told as such).
+The zygote starts with a `_plan.ZygotePlan` as JSON on its command line. Control messages
+are msgpack maps: place -> zygote `{"op": "spawn", "id", "plan"}` (the worker's
+`_plan.SandboxPlan`, in its wire form) with the worker's channel and output file
+descriptors attached (SCM_RIGHTS); zygote -> place `{"op": "ready"}` (or `{"op": "failed",
+"message"}` if it could not enter its namespaces), `{"op": "spawned", "id", "pid"}` (or
+`{"op": "spawn-failed", "id", "message"}`, also for a plan it cannot read),
+`{"op": "exited", "pid", "status", "cpu"}` (status as subprocess reports it: an exit code,
+or minus the signal number; cpu: the seconds of CPU the worker used, so a kill at the CPU
+limit can be told as such).
 
 Standard library and msgpack only: this is the image every agent process starts from.
 """
@@ -39,6 +41,7 @@ Standard library and msgpack only: this is the image every agent process starts 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import os
 import select
@@ -52,6 +55,7 @@ import msgpack
 
 from ..wire._protocol import Meet
 from . import _channel, _mounts, _sandbox
+from ._plan import SandboxPlan, ZygotePlan
 
 __all__ = ["main"]
 
@@ -116,7 +120,7 @@ def _kill_everything(live: dict[int, str | None]) -> None:
     _kill_orphans({})
 
 
-def _become_worker(run: _channel.Runner, plan: dict[str, object], fds: list[int],
+def _become_worker(run: _channel.Runner, plan: SandboxPlan, fds: list[int],
                    zygote: int, zygote_fd: int, prepare: Callable[[], None] | None,
                    warm: Meet | None) -> None:
     """In the forked child: shed the zygote's state and serve one meet."""
@@ -125,29 +129,30 @@ def _become_worker(run: _channel.Runner, plan: dict[str, object], fds: list[int]
     os.dup2(output_fd, 1)
     os.dup2(output_fd, 2)
     os.close(output_fd)
-    if not plan.get("mounts"):  # else made in its own tmpfs, and entered, by _sandbox
-        os.chdir(str(plan["workdir"]))
+    if plan.mounts is None:  # else made in its own tmpfs, and entered, by _sandbox
+        os.chdir(plan.workdir)
     os.environ.clear()
-    os.environ.update({str(k): str(v) for k, v in dict(plan["env"]).items()})  # type: ignore[call-overload]
+    os.environ.update(plan.env)
     sys.argv = ["tacoma-agent"]
-    _channel.serve_one(run, {**plan, "fd": channel_fd, "parent": zygote,
-                             "parent_pidfd": zygote_fd}, prepare, warm)
+    _channel.serve_one(run, dataclasses.replace(plan, fd=channel_fd, parent=zygote,
+                                                parent_pidfd=zygote_fd), prepare, warm)
 
 
-def _own_namespaces(plan: dict[str, object]) -> int | None:
+def _own_namespaces(plan: ZygotePlan) -> int | None:
     """Enter the namespaces the plan asks for, once, and prepare the mount view every
     worker shares. Returns the descriptor of this process's own PID namespace where each
     worker is to get a new one (else None)."""
-    if plan.get("userns"):
+    namespaces = plan.namespaces
+    if namespaces.userns:
         _sandbox.enter_user_namespace(_sandbox.CLONE_NEWNET)
-    elif plan.get("netns"):
+    elif namespaces.netns:
         _sandbox.unshare(_sandbox.CLONE_NEWNET)
-    view = plan.get("view")
-    if isinstance(view, dict):
-        _mounts.prepare_view([(str(d), [str(p) for p in paths]) for d, paths in view["covers"]],
-                             [str(p) for p in view["hide_files"]])
+    view = namespaces.view
+    if view is not None:
+        _mounts.prepare_view([(d, list(shown)) for d, shown in view.covers],
+                             list(view.hide_files))
     pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC) \
-        if plan.get("pidns") else None
+        if namespaces.pidns else None
     return pidns
 
 
@@ -166,13 +171,13 @@ def main(run: _channel.Runner, warm_up: Meet | None = None,
     its meet; `prepare` runs in each worker, confined, before it says it is ready (see
     _channel.serve_one).
     """
-    plan = _sandbox.plan_from_argv()
-    _sandbox.close_inherited(keep=(int(plan["control_fd"]),))
-    parent = int(plan["parent"])
+    plan = _sandbox.plan_from_argv(ZygotePlan.from_wire)
+    _sandbox.close_inherited(keep=(plan.control_fd,))
+    parent = plan.parent
     signal.signal(signal.SIGTERM, lambda *_: None)  # wakes the loop below, which cleans up
     _sandbox.die_with_parent(parent, signal.SIGTERM)
     _sandbox.become_subreaper()  # see _reap
-    control = socket.socket(fileno=int(plan["control_fd"]))
+    control = socket.socket(fileno=plan.control_fd)
     os.set_inheritable(control.fileno(), False)
     try:
         pidns = _own_namespaces(plan)
@@ -215,6 +220,13 @@ def main(run: _channel.Runner, warm_up: Meet | None = None,
             _kill_everything(live)
             os._exit(0)
         request = msgpack.unpackb(data, raw=False)
+        try:
+            worker_plan = SandboxPlan.from_wire(request["plan"])
+        except ValueError as exc:  # the place's bug: it hears why, and no worker starts
+            for fd in fds:
+                os.close(fd)
+            _send(control, {"op": "spawn-failed", "id": request["id"], "message": str(exc)})
+            continue
         sys.stdout.flush()
         sys.stderr.flush()
         try:
@@ -236,7 +248,7 @@ def main(run: _channel.Runner, warm_up: Meet | None = None,
                 for fd in (wake_r, wake_w, *([pidns] if pidns is not None else [])):
                     os.close(fd)
                 control.close()
-                _become_worker(run, request["plan"], fds, os.getppid(), zygote_fd, prepare,
+                _become_worker(run, worker_plan, fds, os.getppid(), zygote_fd, prepare,
                                warm_up)
             except BaseException:  # noqa: BLE001 - whatever happens, never return to the loop
                 traceback.print_exc()
@@ -247,8 +259,8 @@ def main(run: _channel.Runner, warm_up: Meet | None = None,
                 os._exit(status)
         for fd in fds:
             os.close(fd)
-        cgroups = request["plan"].get("cgroups") or [None]
-        live[pid] = cgroups[0]  # any of its cgroups lists all its processes
+        # Any of its cgroups lists all its processes.
+        live[pid] = worker_plan.cgroups[0] if worker_plan.cgroups else None
         _send(control, {"op": "spawned", "id": request["id"], "pid": pid})
         if pidns is not None:  # the next worker's namespace, made now rather than then
             with contextlib.suppress(OSError):

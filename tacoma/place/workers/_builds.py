@@ -28,9 +28,9 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import Any
 
 from ...agent._interpreter import Interpreter
+from ...agent._plan import Artifacts
 from ...agent._sandbox import describe_exit
 from ...wire._errors import (
     AgentFailed,
@@ -91,11 +91,11 @@ class Builds:
             self._ids[interpreter.language] = interpreter.build.build_id()
         return self._ids[interpreter.language]
 
-    def worker_plan(self, interpreter: Interpreter) -> dict[str, Any]:
-        """What a worker of a compiled language needs to find programs in the cache."""
-        return {"artifacts": str(self.directory(interpreter)),
-                "build_id": self.build_id(interpreter),
-                "execute": [str(self.directory(interpreter))]}  # run by name, not listed
+    def worker_plan(self, interpreter: Interpreter) -> Artifacts:
+        """What a worker of a compiled language needs to find programs in the cache (its
+        plan's `artifacts`: it may run them by name, not list them)."""
+        return Artifacts(directory=str(self.directory(interpreter)),
+                         build_id=self.build_id(interpreter))
 
     def prune(self, interpreter: Interpreter, leftovers: bool = False) -> None:
         """Keep the most recently used programs of a language, within MAX_CACHED entries

@@ -11,7 +11,9 @@ set up for it from outside, and taken down after it, lives here and in the modul
   gets the configured allowance, and one without (no user namespaces here) what the user
   runs now plus the allowance;
 - the file system it sees (covers of the state and trust directories, its tmpfs) and the
-  Landlock rules it restricts itself to, both made here, in `Containment.plan`;
+  Landlock rules it restricts itself to, both made here, in `Containment.plan`: the
+  `agent._plan.SandboxPlan` the process enters (and `zygote_plan`, what a zygote enters
+  once for all its workers);
 - `Containment.confined`, which runs a program other than a worker (a compiler on an
   agent's source) under the same rules.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -30,11 +33,22 @@ import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from ...agent import _landlock
 from ...agent._interpreter import worker_sys_path
 from ...agent._mounts import TMP_DIRS, is_below
+from ...agent._plan import (
+    Artifacts,
+    Cover,
+    Landlock,
+    Mounts,
+    Namespaces,
+    Rlimits,
+    Rule,
+    SandboxPlan,
+    View,
+)
 from ...wire._errors import MeetTimeout
 from .._settings import PlaceSettings
 from ._cgroups import Group
@@ -62,7 +76,7 @@ def _closed(path: str) -> bool:
     return not os.stat(path).st_mode & stat.S_IXOTH
 
 
-def cover_plan(paths: list[str]) -> list[tuple[str, list[str]]]:
+def cover_plan(paths: list[str]) -> list[Cover]:
     """For each outermost directory others may not enter, the needed paths below it."""
     # A directory others may not enter is no use to reveal (the agent could not enter
     # it anyway), and kept as a path it would hide the paths below it that are needed
@@ -86,7 +100,7 @@ def cover_plan(paths: list[str]) -> list[tuple[str, list[str]]]:
             if _closed(ancestor):
                 cover.setdefault(ancestor, []).append(path)
                 break
-    return sorted(cover.items())
+    return [(directory, tuple(below)) for directory, below in sorted(cover.items())]
 
 
 def _user_process_count() -> int:
@@ -112,7 +126,8 @@ DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 
 class Containment:
     """What confines every process a place starts for its agents: the plan each one
-    enters, and the uids and cgroups it gets; shared by the worker pools and the builds.
+    enters (`SandboxPlan`), and the uids and cgroups it gets; shared by the worker pools
+    and the builds.
 
     The layers are those the place found it can apply here (`_layers.probe`); each plan
     carries all of them, and a process that cannot apply one does not start.
@@ -126,22 +141,23 @@ class Containment:
         self.uids = uids
         self.place_address = place_address
         self.needed = [*interpreter_paths(), *module_paths]
-        self.seccomp = layers.seccomp.hex() if layers.seccomp is not None else None
+        self.seccomp = layers.seccomp
         state = settings.state_dir
         # Covers, outermost first: directories others may not enter showing only what an
         # agent needs (Python below a 0700 /root); the state directory showing the work,
         # data and cache directories; then whatever else the place must hide (its trust
         # directory; its identity file, if it lies elsewhere).
-        self.covers: list[tuple[str, list[str]]] = [
+        covers: list[Cover] = [
             *(cover_plan([*self.needed, str(state)]) if uids is not None else []),
-            (str(state), [str(settings.work_dir), str(settings.data_dir),
-                          str(settings.cache_dir)])]
-        self.hide_files: list[str] = []
+            (str(state), (str(settings.work_dir), str(settings.data_dir),
+                          str(settings.cache_dir)))]
+        hide_files: list[str] = []
         for path in hidden:
             if path.is_dir() and not is_below(str(state), str(path)):
-                self.covers.append((str(path), []))
+                covers.append((str(path), ()))
             elif path.is_file():
-                self.hide_files.append(str(path))
+                hide_files.append(str(path))
+        self.view = View(covers=tuple(covers), hide_files=tuple(hide_files))
         self.keep = [*self.needed, str(state)]
         # Where agents read and run programs, each once and none below another (a rule
         # covers what is beneath it), and only what exists: fewer rules for each worker.
@@ -163,7 +179,7 @@ class Containment:
         readable = [*SYSTEM_READ, str(settings.data_dir)]
         if layers.mounts:
             readable += [d for d, _ in TMP_DIRS if d not in self.scratch]
-        self.rules: list[tuple[str, int]] = [
+        self.rules: list[Rule] = [
             *((p, _landlock.RUN) for p in self.run_paths),
             *((p, _landlock.READ) for p in readable),
             *((p, _landlock.DEVICE) for p in DEVICES),
@@ -174,72 +190,71 @@ class Containment:
                             "directory and the Python installation elsewhere)", directory,
                             " and ".join(paths))
 
-    def zygote_plan(self) -> dict[str, Any]:
+    def zygote_plan(self) -> Namespaces:
         """What a language's zygote enters and prepares once, for all its workers: its
         namespaces and the mount view they share. (Not their Landlock rules: a rule binds
         an inode, and each worker's tmpfs and /proc are new ones, made in the worker.)"""
         layers = self.layers
-        plan: dict[str, Any] = {"netns": layers.netns and not layers.userns,
-                                "pidns": layers.pidns, "userns": layers.userns}
-        if layers.mounts:
-            plan["view"] = {"covers": self.covers, "hide_files": self.hide_files}
-        return plan
+        return Namespaces(netns=layers.netns and not layers.userns, pidns=layers.pidns,
+                          userns=layers.userns, view=self.view if layers.mounts else None)
 
-    def _landlock(self, workdir: Path, execute: tuple[str, ...]) -> dict[str, Any]:
+    def _landlock(self, workdir: Path, execute: tuple[str, ...]) -> Landlock:
         """Landlock rules: the place's own (`self.rules`), and for this process: write its
         working directory, run programs beneath `execute`."""
         rules = [*self.rules, (str(workdir), _landlock.WRITE),
                  # exec reads the file too; but no READ_DIR: programs are run by name
                  *((p, _landlock.EXECUTE | _landlock.READ_FILE) for p in execute)]
-        return {"rules": rules, "deny_tcp": self.settings.agent_network == "none"}
+        return Landlock(rules=tuple(rules), deny_tcp=self.settings.agent_network == "none")
 
     def plan(self, workdir: Path, uid: int | None, group: Group | None,
-             execute: tuple[str, ...] = (), build: bool = False) -> dict[str, Any]:
+             artifacts: Artifacts | None = None, ahead: bool = False,
+             build: bool = False) -> SandboxPlan:
         """What `agent._sandbox.enter` applies to an agent's process (or a build's).
 
-        execute: paths beneath which the agent may run programs besides the system's (the
-        compile cache, for a compiled language). build: a program the place runs on an
-        agent's behalf (a compiler), not forked by a zygote: it prepares its own view, its
-        working directory stays on disk for the place to read back, and it makes its own
-        PID and network namespaces.
+        artifacts: where a worker of a compiled language finds its programs, beneath which
+        it may then run programs besides the system's. ahead: a pool's worker, started
+        before its meet. build: a program the place runs on an agent's behalf (a compiler),
+        not forked by a zygote: it prepares its own view, its working directory stays on
+        disk for the place to read back, and it makes its own PID and network namespaces.
         """
         settings, layers, limits = self.settings, self.layers, self.settings.limits
-        plan: dict[str, Any] = {
-            "workdir": str(workdir),
-            "env": {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir),
-                    "TMPDIR": str(workdir), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-                    "TACOMA_DATA": str(settings.data_dir)},
-            "place": self.place_address,
-            "max_frame": settings.max_frame,
-            "prefetch": settings.prefetch,
-            "cgroups": group.procs_dirs if group is not None else [],
-            "uid": uid,
-            "userns": layers.userns,
-            # Counted per uid and user namespace: an agent's own uid, or its own user
-            # namespace (`_sandbox.enter`), has no other processes; else the user's count.
-            "nproc": (limits.processes if uid is not None or layers.userns
-                      else None if os.geteuid() == 0 or group is not None
-                      else _user_process_count() + limits.processes),
-            "limits": {"cpu_seconds": limits.cpu_seconds,
-                       "memory_bytes": limits.memory_bytes,
-                       "file_bytes": limits.file_bytes,
-                       "open_files": limits.open_files},
-            "seccomp": self.seccomp,
-            "namespaces": build and layers.pidns,
-        }
-        scratch = {"quota": limits.disk_bytes, "uid": uid, "keep": self.keep,
-                   "proc": layers.pidns}
+        mounts = None
         if build and layers.mounts:
             stage = workdir.with_name(workdir.name + ".tmp")
-            plan["mounts"] = {
-                **scratch, "at": str(stage),
-                "covers": [*self.covers, (str(settings.work_dir), [str(workdir), str(stage)])],
-                "hide_files": self.hide_files}
+            view = View(covers=(*self.view.covers,
+                                (str(settings.work_dir), (str(workdir), str(stage)))),
+                        hide_files=self.view.hide_files)
+            mounts = Mounts(at=str(stage), quota=limits.disk_bytes, uid=uid,
+                            keep=tuple(self.keep), proc=layers.pidns, view=view)
         elif layers.mounts:  # the zygote prepared the view; this is the worker's own part
-            plan["mounts"] = {**scratch, "at": str(settings.work_dir), "name": workdir.name}
-        if layers.landlock_abi:
-            plan["landlock"] = self._landlock(workdir, execute)
-        return plan
+            mounts = Mounts(at=str(settings.work_dir), quota=limits.disk_bytes, uid=uid,
+                            keep=tuple(self.keep), proc=layers.pidns, name=workdir.name)
+        execute = (artifacts.directory,) if artifacts is not None else ()
+        return SandboxPlan(
+            workdir=str(workdir),
+            env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir),
+                 "TMPDIR": str(workdir), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+                 "TACOMA_DATA": str(settings.data_dir)},
+            place=self.place_address,
+            max_frame=settings.max_frame,
+            prefetch=settings.prefetch,
+            cgroups=tuple(group.procs_dirs) if group is not None else (),
+            uid=uid,
+            userns=layers.userns,
+            # Counted per uid and user namespace: an agent's own uid, or its own user
+            # namespace (`_sandbox.enter`), has no other processes; else the user's count.
+            nproc=(limits.processes if uid is not None or layers.userns
+                   else None if os.geteuid() == 0 or group is not None
+                   else _user_process_count() + limits.processes),
+            limits=Rlimits(cpu_seconds=limits.cpu_seconds, memory_bytes=limits.memory_bytes,
+                           file_bytes=limits.file_bytes, open_files=limits.open_files),
+            seccomp=self.seccomp,
+            namespaces=build and layers.pidns,
+            mounts=mounts,
+            landlock=self._landlock(workdir, execute) if layers.landlock_abi else None,
+            artifacts=artifacts,
+            ahead=ahead,
+        )
 
     @property
     def private_workdirs(self) -> bool:
@@ -286,14 +301,14 @@ class Containment:
             if uid is not None:
                 os.chown(workdir, uid, uid)
             group = self.new_group()
-            plan = {**self.plan(workdir, uid, group, build=True), "argv": argv,
-                    "parent": os.getpid()}
+            plan = dataclasses.replace(self.plan(workdir, uid, group, build=True),
+                                       argv=tuple(argv), parent=os.getpid())
             boot = (f"import sys; sys.path[:0] = {worker_sys_path()!r}; "
                     "from tacoma.agent._sandbox import exec_plan; exec_plan()")
             with private_output(output) as out:
                 proc = await asyncio.create_subprocess_exec(
-                    sys.executable, "-I", "-S", "-B", "-c", boot, json.dumps(plan),
-                    cwd=workdir, env=plan["env"], stdin=asyncio.subprocess.DEVNULL,
+                    sys.executable, "-I", "-S", "-B", "-c", boot, json.dumps(plan.to_wire()),
+                    cwd=workdir, env=plan.env, stdin=asyncio.subprocess.DEVNULL,
                     stdout=out, stderr=out, start_new_session=True)
             try:
                 returncode = await asyncio.wait_for(proc.wait(), timeout)

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from ...agent import _sandbox
 from ...agent._interpreter import Interpreter
+from ...agent._plan import Artifacts
 from ...agent._sandbox import describe_exit
 from ...transport import Channel
 from ...wire._briefcase import Briefcase
@@ -359,13 +360,13 @@ class WorkerPool:
     """
 
     def __init__(self, interpreter: Interpreter, containment: Containment,
-                 plan_extras: Callable[[], dict[str, Any]] | None = None,
+                 plan_extras: Callable[[], Artifacts] | None = None,
                  logs: LogBudget | None = None) -> None:
         self.interpreter = interpreter
         self.logs = logs  # the place's: what each principal's agents may log
         self.containment = containment
         self.settings = containment.settings
-        self.plan_extras = plan_extras  # what a worker needs besides its sandbox plan
+        self.plan_extras = plan_extras  # where a compiled language's workers find programs
         self.zygote: ZygoteHandle | None = None
         self._zygote_lock = asyncio.Lock()
         self._ready: collections.deque[Worker] = collections.deque()
@@ -551,11 +552,8 @@ class WorkerPool:
                 os.chown(workdir, uid, uid)
             worker.group = containment.new_group()
             ours, theirs = socket.socketpair()
-            extras = self.plan_extras() if self.plan_extras is not None else {}
-            plan = containment.plan(workdir, uid, worker.group,
-                                    execute=tuple(extras.pop("execute", ())))
-            plan.update(extras)
-            plan["ahead"] = ahead
+            artifacts = self.plan_extras() if self.plan_extras is not None else None
+            plan = containment.plan(workdir, uid, worker.group, artifacts=artifacts, ahead=ahead)
             with private_output(output, readable=True) as out:  # its own output, to read
                 worker.pid, worker.exited = await zygote.spawn(plan, [theirs.fileno(),
                                                                        out.fileno()])

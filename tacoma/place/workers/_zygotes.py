@@ -22,6 +22,7 @@ from typing import Any
 import msgpack
 
 from ...agent._interpreter import Interpreter
+from ...agent._plan import Namespaces, SandboxPlan, ZygotePlan
 from ...agent._zygote import MAX_CONTROL
 from ...wire._errors import PlaceUnavailable
 from ._containment import tail
@@ -43,9 +44,9 @@ class ZygoteHandle:
     """
 
     def __init__(self, interpreter: Interpreter, work_dir: Path,
-                 namespaces: dict[str, Any] | None = None) -> None:
+                 namespaces: Namespaces) -> None:
         self.interpreter = interpreter
-        self.namespaces = namespaces or {}  # what the zygote enters for all its workers
+        self.namespaces = namespaces  # what the zygote enters for all its workers
         self.work_dir = work_dir
         self.proc: asyncio.subprocess.Process | None = None
         self.sock: socket.socket | None = None
@@ -67,13 +68,13 @@ class ZygoteHandle:
         ours.setblocking(False)
         self.sock = ours
         self._ready = loop.create_future()
-        plan = {"zygote": True, "parent": os.getpid(), "control_fd": theirs.fileno(),
-                **self.namespaces}
+        plan = ZygotePlan(parent=os.getpid(), control_fd=theirs.fileno(),
+                          namespaces=self.namespaces)
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
         try:
             with open(self.output, "wb") as out:
                 self.proc = await asyncio.create_subprocess_exec(
-                    *self.interpreter.worker_argv(), json.dumps(plan),
+                    *self.interpreter.worker_argv(), json.dumps(plan.to_wire()),
                     pass_fds=(theirs.fileno(),), cwd=self.work_dir, env=env,
                     stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
                     start_new_session=True)
@@ -99,7 +100,8 @@ class ZygoteHandle:
         finally:
             exited.cancel()
 
-    async def spawn(self, plan: dict[str, Any], fds: list[int]) -> tuple[int, asyncio.Future[int]]:
+    async def spawn(self, plan: SandboxPlan,
+                    fds: list[int]) -> tuple[int, asyncio.Future[int]]:
         """Fork a worker with this plan and descriptors: its pid and a future of its exit."""
         if not self.alive or self.sock is None:
             raise PlaceUnavailable(f"the {self.interpreter.language} zygote is not running")
@@ -107,7 +109,7 @@ class ZygoteHandle:
         request = self._ids
         spawned = asyncio.get_running_loop().create_future()
         self._spawning[request] = spawned
-        message = msgpack.packb({"op": "spawn", "id": request, "plan": plan},
+        message = msgpack.packb({"op": "spawn", "id": request, "plan": plan.to_wire()},
                                 use_bin_type=True)
         try:
             while True:

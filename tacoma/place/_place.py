@@ -16,9 +16,10 @@ the collaborators it needs:
     promises/   what outlives a crash or a lost link: the journal (`_journal`, SQLite),
                 the place's side of trips (`_hops`: hand-overs, rear guards, recovery)
     workers/    which agents the place has (`_agents`), pre-started worker processes
-                (`_pool`, forked by `_zygotes`), the sandbox plan (`_plan`) and what it is
-                made of (`_containment`, `_layers`, `_uids`, `_cgroups`, `_seccomp`),
-                compiled programs (`_builds`), trusted agents (`_trusted`)
+                (`_pool`, forked by `_zygotes`), each started with the sandbox plan
+                (`agent._plan.SandboxPlan`) that `_containment` builds from `_layers`,
+                `_uids`, `_cgroups` and `_seccomp`; compiled programs (`_builds`), trusted
+                agents (`_trusted`)
     stores/     the state directory (`_statedir`), cabinets, lazy folders, programs by hash
 
 Each sub-package's header says what it owns and what it may import.
@@ -90,6 +91,8 @@ class Place:
         self.receiving = ReceiveBudget(settings.max_receiving, max(
             settings.max_frame, int(settings.max_receiving * settings.share)))
         self.router: Router | None = None  # its parts, once it listens
+        self.codes: CodeStore | None = None
+        self.lazy: LazyStore | None = None
         self.access: Access | None = None  # its trust, once it starts
         self._server: asyncio.AbstractServer | None = None
         self._recheck: asyncio.TimerHandle | None = None
@@ -218,11 +221,14 @@ class Place:
         # Connections to other places, for agents' meets, moves and lazy folders' data,
         # made as this place's identity.
         clients = ClientCache(self.access.credentials, self.access.vet_place)
+        # Programs named by hash, and lazy folders: served by the built-ins, and filled in
+        # or relayed by the sessions whose clients send them.
+        self.codes = CodeStore()
+        self.lazy = LazyStore(address, settings, clients, self.access.seals)
         builtins = BuiltIns(self.cabinets, trips, meets, residents, admin_token, self.journal,
                             settings.limits.meet_seconds, agents=agents,
                             layers=containment.layers.report, settings=settings,
-                            codes=CodeStore(),
-                            lazy=LazyStore(address, settings, clients, self.access.seals))
+                            codes=self.codes, lazy=self.lazy)
         builds = Builds(containment, cache_mode, self.disk)
         logs = LogBudget()  # one for all languages: a principal's agents log within it
         for agent, interpreter in interpreters.items():
@@ -237,7 +243,7 @@ class Place:
             agents.pools[agent] = pool = WorkerPool(interpreter, containment, extras, logs)
             pool.fill()
         return Router(settings, agents, meets, builtins, builds, residents, trips,
-                        self.access, self.journal, clients)
+                      self.access, self.journal, clients)
 
     def _disk_is_full(self, exc: BaseException) -> bool:
         """Whether `exc` (or what caused it) says the state directory's disk is full."""
@@ -261,7 +267,10 @@ class Place:
         assert self.router is not None
         assert self.access is not None
         tls = self.access.tls
-        session = Session(self.router, self.sessions, self.access)
+        assert self.codes is not None
+        assert self.lazy is not None
+        session = Session(self.router, self.sessions, self.access, self.codes, self.lazy,
+                          self.settings.idle_seconds)
         refuse = ""
         handshaking = tls.handshaking if tls else 0
         if tls is not None and handshaking >= 2 * tls.most:

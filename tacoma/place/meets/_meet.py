@@ -43,6 +43,7 @@ from ...wire._names import ADMIN_AGENT, HOME_AGENT, STATUS_AGENT, TRIP_AGENT
 from ...wire._protocol import Failed
 from ...wire._trace import read as read_trace
 from ...wire._trace import record
+from ._route import TRANSITIONS, BadTransition, Route, State
 
 if TYPE_CHECKING:
     from ..workers._pool import Worker
@@ -81,7 +82,6 @@ class RunningMeet:
         "caller",
         "chosen_id",
         "deadline",
-        "going",
         "id",
         "installed_as",
         "journaled",
@@ -91,10 +91,11 @@ class RunningMeet:
         "principal",
         "program",
         "resident",
+        "route",
         "runs",
         "serial",
         "started",
-        "stored",
+        "state",
         "timeout",
         "trace",
         "trip",
@@ -124,14 +125,19 @@ class RunningMeet:
         self.installed_as: str | None = None  # the installed agent it runs, if it is one
         self.program = b""  # the program its agent runs
         self.resident: str | None = None  # its agent's name while it is resident
-        self.went: str | None = None  # where its agent went, once it moved on
-        self.going = False  # while its agent's go is under way
+        #: Where it is in its life here (see _route: the states, and the changes allowed).
+        self.state = State.TAKEN
+        #: Where it goes, once resolved (see _route); None until then (a queued meet, or
+        #: one taken up from the journal, is resolved when it starts).
+        self.route: Route | None = None
+        self.went: str | None = None  # where its agent went, once it moved on (MOVED)
         self.killed = ""  # why it was stopped (tacoma kill, its trip's caller gave up)
-        #: Its outcome goes into the journal when it ends: an async meet, a meet whose agent
-        #: went on a trip from here, or a sync meet whose caller's connection was lost.
+        #: Who hears its outcome besides its caller (not states of its life: a meet in any
+        #: state may have either). Journaled: the journal holds its row (an async meet, or
+        #: one whose agent went on a trip from here). Orphaned: a sync meet whose caller's
+        #: connection was lost; it runs on, and its outcome goes into the journal.
         self.journaled = False
-        self.orphaned = False  # a sync meet whose caller is gone: it runs on, and is recorded
-        self.stored = False  # its briefcase waits in the journal (queued), not here
+        self.orphaned = False
         self.runs = 0  # how many times it started before (re-runs after a restart)
         self.chosen_id = False  # its client chose its id (and can ask for it by id)
         #: The places that hold the data of the lazy folders handed to its agent (in its
@@ -142,6 +148,24 @@ class RunningMeet:
         #: meet, and its agents' meets): revoking that certificate stops it.
         self.serial = ""
         self._identity: str | None = None
+
+    def to(self, state: State) -> None:
+        """Change its state; BadTransition if the table (_route.TRANSITIONS) forbids it."""
+        if state not in TRANSITIONS[self.state]:
+            raise BadTransition(f"meet {self.id} cannot go from {self.state.name} to "
+                                f"{state.name}")
+        self.state = state
+
+    def ends(self, outcome: BaseException | None) -> None:
+        """It ended: with its result (None), an error, or cancelled (CancelledError)."""
+        self.to(State.ENDED if outcome is None
+                else State.CANCELLED if isinstance(outcome, asyncio.CancelledError)
+                else State.FAILED)
+
+    @property
+    def recorded(self) -> bool:
+        """Whether its outcome goes into the journal when it ends."""
+        return self.journaled or self.orphaned
 
     @property
     def key(self) -> tuple[str, str]:
@@ -291,7 +315,7 @@ class Meets:
 
     def queue(self, meet: RunningMeet) -> None:
         """Let an async meet (journaled, its briefcase dropped here) wait for a slot."""
-        meet.stored = True
+        meet.to(State.QUEUED)
         meet.briefcase = Briefcase()
         self.queued.append(meet)
         self._queued_ids.add(meet.key)

@@ -189,15 +189,6 @@ class Residents:
             resident.waiter.set_result(None)
         return message
 
-    async def message(self, name: str, meet: Meet, sender: str, principal: str,
-                      timeout: float) -> Briefcase | str:
-        """Deliver a message from `principal`'s meet to resident `name` here: the message id
-        (one-way), or the resident's answer within `timeout` seconds."""
-        message = self.deliver(name, meet.mode, meet.briefcase, sender, principal)
-        if message.answer is None:
-            return message.id
-        return await self.answer_of(meet, message.answer, timeout)
-
     @staticmethod
     async def answer_of(meet: Meet, answer: asyncio.Future[Briefcase],
                         timeout: float) -> Briefcase:

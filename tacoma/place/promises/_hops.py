@@ -19,7 +19,6 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...client._client import ClientCache, PlaceClient
-from ...wire._address import canonical_address
 from ...wire._briefcase import ITINERARY, RECOVERY, Briefcase
 from ...wire._errors import (
     ConnectError,
@@ -30,17 +29,18 @@ from ...wire._errors import (
     error_from_wire,
 )
 from ...wire._names import HOME_AGENT, TRIP_AGENT
-from ...wire._protocol import Accepted, Meet
 from .._settings import TripTimings
 from ..meets._meet import Meets, RunningMeet, failed
+from ..meets._route import State
 from ..meets._trips import RECOVERIES, Trip, Trips, ending
+from ..workers._pool import Moved
 from ._journal import Journal
 from ._reach import Reach
 
 if TYPE_CHECKING:
     from ..workers._pool import Worker
 
-__all__ = ["Hops", "Moved"]
+__all__ = ["Hops"]
 
 log = logging.getLogger("tacoma.place")
 
@@ -53,17 +53,13 @@ CONNECT_TIMEOUT = 10.0
 CONNECT_ATTEMPTS = 3
 
 
-class Moved(Exception):
-    """Raised by the meet path for a hop whose agent moved on to another place."""
-
-
 class Hops:
     """What one place does for trips (see the module's docstring)."""
 
     def __init__(self, address: str, trips: Trips, meets: Meets, journal: Journal,
                  clients: ClientCache,
                  home: Callable[[Briefcase, str], Awaitable[None]],
-                 run: Callable[[RunningMeet], Awaitable[Briefcase]],
+                 run: Callable[[RunningMeet], Awaitable[Briefcase | Moved]],
                  in_background: Callable[[Coroutine[Any, Any, Any]], None],
                  bounded: Callable[[float | None], float], reach: Reach,
                  timings: TripTimings) -> None:
@@ -83,22 +79,22 @@ class Hops:
         """Stop the rear guards (the place stops)."""
         self.trips.close()
 
-    async def go(self, worker: Worker, meet: RunningMeet, event: Meet) -> None:
-        """Hand a moving agent on to the place `event.agent` (see _trips).
-
-        Answered Accepted once the next place has taken the agent; any failure (the place
-        is down, refuses, cannot run the language) reaches the agent, which is still here.
+    async def go(self, worker: Worker, meet: RunningMeet, target: str,
+                 briefcase: Briefcase) -> str:
+        """Hand the agent of `meet` on to the place `target` (see meets._trips): the meet id
+        it has there, once that place has taken it (its meet here is then MOVED). Any
+        failure (the place is down, refuses, cannot run the language) reaches the agent,
+        which is still here, running.
         """
-        if meet.going:
+        if meet.state is State.MOVING:
             raise MeetError("the agent is already going to another place")
-        target = canonical_address(event.agent)
         agent = worker.pool.interpreter.agent
-        recovery = event.briefcase.text(RECOVERY) if event.briefcase.folder(RECOVERY) else []
+        recovery = briefcase.text(RECOVERY) if briefcase.folder(RECOVERY) else []
         if recovery and recovery[0] not in RECOVERIES:
             raise MeetError(f"RECOVERY must be one of {', '.join(RECOVERIES)}, not "
                             f"{recovery[0]!r}")
         first = meet.trip is None
-        meet.going = True
+        meet.to(State.MOVING)
         trip: Trip | None = None
         try:
             if meet.trip is None:  # the trip begins here: its home journals it
@@ -108,20 +104,21 @@ class Hops:
                                         meet.timeout, trip.id, trip.deadline)
             else:
                 trip = meet.trip
-            meet_id = await self._hand_over(trip, target, event.briefcase, agent,
+            meet_id = await self._hand_over(trip, target, briefcase, agent,
                                             meet.principal, meet.time_left())
         except BaseException:
-            meet.going = False
+            meet.to(State.RUNNING)
             if first and trip is not None:  # the trip did not start after all
                 self.trips.forget(trip.id)
                 self._in_background(self.journal.trip_not_begun(meet.id, meet.principal))
             raise
         meet.trip = trip
-        worker.answer(Accepted(event.rid, meet_id))
         meet.went = target
-        worker.moved_on()
+        meet.to(State.MOVED)
+        worker.moved_on(target)  # its run ends Moved, once the agent has its answer
         if not first:
             self._release_guard(trip)
+        return meet_id
 
     async def run_hop(self, meet: RunningMeet) -> None:
         """Run one hop of a trip; where the agent ends, send the trip's end home."""
@@ -130,18 +127,21 @@ class Hops:
         self.trips.arrived(trip, meet)
         try:
             result = await self._run(meet)
-        except Moved:
-            return  # it went on: the next place has the trip now (and go noted where)
-        except asyncio.CancelledError:
+            if isinstance(result, Moved):
+                return  # it went on: the next place has the trip now (and go noted where)
+        except asyncio.CancelledError as exc:
+            meet.ends(exc)
             self.trips.left(trip, "")
             end = ending(trip, None, self.meets.cancelled(meet), self.address)
             self._in_background(self._send_home(trip, meet.principal, end))
             raise
         except Exception as exc:  # noqa: BLE001 - whatever ended the trip, home hears it
+            meet.ends(exc)
             failure = failed(0, exc)
             end = ending(trip, None, error_from_wire(failure.kind, failure.message,
                                                      failure.detail), self.address)
         else:
+            meet.ends(None)
             end = ending(trip, result, None, self.address)
         self.trips.left(trip, "")
         await self._send_home(trip, meet.principal, end)

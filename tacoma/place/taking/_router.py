@@ -1,9 +1,17 @@
-"""Running meets: the meet path at a place, and the meets agents make from inside one.
+"""The router: every meet at a place, a client's or an agent's, taken through one table.
 
-The meet path, against TACOMA's 13 steps (Table 1 of the paper):
+A meet comes from outside (a client or another place, over a `Session`, which keeps only
+the connection's I/O) or from an agent here (up its worker's channel: `agent_meet`). Either
+way `Router.take` does the same four things, once each: checks who may meet what
+(`meets._access`), resolves the meet into a `Route` (what its name finds here, or where it
+goes), looks up (kind, mode, made by an agent) in the one table `meets._route.TAKE`, and
+takes it the `Way` that says, one method each. Every answer, a Result, an Accepted or a
+Failed, is sent by `answered`.
+
+The meet path proper (`run`), against TACOMA's 13 steps (Table 1 of the paper):
     receive and examine (5)   a Channel decodes the frame; the protocol core checks it
-    locate agent (6)          `Agents.resolve`: a built-in agent, an interpreter's, or an
-                              installed one
+    locate agent (6)          the meet's Route, resolved when it was taken (`Agents.resolve`:
+                              a built-in agent, an interpreter's, or an installed one)
     pipes, fork, exec (7, 8)  off the critical path: a pre-started worker is taken from the pool
     deliver briefcase (9)     one write on the worker's socketpair
     unmarshal, start (10)     in the worker, which is already running its interpreter
@@ -11,21 +19,20 @@ The meet path, against TACOMA's 13 steps (Table 1 of the paper):
     terminate (13)            the connection stays open for the next meet; the used worker is
                               destroyed in the background
 
-An agent meets other agents by sending Meets up its worker channel (`agent_meet`): at this
-place (a meet of its own, counted and killable like any), at another place (through the
-place's cached client connections), a resident here (a message, see _residents), its
-mailbox (ag_mailbox), or the place's own services; and it moves by a meet in the `go`
-mode (`Hops.go`, see _hops and _trips). Every meet's state is its `RunningMeet`; nothing
-is parked on the worker or the place.
+A meet's life (taken, queued, running, moving, moved, its end) is its `RunningMeet`'s state,
+changed only as `meets._route.TRANSITIONS` allows; nothing is parked on the worker or the
+place.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from ...client._client import ClientCache
@@ -34,34 +41,65 @@ from ...wire._briefcase import CODE, CODE_NAME, RERUN, TRACE, Briefcase
 from ...wire._errors import (
     MeetError,
     MeetTimeout,
-    MessageError,
     NotAuthorized,
     PlaceUnavailable,
     TacomaError,
 )
-from ...wire._names import BUILT_IN, HOME_AGENT, MAILBOX_AGENT, TRIP_AGENT
+from ...wire._names import ECHO_AGENT, HOME_AGENT, MAILBOX_AGENT, TRIP_AGENT
 from ...wire._program import program_bytes, program_name
 from ...wire._protocol import Accepted, Event, Meet, Result
 from .._settings import PlaceSettings
 from ..meets._access import Access, Principal, Side
 from ..meets._meet import AtCapacity, Meets, RunningMeet, failed
 from ..meets._residents import Residents
-from ..meets._trips import Trips
-from ..promises._hops import Hops, Moved
+from ..meets._route import TAKE, Kind, Route, State, Way, refusal
+from ..meets._trips import Trip, Trips
+from ..promises._hops import Hops
 from ..promises._journal import Journal, Record
 from ..promises._reach import Reach
-from ..workers._agents import Agents, BuiltInAgent, PooledAgent
+from ..workers._agents import Agents, BuiltInAgent, Found, PooledAgent, TrustedRun
 from ..workers._builds import Builds
-from ..workers._pool import Worker
+from ..workers._pool import Moved, Worker
 from ._builtins import BuiltIns
 
-__all__ = ["Router", "failed"]
+__all__ = ["Caller", "Router", "Taken"]
 
 log = logging.getLogger("tacoma.place")
 
+#: Sends one answer to whoever made a meet (a session's reply, or a worker's answer).
+Reply = Callable[[Event], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who makes a meet, as the router needs to know: its principal (and the place that
+    vouches for it, `via`), the side it comes from, whether it may use ag_admin, the serial
+    of the certificate that launched it, the connection's address (for refusals); for an
+    agent here, the meet its agent serves and its worker."""
+
+    principal: Principal
+    side: Side
+    admin: bool = False
+    serial: str = ""
+    peer: str = ""
+    meet: RunningMeet | None = None
+    worker: Worker | None = None
+    #: The connection's own part of taking a meet, once it is allowed (programs named by
+    #: hash, lazy folders the client holds): see Session.
+    unpack: Callable[[Meet, Principal], None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """A meet that goes on after `take` returns: the task that answers it (cancelling it
+    stops the meet), and the meet, if it is one of its own here."""
+
+    task: asyncio.Task[None]
+    meet: RunningMeet | None = None
+
 
 class Router:
-    """Runs the meets of one place, whoever made them (a client, or an agent here)."""
+    """Takes and runs the meets of one place, whoever made them (a client, or an agent)."""
 
     def __init__(self, settings: PlaceSettings, agents: Agents, meets: Meets,
                  builtins: BuiltIns, builds: Builds, residents: Residents,
@@ -69,6 +107,7 @@ class Router:
                  clients: ClientCache) -> None:
         self.settings = settings
         self.agents = agents
+        self.trusted = agents.trusted  # trusted agents, run in the place's own process
         self.meets = meets
         self.journal = journal
         meets.on_free = self._start_queued
@@ -80,8 +119,6 @@ class Router:
         self.access = access
         # Connections to other places, for agents' meets, made as this place's identity.
         self.clients = clients
-        #: The programs meets named by hash (see _codes).
-        self.codes = builtins.codes
         self.background: set[asyncio.Task[None]] = set()
         #: Long-lived tasks the place cancels when it stops: journal pruning, and trips
         #: adopted from the journal waiting for their deadlines.
@@ -91,28 +128,247 @@ class Router:
         self.hops = Hops(self.address, trips, meets, journal, self.clients,
                          builtins.trip_ended, self.run, self.in_background, self.bounded,
                          self.reach, settings.trip_timings)
+        #: The one table's ways (meets._route.TAKE), one method each.
+        self._ways: dict[Way, Callable[[Caller, Meet, Route, Reply, int], Taken | None]] = {
+            Way.ECHO: self._echo, Way.CALL: self._call, Way.SERVE: self._serve,
+            Way.RUN: self._run_meet, Way.SUBMIT: self._submit, Way.MESSAGE: self._message,
+            Way.HOP: self._hop, Way.MOVE: self._move, Way.FORWARD: self._forward,
+            Way.MAILBOX: self._mailbox,
+        }
+
+    # ------------------------------------------------------------------ taking a meet
+    def take(self, caller: Caller, event: Meet, reply: Reply) -> Taken | None:
+        """Take one meet: checked, routed once, and taken the way the table says. What goes
+        on after this returns is a Taken; a refusal, or an answer given at once, is sent
+        with `reply` here."""
+        by_agent = caller.meet is not None
+        # A traced meet from outside is timed from here (see wire._trace).
+        accepted = time.perf_counter_ns() if not by_agent and TRACE in event.briefcase else 0
+        try:
+            route = self._route(caller, event)
+            way = TAKE.get((route.kind, event.mode, by_agent))
+            if way is None:
+                raise refusal(route, event.mode)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("%s (%s) for %s%s from %s: %s", event.agent, event.mode,
+                          caller.principal.name or "anonymous",
+                          f" via {caller.principal.via}" if caller.principal.via else "",
+                          caller.peer or (caller.meet.id if caller.meet else ""), way.name)
+            return self._ways[way](caller, event, route, reply, accepted)
+        except Exception as exc:  # noqa: BLE001 - refused (failed() logs what is a bug)
+            reply(failed(event.rid, exc))
+            return None
+
+    def _route(self, caller: Caller, event: Meet) -> Route:
+        """Check that `caller` may make this meet, and resolve it into its Route (who may
+        meet what is checked first: a caller who may not learns nothing of what is here)."""
+        meet = caller.meet
+        if meet is not None:  # an agent here
+            self._not_revoked(meet)
+            if meet.state is State.MOVED:
+                raise MeetError(f"the agent has gone to {meet.went}")
+            if event.mode == "go":  # its target is a place (Hops.go checks the rest)
+                return Route(Kind.MOVE, event.agent, address=canonical_address(event.agent))
+            agent, address = split_target(event.agent)
+            if address is not None and (address := canonical_address(address)) != \
+                    self.address:
+                self.access.check_onward(agent)  # the other place checks the rest
+                return Route(Kind.REMOTE, agent, address=address)
+        else:
+            agent = event.agent
+        self.access.check(caller.principal, agent, event.mode, caller.side, self.address,
+                          caller.peer)
+        if caller.unpack is not None:
+            caller.unpack(event, caller.principal)
+        if meet is not None and agent == MAILBOX_AGENT:
+            return Route(Kind.MAILBOX, agent)
+        if event.mode != "go" and self.residents.get(agent) is not None:
+            return Route(Kind.RESIDENT, agent)
+        return self._resolved(agent)
+
+    def _resolved(self, agent: str) -> Route:
+        """The route of an agent this place runs (TACOMA's step 6, locate agent)."""
+        found = self.agents.resolve(agent)
+        return Route(_kind(found), agent, found)
+
+    def _new(self, caller: Caller, event: Meet, route: Route, accepted: int = 0,
+             trip: Trip | None = None) -> RunningMeet:
+        """A meet of its own here for `event` (not yet counted: Meets.spawn counts it)."""
+        outside = caller.meet is None
+        meet = self.meets.new(route.agent, event.briefcase, event.timeout,
+                              caller.principal.name,
+                              None if caller.meet is None else caller.meet.identity,
+                              trip=trip, traced_at=accepted, via=caller.principal.via,
+                              meet_id=event.meet_id if outside else "")
+        meet.route = route
+        meet.admin = caller.admin
+        meet.serial = caller.serial
+        return meet
+
+    # -- the ways (meets._route.Way), one each
+    def _echo(self, caller: Caller, event: Meet, route: Route, reply: Reply,
+              accepted: int) -> Taken | None:
+        """The null agent holds nothing and waits for nothing: answered here and now, it
+        never takes a slot. Traced, it is timed through the whole path; while the place
+        stops, it is refused like any."""
+        if accepted or self.meets.stopping:
+            return self._run_meet(caller, event, route, reply, accepted)
+        reply(Result(event.rid, event.briefcase))
+        return None
+
+    def _call(self, caller: Caller, event: Meet, route: Route, reply: Reply,
+              accepted: int) -> Taken | None:
+        """A trusted agent whose meet is a plain function: answered here and now, on the
+        place's own loop (see workers._trusted); as _echo when traced or stopping."""
+        if accepted or self.meets.stopping:
+            return self._run_meet(caller, event, route, reply, accepted)
+        assert isinstance(route.found, TrustedRun)
+        agent, trusted = route.found.agent, self.trusted
+        returned = trusted.call(agent, event.briefcase, caller.principal.name)
+        if inspect.isawaitable(returned):  # a wrapper of an async def, found out now
+            async def finish() -> Briefcase:
+                done = await trusted.finish(agent, returned, self.bounded(event.timeout))
+                return trusted.result(agent, event.briefcase, done)
+
+            self.in_background(self.answered(event.rid, finish, None, reply))
+            return None
+        reply(Result(event.rid, trusted.result(agent, event.briefcase, returned)))
+        return None
+
+    def _serve(self, caller: Caller, event: Meet, route: Route, reply: Reply,
+               accepted: int) -> Taken | None:
+        """The place's own service, for an agent here: it runs no agent, so an admitted
+        agent may use it even while the place is at --max-meets."""
+        meet = caller.meet
+        assert meet is not None
+        return self._answering(event.rid, functools.partial(
+            self.builtins.serve, route.agent, event.briefcase, meet.identity,
+            principal=meet.principal, origins=meet.origins), reply)
+
+    def _run_meet(self, caller: Caller, event: Meet, route: Route, reply: Reply,
+                  accepted: int) -> Taken | None:
+        """A sync meet of its own: counted against --max-meets and its principal's share
+        (refused, PlaceUnavailable, past either), killable, answered with its result."""
+        self.meets.admit(route.agent, caller.principal.name)
+        meet = self._new(caller, event, route, accepted)
+        task = self.meets.spawn(meet, self.answered(
+            event.rid, functools.partial(self._result, meet), meet, reply))
+        return Taken(task, meet)
+
+    def _submit(self, caller: Caller, event: Meet, route: Route, reply: Reply,
+                accepted: int) -> Taken | None:
+        """An async meet: answered Accepted once the journal holds it (see submit). Not
+        cancellable: once journaled, it runs whatever its caller does."""
+        if caller.meet is None and event.meet_id and \
+                self.meets.find(event.meet_id, caller.principal.name):
+            reply(Accepted(event.rid, event.meet_id))  # sent again: taken once
+            return None
+        meet = self._new(caller, event, route)
+        self.in_background(self.answered(event.rid, functools.partial(self.submit, meet),
+                                         None, reply))
+        return None
+
+    def _message(self, caller: Caller, event: Meet, route: Route, reply: Reply,
+                 accepted: int) -> Taken | None:
+        """A message to a resident agent (see meets._residents): in its mailbox is all a
+        one-way sender hears; the others wait for its reply, or for it to take it."""
+        meet = caller.meet
+        sender = "client" if meet is None else \
+            f"{meet.resident}@{self.address}" if meet.resident else meet.identity
+        message = self.residents.deliver(route.agent, event.mode, event.briefcase, sender,
+                                         caller.principal.name)
+        if message.answer is None:
+            reply(Accepted(event.rid, message.id))
+            return None
+        return self._answering(event.rid, functools.partial(
+            self.residents.answer_of, event, message.answer, self.bounded(event.timeout)),
+            reply)
+
+    def _hop(self, caller: Caller, event: Meet, route: Route, reply: Reply,
+             accepted: int) -> Taken | None:
+        """A moving agent arriving from another place (`go`, see promises._hops): taken
+        once, answered Accepted before it runs, then run as the trip's next hop."""
+        trip = Trip.take(event.briefcase)
+        sender = (caller.principal.name, caller.principal.via)
+        if (taken := self.trips.taken_as(trip, sender)) is not None:
+            # Sent again (the connection broke before the answer): taken once, and
+            # answered even at a full place, or the agent would go on from both.
+            reply(Accepted(event.rid, taken))
+            return None
+        # No principal's share: a trip's hop is the admitted meet, going on.
+        self.meets.admit()
+        meet = self._new(caller, event, route, trip=trip)
+        self.trips.take(trip, meet.id, sender)
+        reply(Accepted(event.rid, meet.id))
+        self.meets.spawn(meet, self.hops.run_hop(meet))
+        return None
+
+    def _move(self, caller: Caller, event: Meet, route: Route, reply: Reply,
+              accepted: int) -> Taken | None:
+        """The agent here moves on to the place `route.address` (see promises._hops)."""
+        assert caller.meet is not None
+        assert caller.worker is not None
+        return self._answering(event.rid, functools.partial(
+            self.hops.go, caller.worker, caller.meet, route.address, event.briefcase), reply)
+
+    def _forward(self, caller: Caller, event: Meet, route: Route, reply: Reply,
+                 accepted: int) -> Taken | None:
+        """An agent here meets an agent at another place: that place authorizes it, and
+        this place vouches for the principal."""
+        async def meet_there() -> Briefcase | str:
+            client = await self.reach.get(route.address, caller.principal.name, 10.0)
+            return await client.meet(route.agent, event.briefcase, event.mode,
+                                     event.timeout, caller.principal.name)
+
+        return self._answering(event.rid, meet_there, reply)
+
+    def _mailbox(self, caller: Caller, event: Meet, route: Route, reply: Reply,
+                 accepted: int) -> Taken | None:
+        """The agent here uses its own mailbox (reside, receive, reply, leave)."""
+        assert caller.meet is not None
+        return self._answering(event.rid, functools.partial(
+            self.residents.serve, caller.meet, event.briefcase), reply)
+
+    def _answering(self, rid: int, work: Callable[[], Awaitable[Briefcase | str]],
+                   reply: Reply) -> Taken:
+        return Taken(asyncio.ensure_future(self.answered(rid, work, None, reply)))
 
     # ------------------------------------------------------------------ the meet path
-    async def run(self, meet: RunningMeet) -> Briefcase:
+    async def _result(self, meet: RunningMeet) -> Briefcase:
+        """Run a meet that began here to its end (a trip it goes on is waited for)."""
+        outcome = await self.run(meet)
+        assert not isinstance(outcome, Moved)  # only a hop of a trip from elsewhere moves
+        return outcome
+
+    async def run(self, meet: RunningMeet) -> Briefcase | Moved:
         """Run one meet at this place and return the agent's briefcase.
 
         If the agent moves on, a meet that began here returns the briefcase its trip ends
-        with; a hop of a trip that began elsewhere raises _Moved.
+        with; a hop of a trip that began elsewhere returns Moved.
         """
         meet.step("examine")
         self._not_revoked(meet)
-        found = self.agents.resolve(meet.agent)
+        route = meet.route
+        if route is None:  # a hop this place handed itself, or one the journal kept
+            route = meet.route = self._resolved(meet.agent)
+        meet.to(State.RUNNING)
         meet.step("find agent")
-        if isinstance(found, BuiltInAgent) and found.name == TRIP_AGENT:
+        found = route.found
+        if isinstance(found, PooledAgent):
+            return await self._run_pooled(meet, found)
+        if route.kind is Kind.TRIPS:
             return await self.hops.serve_trip(meet.briefcase)  # from places (see _access)
-        if not isinstance(found, PooledAgent):  # the place runs it itself
-            result = await (
-                self.builtins.serve(meet.agent, meet.briefcase, meet.caller, meet.admin,
-                                    meet.principal) if isinstance(found, BuiltInAgent)
-                else self.agents.trusted.run(found.agent, meet.briefcase, meet.principal,
-                                             self.bounded(meet.timeout)))
-            meet.end_trace(result)
-            return result
+        if isinstance(found, TrustedRun):
+            result = await self.trusted.run(found.agent, meet.briefcase, meet.principal,
+                                            self.bounded(meet.timeout))
+        else:  # the place's own agents
+            result = await self.builtins.serve(meet.agent, meet.briefcase, meet.caller,
+                                               meet.admin, meet.principal)
+        meet.end_trace(result)
+        return result
+
+    async def _run_pooled(self, meet: RunningMeet, found: PooledAgent) -> Briefcase | Moved:
+        """Run a meet's agent in a worker of its pool (TACOMA's steps 7 to 13)."""
         pool, installed_code = found.pool, found.installed
         timeout = self.bounded(meet.timeout)
         if meet.trip is not None and meet.trip.deadline:  # a hop: the trip's one deadline
@@ -150,24 +406,23 @@ class Router:
         hop = meet.trip is not None  # a hop of a trip that began elsewhere
         try:
             try:
-                result = (await worker.run(meet, timeout,
-                                           functools.partial(self.agent_meet, meet))).briefcase
-            except Exception:
-                if meet.went is None:
-                    raise
+                outcome = await worker.run(meet, timeout,
+                                           functools.partial(self.agent_meet, meet))
             finally:
                 meet.worker = None
                 self.residents.leave(meet)
                 pool.release(worker)
-            if meet.went is not None:  # the agent moved on: its trip goes on without us
+            if isinstance(outcome, Moved):  # the agent moved on: its trip goes on
                 if hop:
-                    raise Moved
+                    return outcome  # the next place has the trip now
                 assert meet.trip is not None
                 try:
                     result = await self.trips.wait(meet.trip, meet.deadline)
                 except asyncio.CancelledError:  # the caller gave up: stop it where it is
-                    self.in_background(self.hops.stop_trip(meet.trip.id, [meet.went]))
+                    self.in_background(self.hops.stop_trip(meet.trip.id, [outcome.to]))
                     raise
+            else:
+                result = outcome.briefcase
         finally:
             if not hop and meet.trip is not None:  # a trip that began here is over
                 self.trips.forget(meet.trip.id)
@@ -197,9 +452,6 @@ class Router:
         is full. A meet sent again with an id the journal has from the same principal (its
         Accepted was lost) is taken once.
         """
-        self.agents.resolve(meet.agent)  # answered before it runs: refuse it now if it cannot
-        if meet.agent in (HOME_AGENT, TRIP_AGENT):
-            raise MeetError(f"{meet.agent} is met in sync mode, by places")
         reserved = False
         try:
             self.meets.admit("", meet.principal)
@@ -240,9 +492,8 @@ class Router:
         when the place starts again (at least once; RERUN tells the agent).
         """
         try:
-            if meet.stored:
+            if meet.state is State.QUEUED:  # its briefcase waited in the journal
                 meet.briefcase = await self.journal.briefcase(meet.id, meet.principal)
-                meet.stored = False
             try:
                 meet.runs = await self.journal.started(meet.id, meet.principal) - 1
             except TacomaError as exc:
@@ -253,12 +504,14 @@ class Router:
                             meet.id, exc)
             if meet.runs:
                 meet.briefcase[RERUN] = [str(meet.runs).encode()]
-            result = await self.run(meet)
-        except asyncio.CancelledError:
+            result = await self._result(meet)
+        except asyncio.CancelledError as exc:
+            meet.ends(exc)
             if meet.killed or not self.meets.stopping:
                 await asyncio.shield(self.record(meet, None, self.meets.cancelled(meet)))
             raise
         except Exception as exc:
+            meet.ends(exc)
             if isinstance(exc, TacomaError):
                 log.info("async meet %s (%s) failed: %s", meet.id, meet.agent, exc)
             else:
@@ -266,6 +519,7 @@ class Router:
                           meet.agent, exc_info=exc)
             await self.record(meet, None, exc)
         else:
+            meet.ends(None)
             log.info("async meet %s (%s) done", meet.id, meet.agent)
             await self.record(meet, result, None)
 
@@ -273,7 +527,7 @@ class Router:
                      exc: BaseException | None) -> None:
         """Put a meet's outcome in the journal, if its caller may ask for it there (an async
         meet, a trip that began here, a sync meet whose caller is gone)."""
-        if meet.journaled or meet.orphaned:
+        if meet.recorded:
             await self._record(meet.id, meet.agent, meet.principal, meet.via, result, exc)
 
     async def _record(self, meet_id: str, agent: str, principal: str, via: str,
@@ -353,100 +607,63 @@ class Router:
         limit = self.settings.limits.meet_seconds
         return limit if timeout is None else min(timeout, limit)
 
-    async def answered(self, rid: int, work: Callable[[], Awaitable[Briefcase]],
-                       meet: RunningMeet | None, answer: Callable[[Event], None]) -> None:
-        """Answer request `rid` with what `work()` returns: its Result, or a Failed saying
-        why it failed or was cancelled (the caller left or cancelled, the meet was killed,
-        the place stops); a cancellation still cancels. `work` is called here, not by the
-        caller: a task cancelled before it starts then leaves no coroutine never awaited."""
+    async def answered(self, rid: int, work: Callable[[], Awaitable[Briefcase | str]],
+                       meet: RunningMeet | None, answer: Reply) -> None:
+        """Answer request `rid` with what `work()` returns (a briefcase: its Result; a meet
+        or message id: Accepted), or a Failed saying why it failed or was cancelled (the
+        caller left or cancelled, the meet was killed, the place stops); a cancellation
+        still cancels. The one place every meet's answer is made. `work` is called here,
+        not by the caller: a task cancelled before it starts then leaves no coroutine never
+        awaited. A meet of its own (`meet`) ends here, and is recorded if it must be."""
         try:
             result = await work()
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
             answer(failed(rid, self.meets.cancelled(meet)))
-            if meet is not None and (meet.journaled or meet.orphaned):
-                await asyncio.shield(self.record(meet, None, self.meets.cancelled(meet)))
+            if meet is not None:
+                meet.ends(exc)
+                if meet.recorded:
+                    await asyncio.shield(self.record(meet, None, self.meets.cancelled(meet)))
             raise
         except Exception as exc:  # noqa: BLE001 - every meet gets an answer, whatever failed
             answer(failed(rid, exc))
             if meet is not None:
+                meet.ends(exc)
                 await self.record(meet, None, exc)
             return
-        answer(Result(rid, result))
-        if meet is not None and (meet.journaled or meet.orphaned):
-            await self.record(meet, result, None)
+        answer(Accepted(rid, result) if isinstance(result, str) else Result(rid, result))
+        if meet is not None:
+            meet.ends(None)
+            if meet.recorded:
+                assert isinstance(result, Briefcase)
+                await self.record(meet, result, None)
 
     # ------------------------------------------------------------------ agents' own meets
     async def agent_meet(self, meet: RunningMeet, worker: Worker, event: Meet) -> None:
-        """The agent of `meet`, run by `worker`, meets another agent (here, or at another
-        place through a client), sends a message (a meet with a resident), uses its
-        mailbox, or moves on."""
-        def hand(reply: Event) -> None:  # what reaches the agent: its lazy folders noted
+        """The agent of `meet`, run by `worker`, makes a meet (up its worker's channel):
+        taken like any (see take), and waited for here, so that the agent's end (its worker
+        destroyed) stops it; what reaches the agent has its lazy folders noted."""
+        def hand(reply: Event) -> None:
             if isinstance(reply, Result):
                 meet.note_origins(reply.briefcase)
             worker.answer(reply)
 
+        taken = self.take(Caller(Principal(meet.principal), Side.AGENT, serial=meet.serial,
+                                 meet=meet, worker=worker), event, hand)
+        if taken is None:
+            return
         try:
-            self._not_revoked(meet)
-            if meet.went is not None:
-                raise MeetError(f"the agent has gone to {meet.went}")
-            if event.mode == "go":
-                await self.hops.go(worker, meet, event)
-                return
-            agent, address = split_target(event.agent)
-            if address is not None:
-                address = canonical_address(address)
-                if address == self.address:
-                    address = None  # here, as a bare name
-            if address is None:
-                self.access.check(Principal(meet.principal), agent, event.mode, Side.AGENT,
-                                  self.address)
-            else:  # the other place checks the rest
-                self.access.check_onward(agent)
-            if address is not None:
-                # The other place authorizes it: this place vouches for the principal.
-                client = await self.reach.get(address, meet.principal, 10.0)
-                answer = await client.meet(agent, event.briefcase, event.mode, event.timeout,
-                                           meet.principal)
-            elif agent == MAILBOX_AGENT:
-                answer = await self.residents.serve(meet, event.briefcase)
-            elif self.residents.get(agent) is not None:
-                sender = f"{meet.resident}@{self.address}" if meet.resident else meet.identity
-                answer = await self.residents.message(agent, event, sender, meet.principal,
-                                                      self.bounded(event.timeout))
-            elif event.mode == "ack":
-                raise MessageError(f"the ack mode is for messages to resident agents, and "
-                                   f"{agent} is not one here")
-            elif agent in BUILT_IN and event.mode == "sync":
-                # The place's own services (cabinets, ...) run no agent: an admitted agent
-                # may use them even while the place is at --max-meets.
-                answer = await self.builtins.serve(agent, event.briefcase, meet.identity,
-                                                   principal=meet.principal,
-                                                   origins=meet.origins)
-            else:
-                # An agent's meets count against --max-meets and its principal's share like
-                # anyone's, and can be killed. Its async ones are journaled and may queue,
-                # as a client's; a sync one past a bound is refused (PlaceUnavailable).
-                inner = self.meets.new(agent, event.briefcase, event.timeout, meet.principal,
-                                       meet.identity)
-                inner.serial = meet.serial
-                if event.mode == "async":
-                    # Shielded: once journaled, it is queued or started even if the agent
-                    # is killed meanwhile (else its row would wait for a restart).
-                    answer = await asyncio.shield(self.submit(inner))
-                else:
-                    # Its principal's share too: refused, the agent hears PlaceUnavailable
-                    # (its own meet holds its slot: a share of one admits no nested meet).
-                    self.meets.admit(agent, meet.principal)
-                    # A meet of its own, so that it can be killed.
-                    task = self.meets.spawn(inner, self.answered(
-                        event.rid, functools.partial(self.run, inner), inner, hand))
-                    try:
-                        await asyncio.shield(task)
-                    except asyncio.CancelledError:
-                        task.cancel()
-                        raise
-                    return
-            hand(Accepted(event.rid, answer) if isinstance(answer, str)
-                 else Result(event.rid, answer))
-        except Exception as exc:  # noqa: BLE001 - the agent is waiting for an answer
-            hand(failed(event.rid, exc))
+            await asyncio.shield(taken.task)
+        except asyncio.CancelledError:
+            taken.task.cancel()
+            raise
+
+
+def _kind(found: Found) -> Kind:
+    """The route kind of what a name finds here."""
+    if isinstance(found, BuiltInAgent):
+        return {ECHO_AGENT: Kind.ECHO, HOME_AGENT: Kind.HOME,
+                TRIP_AGENT: Kind.TRIPS}.get(found.name, Kind.BUILT_IN)
+    if isinstance(found, TrustedRun):
+        plain = found.agent.plain and found.agent.call is not None
+        return Kind.TRUSTED_CALL if plain else Kind.TRUSTED
+    return Kind.POOLED

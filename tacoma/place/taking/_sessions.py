@@ -1,43 +1,33 @@
-"""Client sessions: one per connection to the place, and how each of its meets is taken.
+"""Client sessions: one per connection to the place, and only the connection's I/O.
 
-A session reads Meet and Cancel events off its Channel. A Meet becomes, by its mode and
-name: a message to a resident agent (see _residents), a moving agent arriving (`go`, see
-_trips: answered Accepted once taken), an async meet (journaled, answered Accepted, then
-run or queued: see _journal), or a sync meet (run, then answered with its Result). Every
-meet runs in a task of its own; its failure, however it happens, becomes a Failed reply on
-its own request id and touches nothing else. A Cancel stops its meet's agent. A broken
-connection stops the agents of its sync meets, except those whose client chose the meet's
-id: a client that can ask for the outcome by id later (`tacoma status`) gets it recorded
-in the journal, and its agent runs on to its end.
+A session reads Meet and Cancel events off its Channel, and sends the replies. Every Meet
+goes to the router (`_router.Router.take`, which decides what it is and where it goes) with
+who sent it (its `Caller`); what goes on after that, a task, is tracked here by request id,
+so that a Cancel stops its meet's agent and a broken connection stops the agents of its
+sync meets, except those whose client chose the meet's id: a client that can ask for the
+outcome by id later (`tacoma status`) gets it recorded in the journal, and its agent runs
+on to its end. The session's own part of taking a meet is what only the connection knows:
+programs named by hash (a result may name them back), the lazy folders its client holds
+(the place asks the client for their chunks: `ask`), and when it has been idle too long.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import logging
 import time
 
 from ...transport import Channel
-from ...wire._briefcase import CODE, TRACE, Briefcase
-from ...wire._errors import (
-    LazyFolderError,
-    LimitExceeded,
-    MeetError,
-    MessageError,
-    ProtocolError,
-    TacomaError,
-    error_from_wire,
-)
-from ...wire._names import ECHO_AGENT, LAZY_AGENT
-from ...wire._protocol import Accepted, Cancel, Event, Failed, Meet, Result
-from ..meets._access import Access, Principal
+from ...wire._briefcase import CODE, Briefcase
+from ...wire._errors import LazyFolderError, MeetError, error_from_wire
+from ...wire._names import LAZY_AGENT
+from ...wire._protocol import Cancel, Event, Failed, Meet, Result
+from ..meets._access import Access, Principal, Side
 from ..meets._meet import RunningMeet, failed
-from ..meets._trips import Trip
-from ..stores._codes import named_in_reply
-from ..workers._trusted import TrustedAgent
-from ._router import Router
+from ..stores._codes import CodeStore, named_in_reply
+from ..stores._lazy import LazyStore
+from ._router import Caller, Router
 
 __all__ = ["Session"]
 
@@ -47,11 +37,17 @@ log = logging.getLogger("tacoma.place")
 class Session:
     """A client connection to the place and the meets it has in flight."""
 
-    def __init__(self, router: Router, sessions: set[Session], access: Access) -> None:
+    def __init__(self, router: Router, sessions: set[Session], access: Access,
+                 codes: CodeStore, lazy: LazyStore, idle_seconds: float) -> None:
         self.router = router
         self.meets = router.meets
+        self.address = router.address
         self.sessions = sessions
         self.access = access
+        self.codes = codes  # programs named by hash (see stores._codes)
+        self.lazy = lazy  # lazy folders this connection's client holds (see stores._lazy)
+        self.idle_seconds = idle_seconds
+        self.side = Side.ANYONE  # where its meets come from, once its peer is known
         self.channel: Channel
         self.tasks: dict[int, asyncio.Task[None]] = {}  # by request id
         #: The sync meets of tasks whose clients chose their ids (by request id).
@@ -93,6 +89,7 @@ class Session:
             peer = channel.identity
             self.own = Principal(peer.name if peer is not None else "")
             self.admin = peer is not None and peer.is_admin
+            self.side = self.access.side(peer)
             self.sessions.add(self)
             self._check_idle()
         return refused
@@ -100,12 +97,12 @@ class Session:
     def _check_idle(self) -> None:
         """Close the connection once it has had no meet in flight and sent nothing for
         --idle-seconds (idle connections must not hold the place's slots)."""
-        limit = self.router.settings.idle_seconds
+        limit = self.idle_seconds
         quiet = time.monotonic() - self._active
         if self.channel.is_closing:
             return
         if quiet >= limit and not self.channel.conn.owed and not self.tasks \
-                and not self.router.builtins.lazy.relaying(self):
+                and not self.lazy.relaying(self):
             self.channel.close(f"idle for {limit:g} s with no meet in flight")
             return
         wait = limit - quiet if quiet < limit else limit
@@ -139,7 +136,7 @@ class Session:
     def channel_closed(self, channel: Channel, exc: BaseException | None) -> None:
         if self._idle is not None:
             self._idle.cancel()
-        self.router.builtins.lazy.forget(self)
+        self.lazy.forget(self)
         for asked in self._asking.values():
             if not asked.done():
                 asked.set_exception(LazyFolderError(
@@ -158,144 +155,41 @@ class Session:
 
     # -- meets
     def accept(self, event: Meet) -> None:
-        """Start serving a meet from this client."""
-        accepted = time.perf_counter_ns() if TRACE in event.briefcase else 0
+        """Hand a meet from this client to the router; track it while it goes on."""
         peer = self.channel.identity
         try:
             principal = (self.access.principal(peer, event.principal) if event.principal
                          else self.own)
-            self.access.check(principal, event.agent, event.mode, self.access.side(peer),
-                              self.router.address, self.channel.peer)
-            digest = self.router.codes.take(principal.name, event.briefcase)
-            if own := sum(not ref.origin for ref in event.briefcase.lazy_refs()):
-                self._take_lazy(event.briefcase, principal, own)
-        except (MeetError, ProtocolError, LimitExceeded) as exc:
-            self._reply(failed(event.rid, exc))
-            return
-        if digest is not None and event.mode == "sync":
-            self._programs[event.rid] = (event.briefcase[CODE], digest)
-        if event.mode != "go" and self.router.residents.get(event.agent) is not None:
-            self._accept_message(event, principal.name)
-            return
-        if event.mode == "sync" and not accepted and not self.meets.stopping:
-            if event.agent == ECHO_AGENT:
-                # The null agent holds nothing and waits for nothing: answered here and now,
-                # it never takes a slot (every other meet, built-in or not, counts).
-                self._reply(Result(event.rid, event.briefcase))
-                return
-            trusted = self.router.agents.trusted.get(event.agent)
-            if trusted is not None and trusted.plain and trusted.call is not None:
-                self._serve_trusted(event, trusted, principal.name)  # likewise
-                return
-        try:
-            # A principal's share is checked for every meet made for it, its agents' through
-            # other places too (else one meet's agents could fill a place by meeting on
-            # and on); not for a trip's hop (the admitted meet, going on).
-            shared = event.mode != "go"
-            trip = Trip.take(event.briefcase) if event.mode == "go" else None
-            if trip is not None:
-                trips, sender = self.router.hops.trips, (principal.name, principal.via)
-                if (taken := trips.taken_as(trip, sender)) is not None:
-                    # Sent again (the connection broke before the answer): taken once, and
-                    # answered even at a full place, or the agent would go on from both.
-                    self._reply(Accepted(event.rid, taken))
-                    return
-            if event.mode == "ack":
-                raise MessageError(f"the ack mode is for messages to resident agents, and "
-                                   f"{event.agent} is not one here")
-            if event.mode != "async":  # async meets are admitted, or queued, by submit
-                self.meets.admit(event.agent if event.mode == "sync" else "",
-                                 principal.name if shared else "")
-            elif event.meet_id and self.meets.find(event.meet_id, principal.name):
-                self._reply(Accepted(event.rid, event.meet_id))  # sent again: taken once
-                return
-            if trip is not None:  # answered before it runs: refuse it now if it cannot
-                self.router.agents.resolve(event.agent)
-            meet = self.meets.new(event.agent, event.briefcase, event.timeout, principal.name,
-                                  trip=trip,
-                                  traced_at=accepted if event.mode == "sync" else 0,
-                                  via=principal.via, meet_id=event.meet_id)
-            if trip is not None:
-                trips.take(trip, meet.id, sender)
         except MeetError as exc:
             self._reply(failed(event.rid, exc))
             return
-        meet.admin = self.admin and not principal.via
-        if peer is not None and not principal.via:
-            meet.serial = peer.serial
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("meet %s: %s (%s) for %s%s from %s", meet.id, event.agent, event.mode,
-                      principal.name or "anonymous",
-                      f" via {principal.via}" if principal.via else "", self.channel.peer)
-        if trip is not None:
-            self._reply(Accepted(event.rid, meet.id))
-            self.meets.spawn(meet, self.router.hops.run_hop(meet))
-        elif event.mode == "async":
-            # Not cancellable: once journaled, an async meet runs whatever its caller does.
-            self.router.in_background(self._submit(event.rid, meet))
-        else:
-            task = self.meets.spawn(meet, self.router.answered(
-                event.rid, functools.partial(self.router.run, meet), meet, self._reply))
-            self._track(event.rid, task, meet)
-            if meet.chosen_id:
-                self.chosen[event.rid] = meet
+        caller = Caller(principal, self.side, admin=self.admin and not principal.via,
+                        serial=peer.serial if peer is not None and not principal.via else "",
+                        peer=self.channel.peer, unpack=self._unpack)
+        taken = self.router.take(caller, event, self._reply)
+        if taken is not None:
+            self._track(event.rid, taken.task, taken.meet)
+            if taken.meet is not None and taken.meet.chosen_id:
+                self.chosen[event.rid] = taken.meet
+
+    def _unpack(self, event: Meet, principal: Principal) -> None:
+        """This connection's part of taking a meet, once it is allowed: a program named by
+        hash is filled in (and a sync meet's result may name it so, see _reply), and the
+        client's own lazy folders get this place as their origin."""
+        digest = self.codes.take(principal.name, event.briefcase)
+        if digest is not None and event.mode == "sync":
+            self._programs[event.rid] = (event.briefcase[CODE], digest)
+        if own := sum(not ref.origin for ref in event.briefcase.lazy_refs()):
+            self._take_lazy(event.briefcase, principal, own)
 
     def _take_lazy(self, briefcase: Briefcase, principal: Principal, count: int) -> None:
         """A client's own lazy folders in a meet from this connection (`count` with no
         origin yet): this place is their origin, seals them, and relays (asks the client for
         the chunks), within --lazy-bytes and the principal's share of it."""
-        lazy = self.router.builtins.lazy
+        lazy = self.lazy
         lazy.may_relay(self, principal.name, count)
         relay = functools.partial(lazy.relay, self, principal.name)
-        briefcase.with_origin(self.router.address, relay, lazy.seal)
-
-    def _serve_trusted(self, event: Meet, agent: TrustedAgent, principal: str) -> None:
-        """A sync meet with a trusted agent whose meet is a plain function: answered here and
-        now, on the place's own loop (see _trusted)."""
-        trusted = self.router.agents.trusted
-        try:
-            returned = trusted.call(agent, event.briefcase, principal)
-            if inspect.isawaitable(returned):  # a wrapper of an async def, found out now
-                self.router.in_background(self._await_trusted(event, agent, returned))
-                return
-            self._reply(Result(event.rid, trusted.result(agent, event.briefcase, returned)))
-        except TacomaError as exc:
-            self._reply(failed(event.rid, exc))
-
-    async def _await_trusted(self, event: Meet, agent: TrustedAgent, returned: object) -> None:
-        trusted = self.router.agents.trusted
-        try:
-            done = await trusted.finish(agent, returned, self.router.bounded(event.timeout))
-            self._reply(Result(event.rid, trusted.result(agent, event.briefcase, done)))
-        except TacomaError as exc:
-            self._reply(failed(event.rid, exc))
-
-    async def _submit(self, rid: int, meet: RunningMeet) -> None:
-        """An async meet: answered Accepted once the journal holds it (see _journal)."""
-        try:
-            meet_id = await self.router.submit(meet)
-        except Exception as exc:  # noqa: BLE001 - refused, or a journal that cannot write
-            self._reply(failed(rid, exc))
-        else:
-            self._reply(Accepted(rid, meet_id))
-
-    def _accept_message(self, event: Meet, principal: str) -> None:
-        """A meet with a resident agent: a message to it from `principal` (see _residents)."""
-        try:
-            message = self.router.residents.deliver(event.agent, event.mode,
-                                                      event.briefcase, "client", principal)
-        except MeetError as exc:
-            self._reply(failed(event.rid, exc))
-            return
-        if message.answer is None:  # one-way: in the mailbox is all the sender hears
-            self._reply(Accepted(event.rid, message.id))
-            return
-        task = asyncio.ensure_future(self.router.answered(
-            event.rid, functools.partial(self.router.residents.answer_of, event,
-                                         message.answer, self.router.bounded(event.timeout)),
-            None,
-            self._reply))
-        self._track(event.rid, task)
+        briefcase.with_origin(self.address, relay, lazy.seal)
 
     def _track(self, rid: int, task: asyncio.Task[None],
                meet: RunningMeet | None = None) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import logging
 import os
 import secrets
@@ -53,7 +54,7 @@ from ._cgroups import Group
 from ._containment import Containment, private_output, tail
 from ._zygotes import START_TIMEOUT, ZygoteHandle
 
-__all__ = ["LogBudget", "Worker", "WorkerPool"]
+__all__ = ["LogBudget", "Moved", "Worker", "WorkerPool"]
 
 log = logging.getLogger("tacoma.place")
 
@@ -101,6 +102,16 @@ SHRINK_AFTER = 5.0
 NestedHandler = Callable[["Worker", Meet], Awaitable[None]]
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Moved:
+    """How a worker's meet ends when its agent moved on: the next place took it (`to`).
+
+    Whatever the process does after that (it ends by itself, or is killed with the worker)
+    is no longer the meet's outcome here."""
+
+    to: str
+
+
 class HandedMeet(Protocol):
     """What a worker needs of the meet it serves (the place's RunningMeet)."""
 
@@ -131,6 +142,8 @@ class Worker:
         self.meet: HandedMeet | None = None  # the meet it serves, once handed one
         self._reply: asyncio.Future[Result | Failed] | None = None
         self._nested: NestedHandler | None = None
+        self._moved: Moved | None = None  # once its agent went on (see moved_on)
+        self._went: asyncio.Future[None] | None = None  # wakes run when it does
         self._tasks: set[asyncio.Task[None]] = set()
         self.destroyed = False
         self._logged_lines = self._logged_chars = self._dropped_lines = 0
@@ -140,11 +153,24 @@ class Worker:
         return (self.exited is not None and not self.exited.done()
                 and self.channel is not None and not self.channel.is_closing)
 
-    async def run(self, meet: HandedMeet, timeout: float, nested: NestedHandler) -> Result:
-        """Hand this worker its meet and wait for the answer, the process's end or timeout.
+    async def run(self, meet: HandedMeet, timeout: float,
+                  nested: NestedHandler) -> Result | Moved:
+        """Hand this worker its meet and wait for the answer, the process's end or timeout:
+        the agent's Result, or Moved once its agent went on to another place (however its
+        process here ends after that).
 
         A traced meet gets the steps "hand to worker" (writing the Meet) and "_waited" (from
         the Meet written to the answer taken; see wire._trace)."""
+        try:
+            answer = await self._run(meet, timeout, nested)
+        except Exception:
+            if self._moved is None:
+                raise
+            return self._moved  # it went on while its end here was being looked at
+        return self._moved or answer
+
+    async def _run(self, meet: HandedMeet, timeout: float,
+                   nested: NestedHandler) -> Result | Moved:
         assert self.exited is not None
         assert self.channel is not None
         loop = asyncio.get_running_loop()
@@ -152,6 +178,7 @@ class Worker:
         self._nested = nested
         reply: asyncio.Future[Result | Failed] = loop.create_future()
         self._reply = reply
+        self._went = went = loop.create_future()
         exited = self.exited
         meet.mark()
 
@@ -163,7 +190,7 @@ class Worker:
         self.channel.send(Meet(1, meet.agent, meet.briefcase, "sync", timeout, meet.principal),
                           refused)
         meet.step("hand to worker")
-        waits: set[asyncio.Future[Any]] = {reply, exited}
+        waits: set[asyncio.Future[Any]] = {reply, exited, went}
         watch = self._watch_cpu() if self.group is not None and self.group.accounts_cpu \
             else None
         if watch is not None:
@@ -174,6 +201,8 @@ class Worker:
             if watch is not None:
                 watch.cancel()
         meet.step("_waited")
+        if self._moved is not None:  # its agent went on: whatever else happened here
+            return self._moved
         limits = self.pool.settings.limits
         if watch is not None and watch.done() and not watch.cancelled() and watch.result():
             raise AgentKilled(f"agent killed: its CPU time limit of {limits.cpu_seconds} s "
@@ -233,11 +262,12 @@ class Worker:
         return (f"agent killed by its memory limit of {limit / 2**20:g} MiB (all its "
                 "processes together, and what it wrote to its tmpfs)")
 
-    def moved_on(self) -> None:
-        """Its agent went on to another place: its meet here is over now (its process ends
-        by itself, and is destroyed with the worker)."""
-        if self._reply is not None and not self._reply.done():
-            self._reply.set_result(Result(1, Briefcase()))
+    def moved_on(self, to: str) -> None:
+        """Its agent went on to the place `to`: its meet here is over now, Moved (its
+        process ends by itself, and is destroyed with the worker)."""
+        self._moved = Moved(to)
+        if self._went is not None and not self._went.done():
+            self._went.set_result(None)
 
     def output_tail(self) -> str:
         """The end of what the agent wrote to stdout and stderr."""

@@ -55,6 +55,7 @@ from ..wire._protocol import (
     Meet,
     Result,
     Role,
+    unsendable,
 )
 from ..wire._trace import record
 from . import _sandbox
@@ -146,11 +147,9 @@ class AgentChannel:
         try:
             data = self.conn.send(event)
         except LimitExceeded as exc:
-            data = self.conn.send(Failed(event.rid, LimitExceeded.kind,
-                                         f"the agent's result is too large: {exc}"))
-        except LocalProtocolError as exc:
-            data = self.conn.send(Failed(event.rid, AgentFailed.kind,
-                                         f"the agent's result cannot be sent: {exc}"))
+            data = self.conn.send(unsendable(event, exc, LimitExceeded.kind))
+        except LocalProtocolError as exc:  # not encodable: the agent's own failure
+            data = self.conn.send(unsendable(event, exc, AgentFailed.kind))
         self._write(data)
 
     # -- the agent API

@@ -37,7 +37,6 @@ from ..wire._errors import (
     ProtocolError,
     RemoteProtocolError,
     TacomaError,
-    kind_of,
     map_transport_errors,
 )
 from ..wire._protocol import (
@@ -52,6 +51,7 @@ from ..wire._protocol import (
     Role,
     decoded,
     heavy,
+    unsendable,
 )
 from ._outbox import Outbox, Refused, coding
 from ._trim import trim
@@ -425,10 +425,8 @@ class Channel(asyncio.Protocol):
             if not isinstance(event, Result | Failed):
                 log.error("cannot send %s: %s", type(event).__name__, exc)
                 return
-            what = "the result briefcase" if isinstance(event, Result) else "the failure"
             try:
-                self.send(Failed(event.rid, kind or kind_of(exc),
-                                 f"{what} cannot be sent: {exc}"[:4096]))
+                self.send(unsendable(event, exc, kind))
             except (LimitExceeded, ProtocolError) as again:
                 log.error("cannot send Failed: %s", again)
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import enum
 
 from ._briefcase import Briefcase
-from ._errors import LimitExceeded, LocalProtocolError, RemoteProtocolError
+from ._errors import LimitExceeded, LocalProtocolError, RemoteProtocolError, TacomaError, kind_of
 from ._events import MODES as MODES
 from ._events import PIECE_ELEMENTS, decode, encode, encode_in_pieces
 from ._events import Accepted as Accepted
@@ -76,6 +76,7 @@ __all__ = [
     "decoded",
     "heavy",
     "pieces_of",
+    "unsendable",
 ]
 
 #: Bumped on any incompatible change to framing or events; peers must agree exactly.
@@ -195,6 +196,16 @@ def pieces_of(event: Event, limit: int) -> list[bytes | memoryview]:
         raise LocalProtocolError(f"cannot encode {type(event).__name__}: {exc}") from exc
     _within(event, sum(map(len, pieces)), limit)
     return pieces
+
+
+def unsendable(event: Result | Failed, exc: TacomaError, kind: str | None = None) -> Failed:
+    """The Failed that answers a meet in place of `event`, which cannot be sent (`exc`:
+    larger than the peer's frames, or not encodable), of `kind` (default: that of the
+    error), so that the meet still ends. Every side that answers meets (the place, its
+    workers' host, a client, an agent's worker) answers so."""
+    what = "the result briefcase" if isinstance(event, Result) else "the failure"
+    why = "is too large to send" if isinstance(exc, LimitExceeded) else "cannot be sent"
+    return Failed(event.rid, kind or kind_of(exc), f"{what} {why}: {exc}"[:4096])
 
 
 def _within(event: Event, size: int, limit: int) -> None:

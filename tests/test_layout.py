@@ -235,3 +235,16 @@ def test_every_package_is_installed() -> None:
     found = {module_name(init) for init in (ROOT / "tacoma").rglob("__init__.py")}
     found |= {module_name(init) for init in (ROOT / "interpreters").rglob("__init__.py")}
     assert found <= listed, f"packages missing from setup.cfg: {sorted(found - listed)}"
+
+
+def test_ci_runs_exactly_the_readmes_test_command_with_the_lint() -> None:
+    """CI must run what a newcomer reads: the README's one command that sets up, lints and
+    tests (and the Makefile's lint it calls must exist)."""
+    readme = (ROOT / "README.md").read_text()
+    intro = "Set up, check the code"
+    command = readme[readme.index(intro):].split("\n\n")[1].strip()
+    assert "make lint" in command
+    assert command.endswith("python -m pytest")
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert command in ci.splitlines()
+    assert "\nlint:" in (ROOT / "Makefile").read_text()

@@ -7,14 +7,16 @@ that down again. The work is done by its parts, each in its own module and each 
 the collaborators it needs:
 
     taking/     a client's connection (`_sessions`: its I/O only), the one router that
-                takes every meet, a client's or an agent's (`_router`), and the agents
-                the place is itself (`_builtins`: ag_echo, ag_cabinet, ag_home, ag_admin,
-                ag_status; ag_trip is the router's: it serves rear guards)
+                takes every meet, a client's or an agent's (`_router`), running an agent
+                in a worker (`_pooled`), and the agents the place is itself
+                (`_builtins`: ag_echo, ag_cabinet, ag_home, ag_admin, ag_status; ag_trip
+                is the router's: it serves rear guards)
     meets/      a meet's record and the book of them (`_meet`), the router's tables and
                 the meet's states (`_route`), trips as data (`_trips`), who may meet what
                 (`_access`), residents' mailboxes (`_residents`)
     promises/   what outlives a crash or a lost link: the journal (`_journal`, SQLite),
-                the place's side of trips (`_hops`: hand-overs, rear guards, recovery)
+                async meets and recorded outcomes (`_async`), the place's side of trips
+                (`_hops`: hand-overs, rear guards, recovery)
     workers/    which agents the place has (`_agents`), pre-started worker processes
                 (`_pool`, forked by `_zygotes`), each started with the sandbox plan
                 (`agent._plan.SandboxPlan`) that `_containment` builds from `_layers`,

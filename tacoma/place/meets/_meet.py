@@ -127,8 +127,9 @@ class RunningMeet:
         self.resident: str | None = None  # its agent's name while it is resident
         #: Where it is in its life here (see _route: the states, and the changes allowed).
         self.state = State.TAKEN
-        #: Where it goes, once resolved (see _route); None until then (a queued meet, or
-        #: one taken up from the journal, is resolved when it starts).
+        #: Where it goes, resolved when the place took it (see _route); None for a meet
+        #: the place made itself (a hop it handed to itself, one taken up from the
+        #: journal), resolved when it starts.
         self.route: Route | None = None
         self.went: str | None = None  # where its agent went, once it moved on (MOVED)
         self.killed = ""  # why it was stopped (tacoma kill, its trip's caller gave up)

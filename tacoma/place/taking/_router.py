@@ -12,12 +12,8 @@ The meet path proper (`run`), against TACOMA's 13 steps (Table 1 of the paper):
     receive and examine (5)   a Channel decodes the frame; the protocol core checks it
     locate agent (6)          the meet's Route, resolved when it was taken (`Agents.resolve`:
                               a built-in agent, an interpreter's, or an installed one)
-    pipes, fork, exec (7, 8)  off the critical path: a pre-started worker is taken from the pool
-    deliver briefcase (9)     one write on the worker's socketpair
-    unmarshal, start (10)     in the worker, which is already running its interpreter
-    return status (11, 12)    the worker's Result is sent back to whoever met
-    terminate (13)            the connection stays open for the next meet; the used worker is
-                              destroyed in the background
+    steps 7 to 13             an agent run in a worker: `_pooled`; the place's own agents
+                              and trusted agents are answered in the place's process
 
 A meet's life (taken, queued, running, moving, moved, its end) is its `RunningMeet`'s state,
 changed only as `meets._route.TRANSITIONS` allows; nothing is parked on the worker or the
@@ -37,30 +33,28 @@ from typing import Any
 
 from ...client._client import ClientCache
 from ...wire._address import canonical_address, split_target
-from ...wire._briefcase import CODE, CODE_NAME, RERUN, TRACE, Briefcase
+from ...wire._briefcase import TRACE, Briefcase
 from ...wire._errors import (
     MeetError,
-    MeetTimeout,
     NotAuthorized,
-    PlaceUnavailable,
-    TacomaError,
 )
 from ...wire._names import ECHO_AGENT, HOME_AGENT, MAILBOX_AGENT, TRIP_AGENT
-from ...wire._program import program_bytes, program_name
 from ...wire._protocol import Accepted, Event, Meet, Result
 from .._settings import PlaceSettings
 from ..meets._access import Access, Principal, Side
-from ..meets._meet import AtCapacity, Meets, RunningMeet, failed
+from ..meets._meet import Meets, RunningMeet, failed
 from ..meets._residents import Residents
 from ..meets._route import TAKE, Kind, Route, State, Way, refusal
 from ..meets._trips import Trip, Trips
+from ..promises._async import AsyncMeets
 from ..promises._hops import Hops
-from ..promises._journal import Journal, Record
+from ..promises._journal import Journal
 from ..promises._reach import Reach
 from ..workers._agents import Agents, BuiltInAgent, Found, PooledAgent, TrustedRun
 from ..workers._builds import Builds
 from ..workers._pool import Moved, Worker
 from ._builtins import BuiltIns
+from ._pooled import PooledRuns
 
 __all__ = ["Caller", "Router", "Taken"]
 
@@ -110,7 +104,6 @@ class Router:
         self.trusted = agents.trusted  # trusted agents, run in the place's own process
         self.meets = meets
         self.journal = journal
-        meets.on_free = self._start_queued
         self.builtins = builtins
         self.builds = builds
         self.residents = residents
@@ -120,14 +113,16 @@ class Router:
         # Connections to other places, for agents' meets, made as this place's identity.
         self.clients = clients
         self.background: set[asyncio.Task[None]] = set()
-        #: Long-lived tasks the place cancels when it stops: journal pruning, and trips
-        #: adopted from the journal waiting for their deadlines.
-        self._watching: set[asyncio.Task[None]] = set()
+        #: Async meets, and the outcomes callers ask for by id (see promises._async).
+        self.promised = AsyncMeets(meets, journal, self._result, self.address)
         #: Connections to the places agents name (see _reach).
         self.reach = Reach(self.clients, self.address)
         self.hops = Hops(self.address, trips, meets, journal, self.clients,
                          builtins.trip_ended, self.run, self.in_background, self.bounded,
                          self.reach, settings.trip_timings)
+        #: Running agents in workers (see _pooled).
+        self.pooled = PooledRuns(builds, residents, trips, self.bounded, self.in_background,
+                                 self.hops.stop_trip, self.agent_meet)
         #: The one table's ways (meets._route.TAKE), one method each.
         self._ways: dict[Way, Callable[[Caller, Meet, Route, Reply, int], Taken | None]] = {
             Way.ECHO: self._echo, Way.CALL: self._call, Way.SERVE: self._serve,
@@ -264,7 +259,7 @@ class Router:
             reply(Accepted(event.rid, event.meet_id))  # sent again: taken once
             return None
         meet = self._new(caller, event, route)
-        self.in_background(self.answered(event.rid, functools.partial(self.submit, meet),
+        self.in_background(self.answered(event.rid, functools.partial(self.promised.submit, meet),
                                          None, reply))
         return None
 
@@ -355,7 +350,7 @@ class Router:
         meet.step("find agent")
         found = route.found
         if isinstance(found, PooledAgent):
-            return await self._run_pooled(meet, found)
+            return await self.pooled.run(meet, found)
         if route.kind is Kind.TRIPS:
             return await self.hops.serve_trip(meet.briefcase)  # from places (see _access)
         if isinstance(found, TrustedRun):
@@ -367,74 +362,6 @@ class Router:
         meet.end_trace(result)
         return result
 
-    async def _run_pooled(self, meet: RunningMeet, found: PooledAgent) -> Briefcase | Moved:
-        """Run a meet's agent in a worker of its pool (TACOMA's steps 7 to 13)."""
-        pool, installed_code = found.pool, found.installed
-        timeout = self.bounded(meet.timeout)
-        if meet.trip is not None and meet.trip.deadline:  # a hop: the trip's one deadline
-            timeout = min(timeout, meet.trip.deadline - time.time())
-            if timeout <= 0:
-                raise MeetTimeout("the trip's deadline passed before the agent arrived here")
-        briefcase = meet.briefcase
-        if RERUN in briefcase and not meet.runs:  # only the place says it is a re-run
-            briefcase.remove(RERUN)
-        callers_code, callers_name = briefcase.get(CODE), briefcase.get(CODE_NAME)
-        if installed_code is not None:
-            briefcase[CODE] = [installed_code]
-            # its errors name its installed file ("ag_hello.py"), as it was installed
-            briefcase[CODE_NAME] = [f"{meet.agent}{pool.interpreter.suffixes[0]}".encode()]
-        elif not briefcase.get(CODE):
-            raise MeetError(f"{meet.agent} needs its program in the CODE folder "
-                            f"(tacoma meet {meet.agent} --code FILE)")
-        if pool.interpreter.build is not None:
-            started = time.monotonic()
-            await self.builds.ensure(pool.interpreter, program_bytes(briefcase), timeout,
-                                     program_name(briefcase))
-            timeout -= time.monotonic() - started
-            if timeout <= 0:
-                raise MeetTimeout(f"compiling {meet.agent}'s program took the meet's whole "
-                                  "time")
-        worker = await pool.take()
-        meet.step("take worker")
-        if meet.trace is not None:
-            briefcase[TRACE] = []  # the worker's signal to time its own steps
-        meet.installed_as = meet.agent if installed_code is not None else None
-        meet.program = program_bytes(briefcase)
-        meet.started, meet.deadline = time.time(), time.monotonic() + timeout
-        meet.worker = worker
-        meet.note_origins(briefcase)
-        hop = meet.trip is not None  # a hop of a trip that began elsewhere
-        try:
-            try:
-                outcome = await worker.run(meet, timeout,
-                                           functools.partial(self.agent_meet, meet))
-            finally:
-                meet.worker = None
-                self.residents.leave(meet)
-                pool.release(worker)
-            if isinstance(outcome, Moved):  # the agent moved on: its trip goes on
-                if hop:
-                    return outcome  # the next place has the trip now
-                assert meet.trip is not None
-                try:
-                    result = await self.trips.wait(meet.trip, meet.deadline)
-                except asyncio.CancelledError:  # the caller gave up: stop it where it is
-                    self.in_background(self.hops.stop_trip(meet.trip.id, [outcome.to]))
-                    raise
-            else:
-                result = outcome.briefcase
-        finally:
-            if not hop and meet.trip is not None:  # a trip that began here is over
-                self.trips.forget(meet.trip.id)
-        if installed_code is not None:  # the caller gets back its own CODE, not ours
-            for name, callers in ((CODE, callers_code), (CODE_NAME, callers_name)):
-                if callers is not None:
-                    result[name] = callers
-                elif name in result:
-                    result.remove(name)
-        meet.end_trace(result)
-        return result
-
     def _not_revoked(self, meet: RunningMeet) -> None:
         """NotAuthorized if `meet`'s principal was revoked (its agents make no more meets,
         and a queued meet of it does not start; see Place.stop_revoked)."""
@@ -442,147 +369,9 @@ class Router:
             raise NotAuthorized(f"{meet.principal or 'this principal'} is revoked at place "
                                 f"{self.address}: its agents' meets are refused")
 
-    # ------------------------------------------------------------------ async meets
-    async def submit(self, meet: RunningMeet) -> str:
-        """Take an async meet: write it to the journal (synced), then start it, or queue it
-        if the place is at --max-meets (or its principal at its share); its id.
-
-        Its caller is answered only once this returns: an accepted async meet outlives a
-        crash of the place. Refused (PlaceUnavailable) if it could only queue and the queue
-        is full. A meet sent again with an id the journal has from the same principal (its
-        Accepted was lost) is taken once.
-        """
-        reserved = False
-        try:
-            self.meets.admit("", meet.principal)
-        except AtCapacity:
-            # A place in the queue is held for it while it is written (so that a burst of
-            # async meets cannot pass --max-queued between the check and the write).
-            self.meets.may_queue(meet.principal)
-            self.meets.reserve(meet.principal)
-            reserved = True
-        try:
-            outcome = await self.journal.accept(meet.id, meet.agent, meet.principal, meet.via,
-                                                meet.caller, meet.timeout, meet.briefcase,
-                                                "queued")
-        finally:
-            if reserved:
-                self.meets.unreserve(meet.principal)
-        if outcome == "same":
-            return meet.id  # sent again: it is taken once
-        meet.journaled = True
-        try:
-            self.meets.admit("", meet.principal)
-        except PlaceUnavailable:  # at capacity, or stopping: it waits in the journal
-            self.meets.queue(meet)
-            log.debug("async meet %s queued (%d waiting)", meet.id, len(self.meets.queued))
-        else:
-            self.meets.spawn(meet, self.run_async(meet))
-        return meet.id
-
-    def _start_queued(self) -> None:
-        """Start the queued async meets that may start now (called when a slot frees)."""
-        while (meet := self.meets.next_queued()) is not None:
-            self.meets.spawn(meet, self.run_async(meet))
-
-    async def run_async(self, meet: RunningMeet) -> None:
-        """Run an async meet (journaled), and record how it ended.
-
-        A place stopping cancels it without a record: it stays in the journal and runs again
-        when the place starts again (at least once; RERUN tells the agent).
-        """
-        try:
-            if meet.state is State.QUEUED:  # its briefcase waited in the journal
-                meet.briefcase = await self.journal.briefcase(meet.id, meet.principal)
-            try:
-                meet.runs = await self.journal.started(meet.id, meet.principal) - 1
-            except TacomaError as exc:
-                # The journal cannot count this start (its disk is full): the meet was
-                # accepted, so it runs all the same; it stays unended in the journal until
-                # its outcome is written, and runs again after a restart if it never is.
-                log.warning("async meet %s starts, but the journal cannot count it: %s",
-                            meet.id, exc)
-            if meet.runs:
-                meet.briefcase[RERUN] = [str(meet.runs).encode()]
-            result = await self._result(meet)
-        except asyncio.CancelledError as exc:
-            meet.ends(exc)
-            if meet.killed or not self.meets.stopping:
-                await asyncio.shield(self.record(meet, None, self.meets.cancelled(meet)))
-            raise
-        except Exception as exc:
-            meet.ends(exc)
-            if isinstance(exc, TacomaError):
-                log.info("async meet %s (%s) failed: %s", meet.id, meet.agent, exc)
-            else:
-                log.error("async meet %s (%s) failed on an unexpected error", meet.id,
-                          meet.agent, exc_info=exc)
-            await self.record(meet, None, exc)
-        else:
-            meet.ends(None)
-            log.info("async meet %s (%s) done", meet.id, meet.agent)
-            await self.record(meet, result, None)
-
-    async def record(self, meet: RunningMeet, result: Briefcase | None,
-                     exc: BaseException | None) -> None:
-        """Put a meet's outcome in the journal, if its caller may ask for it there (an async
-        meet, a trip that began here, a sync meet whose caller is gone)."""
-        if meet.recorded:
-            await self._record(meet.id, meet.agent, meet.principal, meet.via, result, exc)
-
-    async def _record(self, meet_id: str, agent: str, principal: str, via: str,
-                      result: Briefcase | None, exc: BaseException | None) -> None:
-        error = None
-        if exc is not None:
-            failure = failed(0, exc)
-            error = (failure.kind, failure.message, failure.detail)
-        await self.journal.ended_when_room(meet_id, agent, principal, via, result, error,
-                                           lambda: self.meets.stopping)
-
     async def resume(self) -> None:
-        """At start: take up what the journal says was under way when the place stopped.
-
-        Async meets that had not ended are queued and run again (RERUN tells the agent how
-        often they started before); meets whose agents were out on a trip from here wait for
-        its end again; a sync meet whose caller was gone is recorded as failed (sync meets
-        are at most once).
-        """
-        records = await self.journal.open()
-        for record in records:
-            if record.trip is not None:  # long-lived: not one settle() waits for
-                adopted = asyncio.ensure_future(self._adopt(record))
-                self._watching.add(adopted)
-                adopted.add_done_callback(self._watching.discard)
-            elif record.kind == "async":
-                meet = RunningMeet(record.id, record.agent, Briefcase(), record.timeout,
-                                   record.principal, record.caller, via=record.via)
-                meet.journaled = True
-                meet.runs = record.runs
-                self.meets.queue(meet)
-            else:
-                await self._record(record.id, record.agent, record.principal, record.via,
-                                   None, PlaceUnavailable(
-                                       f"place {self.address} stopped during the meet, and "
-                                       "sync meets are not run again"))
-        if records:
-            log.info("the journal had %d meets under way: %d async meets to run again, %d "
-                     "trips to wait for", len(records), len(self.meets.queued),
-                     sum(1 for r in records if r.trip is not None))
-        self._start_queued()
-        # Not a background task: settle() waits for those, and this one never ends.
-        self._watching.add(asyncio.ensure_future(self.journal.prune_while_open()))
-
-    async def _adopt(self, record: Record) -> None:
-        """A trip that was out when the place stopped: its end, when it comes home, is
-        recorded (ag_home, through the journal); if none came by a minute past its deadline,
-        its outcome is recorded as unknown."""
-        await asyncio.sleep(max(0.0, (record.deadline or 0.0) - time.time()) + 60.0)
-        now = await self.journal.get(record.id, record.principal)
-        if now is not None and now.ended is None:
-            lost = MeetTimeout("the trip did not come home by its deadline (its home "
-                               "restarted while it was out): its outcome is unknown")
-            await self._record(record.id, record.agent, record.principal, record.via, None,
-                               lost)
+        """At start: take up what the journal says was under way (see promises._async)."""
+        await self.promised.resume()
 
     async def settle(self) -> None:
         """After the meets ended: give the ends of trips on their way home a moment."""
@@ -592,8 +381,7 @@ class Router:
     async def close(self) -> None:
         """Stop compiling, and close the connections to other places."""
         await self.builds.close()
-        for task in self._watching:
-            task.cancel()
+        self.promised.close()
         self.hops.close()
         self.clients.close()
 
@@ -622,20 +410,21 @@ class Router:
             if meet is not None:
                 meet.ends(exc)
                 if meet.recorded:
-                    await asyncio.shield(self.record(meet, None, self.meets.cancelled(meet)))
+                    await asyncio.shield(self.promised.record(meet, None,
+                                                               self.meets.cancelled(meet)))
             raise
         except Exception as exc:  # noqa: BLE001 - every meet gets an answer, whatever failed
             answer(failed(rid, exc))
             if meet is not None:
                 meet.ends(exc)
-                await self.record(meet, None, exc)
+                await self.promised.record(meet, None, exc)
             return
         answer(Accepted(rid, result) if isinstance(result, str) else Result(rid, result))
         if meet is not None:
             meet.ends(None)
             if meet.recorded:
                 assert isinstance(result, Briefcase)
-                await self.record(meet, result, None)
+                await self.promised.record(meet, result, None)
 
     # ------------------------------------------------------------------ agents' own meets
     async def agent_meet(self, meet: RunningMeet, worker: Worker, event: Meet) -> None:

@@ -157,6 +157,11 @@ class RunningMeet:
                                 f"{state.name}")
         self.state = state
 
+    def is_(self, state: State) -> bool:
+        """Whether it is in `state` now (a method, not a narrowing: a meet's state changes
+        while its code awaits)."""
+        return self.state is state
+
     def ends(self, outcome: BaseException | None) -> None:
         """It ended: with its result (None), an error, or cancelled (CancelledError)."""
         self.to(State.ENDED if outcome is None

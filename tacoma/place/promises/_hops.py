@@ -107,15 +107,18 @@ class Hops:
             meet_id = await self._hand_over(trip, target, briefcase, agent,
                                             meet.principal, meet.time_left())
         except BaseException:
-            meet.to(State.RUNNING)
+            if meet.is_(State.MOVING):  # else it ended meanwhile (its worker died)
+                meet.to(State.RUNNING)
             if first and trip is not None:  # the trip did not start after all
                 self.trips.forget(trip.id)
                 self._in_background(self.journal.trip_not_begun(meet.id, meet.principal))
             raise
         meet.trip = trip
         meet.went = target
-        meet.to(State.MOVED)
-        worker.moved_on(target)  # its run ends Moved, once the agent has its answer
+        if meet.is_(State.MOVING):  # else it ended during the hand-over (its worker
+            # died): the trip goes on all the same, and its end is recorded at home
+            meet.to(State.MOVED)
+            worker.moved_on(target)  # its run ends Moved, once the agent has its answer
         if not first:
             self._release_guard(trip)
         return meet_id

@@ -3,6 +3,11 @@
 `start_place(*flags)` runs `python -m tacoma place --listen 127.0.0.1:0 ...` as a child
 process, waits for the one line it prints once it accepts meets, and stops it (SIGTERM,
 then a check that it exited 0) when the test ends. Nothing of tacoma is mocked.
+
+Starting a place is the suite's largest cost, so a test that only needs a place with the
+default settings uses one shared by every test of its worker (`place`, `shared_place`,
+`other_shared_place`: see SharedPlaces), and tests that need the same flags share a place
+of their module (`place_fixture`).
 """
 
 from __future__ import annotations
@@ -165,12 +170,107 @@ def start_place(tmp_path: Path) -> Iterator[Callable[..., RunningPlace]]:
             assert place.stop() == 0, place.log()
 
 
-@pytest.fixture(scope="module")
-def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPlace]:
-    """A place with default settings, shared by a test module."""
-    running = launch_place(tmp_path_factory.mktemp("place"))
-    yield running
-    assert running.stop() == 0
+def place_fixture(*flags: str) -> Any:
+    """A module-scoped fixture: a place started with `flags` (none: the default settings),
+    shared by the module's tests that need those settings, or a place of the module's own
+    (assign it to the fixture's name: `small = place_fixture(...)`, `place = place_fixture()`
+    for a module whose tests look at what its place logged or keeps)."""
+    @pytest.fixture(scope="module")
+    def fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPlace]:
+        running = launch_place(tmp_path_factory.mktemp("place"), *flags)
+        yield running
+        assert running.stop() == 0, running.log()
+
+    return fixture
+
+
+# ------------------------------------------------------------------ places shared by a worker
+class SharedPlaces:
+    """Places with default settings, started when a test first asks for one and shared by
+    every test of this process (an xdist worker) that asks after it: `shared[0]`,
+    `shared[1]`, ... are distinct places.
+
+    Starting a place costs a second or two of CPU (its TLS identity, a zygote per language),
+    and most tests only need *a* place: they name their own cabinets, meet ids, residents,
+    installed agents and programs, so the tests before them do not show. A test that looks
+    at a place's start, its log, its flags, its state directory or its totals, that stops,
+    kills, fills or revokes it, or whose agents try more than a few addresses no place
+    answers at (a principal gets 8 such failures a minute: place.promises._reach), starts
+    its own (`start_place`, `place_fixture`)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.places: list[RunningPlace] = []
+        self.made = 0
+
+    def __getitem__(self, index: int) -> RunningPlace:
+        while len(self.places) <= index:
+            self.places.append(self._start())
+        if self.places[index].proc.poll() is not None:
+            # A test before stopped it: that one failed for it (see `settled`); the tests
+            # after it get a new place instead.
+            self.places[index] = self._start()
+        return self.places[index]
+
+    def _start(self) -> RunningPlace:
+        self.made += 1
+        return launch_place(self.root / f"shared{self.made}")
+
+    def started(self) -> list[RunningPlace]:
+        return [place for place in self.places if place.proc.poll() is None]
+
+    def stop(self) -> None:
+        codes = [(place.address, place.stop()) for place in self.started()]
+        assert all(code == 0 for _, code in codes), codes
+
+
+@pytest.fixture(scope="session")
+def shared_places(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedPlaces]:
+    places = SharedPlaces(tmp_path_factory.mktemp("shared"))
+    yield places
+    places.stop()
+
+
+def settled(place: RunningPlace, timeout: float = 30) -> None:
+    """End what a test left running at a shared place (an async meet asleep, a resident
+    waiting): its agents killed, and gone, before the next test uses the place. A place
+    the test stopped is an error of the test's."""
+    import tacoma
+
+    assert place.proc.poll() is None, \
+        f"a test stopped the shared place {place.address}: it must start its own"
+    token = (place.state_dir / "admin.token").read_text().strip()
+    for row in place.agents():
+        with contextlib.suppress(tacoma.MeetError):  # ended meanwhile
+            tacoma.meet(place.target("ag_admin"), {
+                "OP": ["kill"], "TOKEN": [token], "NAME": [str(row["meet"])],
+                "PRINCIPAL": [str(row["principal"])]}, timeout=10)
+    wait_until(lambda: not place.agents(), timeout, f"the agents left at {place.address}")
+
+
+@pytest.fixture
+def shared_place(shared_places: SharedPlaces) -> Iterator[RunningPlace]:
+    """A place with default settings shared by the tests of this worker (`SharedPlaces`),
+    with nothing running on it when the test begins and ends."""
+    place = shared_places[0]
+    yield place
+    settled(place)
+
+
+@pytest.fixture
+def place(shared_place: RunningPlace) -> RunningPlace:
+    """A place with default settings: this worker's `shared_place`. A module whose tests
+    need one of the module's own says `place = place_fixture()`."""
+    return shared_place
+
+
+@pytest.fixture
+def other_shared_place(shared_places: SharedPlaces) -> Iterator[RunningPlace]:
+    """A second place with default settings shared like `shared_place`, for tests that need
+    two (an agent's meet elsewhere, a trip)."""
+    place = shared_places[1]
+    yield place
+    settled(place)
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 20.0,

@@ -7,7 +7,6 @@ import importlib.util
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -15,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import RunningPlace, launch_place
+from conftest import RunningPlace, SharedPlaces
 
 SEARCH = Path(__file__).parent.parent / "examples" / "search"
 
@@ -59,11 +58,12 @@ def test_the_matcher_is_agreps(text: bytes, pattern: bytes, errors: int) -> None
 
 
 @pytest.fixture(scope="module")
-def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPlace]:
-    running = launch_place(tmp_path_factory.mktemp("advise") / "state")
+def place(shared_places: SharedPlaces) -> RunningPlace:
+    """The worker's shared place (conftest.SharedPlaces), with the corpus in its data
+    directory (made again the same, if a module before made it)."""
+    running = shared_places[0]
     corpus.make(running.state_dir / "data" / "corpus", 3)
-    yield running
-    assert running.stop() == 0
+    return running
 
 
 def advise(*args: str) -> subprocess.CompletedProcess[str]:

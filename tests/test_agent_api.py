@@ -12,7 +12,6 @@ import dataclasses
 import importlib
 import subprocess
 import sys
-from collections.abc import Callable
 
 import pytest
 import tacoma
@@ -110,8 +109,8 @@ int main(void) {
 
 @pytest.mark.skipif("c" not in SHIPPED or SHIPPED["c"].check() is not None,
                     reason="needs ag_c and a C compiler")
-def test_c_reads_a_folder_as_text(start_place: Callable[..., RunningPlace]) -> None:
-    place = start_place()
+def test_c_reads_a_folder_as_text(shared_place: RunningPlace) -> None:
+    place = shared_place
     result = tacoma.meet(place.target("ag_c"), {"IN": ["Tromsø", ""]}, code=C_TEXT, timeout=60)
     assert result.text("OUT") == ["Tromsø!", "!"]
     with pytest.raises(tacoma.AgentFailed, match=r"^bad-argument: .*utf-8"):

@@ -15,7 +15,11 @@ import pytest
 import tacoma
 from tacoma import Briefcase
 
-from conftest import RunningPlace, launch_place, needs_root
+from conftest import RunningPlace, launch_place, needs_root, place_fixture
+
+#: The module's own place, not the worker's shared one: its tests name their cabinets
+#: plainly (busy, r, both) and look at the list of them all.
+place = place_fixture()
 
 
 def cab(place: RunningPlace, **folders: list[str | bytes]) -> Briefcase:

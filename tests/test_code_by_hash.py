@@ -7,7 +7,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import uuid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -43,29 +45,46 @@ def programs_of(place: RunningPlace) -> Any:
     return tacoma.place_status(place.address, token=token).programs
 
 
-@pytest.fixture
-def fresh(start_place) -> RunningPlace:
-    place: RunningPlace = start_place()
-    return place
+#: A comment line in each language, to make a program no other test sent.
+COMMENT = {"ag_python": "\n# {}\n", "ag_tcl": "\n# {}\n", "ag_scheme": "\n;; {}\n",
+           "ag_c": "\n/* {} */\n"}
+
+
+def own(program: str, agent: str = "ag_python") -> str:
+    """`program` made this test's own: the places here are shared (conftest.SharedPlaces),
+    and a place, and this process's connection to it, know each program sent before."""
+    return program + COMMENT[agent].format(uuid.uuid4().hex)
+
+
+def since(before: Any, place: RunningPlace) -> Any:
+    """What the place's program store did since `before` (its stats then): each test looks
+    at its own meets' effect on a shared place."""
+    now = programs_of(place)
+    return SimpleNamespace(**{field: getattr(now, field) - getattr(before, field)
+                              for field in ("programs", "named", "asked", "saved")})
 
 
 @pytest.mark.parametrize("agent", sorted(PROGRAMS))
-def test_every_language_sends_its_program_once(fresh: RunningPlace, agent: str) -> None:
-    program = PROGRAMS[agent]
+def test_every_language_sends_its_program_once(shared_place: RunningPlace, agent: str
+                                               ) -> None:
+    program = own(PROGRAMS[agent], agent)
+    before = programs_of(shared_place)
     for i in range(3):
-        result = tacoma.meet(fresh.target(agent), {"IN": [str(i)]}, code=program, timeout=120)
+        result = tacoma.meet(shared_place.target(agent), {"IN": [str(i)]}, code=program,
+                             timeout=120)
         assert result.text("OUT") == [f"{agent.removeprefix('ag_')} {i}"]
         assert result.text("CODE") == [program]  # named on the way back, put back here
-    stats = programs_of(fresh)
+    stats = since(before, shared_place)
     assert stats.programs == 1 and stats.named == 2 and stats.asked == 0
     assert stats.saved == 2 * len(program.encode())
 
 
-def test_a_small_program_is_always_sent(fresh: RunningPlace) -> None:
+def test_a_small_program_is_always_sent(shared_place: RunningPlace) -> None:
+    before = programs_of(shared_place)
     for _ in range(2):
-        assert tacoma.meet(fresh.target("ag_python"), code="pass", timeout=60)["CODE"] == [
-            b"pass"]
-    assert programs_of(fresh).programs == 0
+        assert tacoma.meet(shared_place.target("ag_python"), code="pass",
+                           timeout=60)["CODE"] == [b"pass"]
+    assert since(before, shared_place).programs == 0
 
 
 def test_a_place_that_restarted_asks_for_the_program_again(start_place,
@@ -83,10 +102,12 @@ def test_a_place_that_restarted_asks_for_the_program_again(start_place,
     assert stats.asked == 1 and stats.named == 0 and stats.programs == 1
 
 
-def test_an_agent_that_moves_names_its_program_at_places_that_had_it(start_place) -> None:
-    a, b = start_place(), start_place()
-    roamer = "\n".join(["# padding line of the roamer"] * PAD) + '\nbc.append("SEEN", place)\n' \
-        'go_next()\n'
+def test_an_agent_that_moves_names_its_program_at_places_that_had_it(
+        shared_place: RunningPlace, other_shared_place: RunningPlace) -> None:
+    a, b = shared_place, other_shared_place
+    roamer = own("\n".join(["# padding line of the roamer"] * PAD)
+                 + '\nbc.append("SEEN", place)\ngo_next()\n')
+    before = {place.address: programs_of(place) for place in (a, b)}
     result = tacoma.meet(a.target("ag_python"),
                          {"ITINERARY": [b.address, a.address, b.address, a.address]},
                          code=roamer, timeout=120)
@@ -94,17 +115,18 @@ def test_an_agent_that_moves_names_its_program_at_places_that_had_it(start_place
     assert result.text("CODE") == [roamer]
     # b had the program from a's first hand-over: a's second names it. So does b's second
     # to a (a had it from b's first).
-    assert programs_of(b).named >= 1 and programs_of(a).named >= 1
+    assert since(before[b.address], b).named >= 1 and since(before[a.address], a).named >= 1
 
 
-def test_a_hash_is_the_senders_own(fresh: RunningPlace, tmp_path: Path) -> None:
+def test_a_hash_is_the_senders_own(shared_place: RunningPlace, tmp_path: Path) -> None:
     """Programs are kept by principal: another identity that names a program it never
     sent is asked for it (CodeUnknown), and learns nothing of who else ran it."""
-    program = PROGRAMS["ag_python"].encode()
+    place = shared_place
+    program = own(PROGRAMS["ag_python"]).encode()
     digest = code_digest([program])
-    tacoma.meet(fresh.target("ag_python"), {"IN": ["mine"]}, code=program, timeout=60)
+    tacoma.meet(place.target("ag_python"), {"IN": ["mine"]}, code=program, timeout=60)
     # The sender itself may name it (as its client does after the first meet).
-    named = tacoma.meet(fresh.target("ag_python"), {"IN": ["again"], "CODE_HASH": [digest]},
+    named = tacoma.meet(place.target("ag_python"), {"IN": ["again"], "CODE_HASH": [digest]},
                         timeout=60)
     assert named.text("OUT") == ["python again"]
     other = issue_identity("code-by-hash-other")
@@ -112,7 +134,7 @@ def test_a_hash_is_the_senders_own(fresh: RunningPlace, tmp_path: Path) -> None:
         import tacoma
         tacoma.use_identity({str(other)!r})
         try:
-            tacoma.meet({fresh.target('ag_python')!r}, {{"IN": ["theirs"],
+            tacoma.meet({place.target('ag_python')!r}, {{"IN": ["theirs"],
                         "CODE_HASH": [bytes.fromhex({digest.hex()!r})]}}, timeout=60)
         except tacoma.MeetError as exc:
             print(type(exc).__name__, exc)
@@ -123,26 +145,30 @@ def test_a_hash_is_the_senders_own(fresh: RunningPlace, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("digest", [b"short", b"\0" * 33])
-def test_a_malformed_hash_is_a_protocol_error(fresh: RunningPlace, digest: bytes) -> None:
+def test_a_malformed_hash_is_a_protocol_error(shared_place: RunningPlace, digest: bytes
+                                              ) -> None:
+    place = shared_place
     with pytest.raises(tacoma.MeetError, match="CODE_HASH must hold one 32-byte digest"):
-        tacoma.meet(fresh.target("ag_python"), {"CODE_HASH": [digest]}, timeout=60)
-    assert tacoma.meet(fresh.target("ag_echo"), {"OK": [b"1"]})["OK"] == [b"1"]
+        tacoma.meet(place.target("ag_python"), {"CODE_HASH": [digest]}, timeout=60)
+    assert tacoma.meet(place.target("ag_echo"), {"OK": [b"1"]})["OK"] == [b"1"]
 
 
-def test_the_agent_never_sees_the_hash(fresh: RunningPlace) -> None:
-    program = "\n".join(["# padding"] * PAD) + '\nbc["SAW"] = sorted(bc.folders())\n'
+def test_the_agent_never_sees_the_hash(shared_place: RunningPlace) -> None:
+    place = shared_place
+    program = own("\n".join(["# padding"] * PAD) + '\nbc["SAW"] = sorted(bc.folders())\n')
     for _ in range(2):
-        result = tacoma.meet(fresh.target("ag_python"), {"IN": ["x"]}, code=program,
+        result = tacoma.meet(place.target("ag_python"), {"IN": ["x"]}, code=program,
                              timeout=60)
         assert "CODE_HASH" not in result.text("SAW") and "CODE_HASH" not in result
 
 
-def test_status_shows_the_programs(fresh: RunningPlace) -> None:
+def test_status_shows_the_programs(start_place) -> None:
+    place = start_place()  # its own: the status line counts all the place's programs
     for _ in range(2):
-        tacoma.meet(fresh.target("ag_python"), {"IN": ["x"]}, code=PROGRAMS["ag_python"],
+        tacoma.meet(place.target("ag_python"), {"IN": ["x"]}, code=PROGRAMS["ag_python"],
                     timeout=60)
-    out = subprocess.run([sys.executable, "-m", "tacoma", "status", fresh.address,
-                          "--state-dir", str(fresh.state_dir)],
+    out = subprocess.run([sys.executable, "-m", "tacoma", "status", place.address,
+                          "--state-dir", str(place.state_dir)],
                          capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     line = next(line for line in out.stdout.splitlines() if line.startswith("programs "))

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -33,8 +34,8 @@ def free_port() -> int:
         return port
 
 
-def test_an_async_meets_result_is_kept_under_its_id(start_place) -> None:
-    p = start_place()
+def test_an_async_meets_result_is_kept_under_its_id(shared_place: RunningPlace) -> None:
+    p = shared_place
     meet_id = tacoma.meet(p.target("ag_python"), {"N": [b"7"]}, mode="async",
                           code='bc["TWICE"] = [bc["N"][0] * 2]')
     result = tacoma.result(f"{meet_id}@{p.address}", timeout=30)
@@ -45,8 +46,8 @@ def test_an_async_meets_result_is_kept_under_its_id(start_place) -> None:
     assert status.ended >= status.accepted
 
 
-def test_a_failed_async_meet_is_reported_with_its_error(start_place) -> None:
-    p = start_place()
+def test_a_failed_async_meet_is_reported_with_its_error(shared_place: RunningPlace) -> None:
+    p = shared_place
     meet_id = tacoma.meet(p.target("ag_python"), mode="async", code="raise KeyError('x')")
     with pytest.raises(tacoma.AgentFailed, match="KeyError"):
         tacoma.result(f"{meet_id}@{p.address}", timeout=30)
@@ -54,15 +55,15 @@ def test_a_failed_async_meet_is_reported_with_its_error(start_place) -> None:
     assert status.state == "failed" and isinstance(status.error, tacoma.AgentFailed)
 
 
-def test_an_unknown_id_is_unknown(start_place) -> None:
-    p = start_place()
+def test_an_unknown_id_is_unknown(shared_place: RunningPlace) -> None:
+    p = shared_place
     assert tacoma.status(f"nosuchmeet@{p.address}").state == "unknown"
     with pytest.raises(tacoma.UnknownMeet, match="no record of meet nosuchmeet"):
         tacoma.result(f"nosuchmeet@{p.address}", wait=False)
 
 
-def test_result_without_wait_says_it_has_not_ended(start_place) -> None:
-    p = start_place()
+def test_result_without_wait_says_it_has_not_ended(shared_place: RunningPlace) -> None:
+    p = shared_place
     meet_id = tacoma.meet(p.target("ag_python"), mode="async",
                           code="import time; time.sleep(3)")
     with pytest.raises(tacoma.MeetTimeout, match="not yet ended"):
@@ -85,23 +86,33 @@ def test_async_meets_over_max_meets_queue_and_then_run(start_place) -> None:
         assert tacoma.result(f"{meet_id}@{p.address}", timeout=60)["N"]
 
 
-def test_an_async_meet_sent_twice_with_one_id_is_taken_once(start_place) -> None:
-    p = start_place()
+def test_an_async_meet_sent_twice_with_one_id_is_taken_once(shared_place: RunningPlace) -> None:
+    p = shared_place
+    # The place is shared: an id and a cabinet of this test's own.
+    meet_id, cabinet = f"same-id-{uuid.uuid4().hex[:8]}", f"runs-{uuid.uuid4().hex[:8]}"
 
     async def twice() -> list[object]:
         client = await PlaceClient.connect(p.address)
         try:
-            code = Briefcase(CODE=['cabinet_append("runs", "R", b"1")'])
-            first = await client.meet("ag_python", code, "async", meet_id="same-id-123")
-            again = await client.meet("ag_python", code, "async", meet_id="same-id-123")
+            code = Briefcase(CODE=[f'cabinet_append("{cabinet}", "R", b"1")'])
+            first = await client.meet("ag_python", code, "async", meet_id=meet_id)
+            again = await client.meet("ag_python", code, "async", meet_id=meet_id)
             return [first, again]
         finally:
             client.close()
 
-    assert asyncio.run(twice()) == ["same-id-123", "same-id-123"]
-    tacoma.result(f"same-id-123@{p.address}", timeout=30)
-    time.sleep(0.5)
-    runs = tacoma.meet(p.target("ag_cabinet"), {"OP": ["read"], "CABINET": ["runs"],
+    assert asyncio.run(twice()) == [meet_id, meet_id]
+    tacoma.result(f"{meet_id}@{p.address}", timeout=30)
+    # Both were answered Accepted: had the second been taken as a meet of its own, it
+    # would be running or queued until it has appended too.
+    token = (p.state_dir / "admin.token").read_text().strip()
+
+    def idle() -> bool:
+        status = tacoma.place_status(p.address, token=token)
+        return status.running == status.queued == 0
+
+    wait_until(idle, 30, "every meet at the place to end")
+    runs = tacoma.meet(p.target("ag_cabinet"), {"OP": ["read"], "CABINET": [cabinet],
                                                 "FOLDER": ["R"]})
     assert runs["R"] == [b"1"]
 
@@ -159,10 +170,11 @@ def test_async_meets_outlive_a_place_that_is_killed(tmp_path: Path, how: str) ->
         p.stop()
 
 
-def test_a_sync_meet_whose_caller_is_gone_runs_on_and_is_recorded(start_place) -> None:
+def test_a_sync_meet_whose_caller_is_gone_runs_on_and_is_recorded(
+        shared_place: RunningPlace) -> None:
     """A client killed during a sync meet: the agent is not killed with its connection (the
     client chose the meet's id, so it can ask for the outcome), and the result waits."""
-    p = start_place()
+    p = shared_place
     script = textwrap.dedent(f"""
         import tacoma, sys
         try:
@@ -180,8 +192,8 @@ def test_a_sync_meet_whose_caller_is_gone_runs_on_and_is_recorded(start_place) -
     assert tacoma.result(f"{meet_id}@{p.address}", timeout=30)["OK"] == [b"1"]
 
 
-def test_the_cli_says_the_status(start_place) -> None:
-    p = start_place()
+def test_the_cli_says_the_status(shared_place: RunningPlace) -> None:
+    p = shared_place
     meet_id = tacoma.meet(p.target("ag_python"), mode="async", code='bc["X"] = [b"y"]')
     cli = [sys.executable, "-m", "tacoma", "status"]
     done = subprocess.run([*cli, f"{meet_id}@{p.address}", "--wait", "30", "--json"],
@@ -229,8 +241,8 @@ def test_every_language_sees_that_it_runs_again(tmp_path: Path, agent: str) -> N
         p.stop()
 
 
-def test_a_client_cannot_say_it_is_a_rerun(start_place) -> None:
-    p = start_place()
+def test_a_client_cannot_say_it_is_a_rerun(shared_place: RunningPlace) -> None:
+    p = shared_place
     meet_id = tacoma.meet(p.target("ag_python"), {"RERUN": [b"5"]}, mode="async",
                           code='bc["SAW"] = bc.get("RERUN", [b"none"])')
     assert tacoma.result(f"{meet_id}@{p.address}", timeout=30)["SAW"] == [b"none"]
@@ -254,8 +266,8 @@ def test_a_burst_of_async_meets_does_not_pass_max_queued(start_place) -> None:
     assert all(isinstance(a, tacoma.PlaceUnavailable) for a in answers if a not in accepted)
 
 
-def test_place_made_ids_cannot_be_chosen_by_clients(start_place) -> None:
-    p = start_place()
+def test_place_made_ids_cannot_be_chosen_by_clients(shared_place: RunningPlace) -> None:
+    p = shared_place
 
     async def claim() -> None:
         client = await PlaceClient.connect(p.address)
@@ -296,8 +308,8 @@ def test_outcomes_are_forgotten_while_the_place_runs(start_place) -> None:
 
 
 @pytest.mark.parametrize("agent", ["ag_trip", "ag_home"])
-def test_agents_cannot_meet_the_places_trip_agents(start_place, agent: str) -> None:
-    p = start_place()
+def test_agents_cannot_meet_the_places_trip_agents(shared_place: RunningPlace, agent: str) -> None:
+    p = shared_place
     code = textwrap.dedent(f"""
         import tacoma
         for mode in ("sync", "async"):

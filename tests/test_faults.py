@@ -24,7 +24,7 @@ import pytest
 import tacoma
 from tacoma.testbed import Testbed
 
-from conftest import RunningPlace, launch_place, wait_until
+from conftest import RunningPlace, launch_place, settled, wait_until
 
 USABLE, WHY = Testbed.available(loss=True)
 pytestmark = [pytest.mark.root, pytest.mark.skipif(not USABLE, reason=WHY)]
@@ -33,19 +33,33 @@ PORT = 7707
 
 
 class Hosts:
-    """A place per testbed host, each restartable at its address."""
+    """A place per testbed host, each restartable at its address, shared by the tests of
+    the module: a test that kills, stops or restarts a place gets it back (as a new place,
+    on a new state directory) when it ends, and so does one that left agents running."""
 
     def __init__(self, bed: Testbed, root: Path) -> None:
         self.bed = bed
         self.root = root
         self.places: dict[str, RunningPlace] = {}
+        self.states: dict[str, Path] = {}
+        self.made = 0  # state directories made
+        #: The hosts whose places the running test (re)started: its own, to be replaced.
+        self.touched: set[str] = set()
 
     def start(self, host: str, *flags: str) -> RunningPlace:
-        (self.root / host).mkdir(exist_ok=True)
+        """Start the place of `host` (again, on the state directory it had, if any)."""
+        if host not in self.states:
+            self._new_state(host)
         self.places[host] = place = launch_place(
-            self.root / host / "state", "--insecure", *flags,
+            self.states[host], "--insecure", *flags,
             listen=f"{self.bed.address(host)}:{PORT}", prefix=self.bed.prefix(host))
+        self.touched.add(host)
         return place
+
+    def _new_state(self, host: str) -> None:
+        (self.root / host).mkdir(exist_ok=True)
+        self.made += 1
+        self.states[host] = self.root / host / f"state{self.made}"
 
     def address(self, host: str) -> str:
         return f"{self.bed.address(host)}:{PORT}"
@@ -56,27 +70,69 @@ class Hosts:
     def running(self, host: str) -> list[dict[str, object]]:
         return self.places[host].agents()
 
+    def tidy(self) -> None:
+        """After a test: a fresh place for each host whose place it killed, stopped or
+        started, or that does not settle (agents left running, its connections from this
+        process not yet given back); the others as they are."""
+        for host in self.bed.hosts:
+            if host not in self.touched and self.places[host].proc.poll() is None:
+                try:
+                    settled(self.places[host], timeout=10)
+                    wait_until(lambda h=host: _serves(self.places[h]), 10,
+                               f"the place on {host} to serve")
+                    continue
+                except (AssertionError, tacoma.TacomaError):
+                    pass  # replaced below
+            self._stop(self.places[host])
+            self._new_state(host)
+            self.start(host)
+        self.touched.clear()
+
     def stop_all(self) -> None:
         for place in self.places.values():
-            if place.proc.poll() is None:
-                place.proc.send_signal(signal.SIGCONT)
-                place.stop()
+            self._stop(place)
+
+    @staticmethod
+    def _stop(place: RunningPlace) -> None:
+        if place.proc.poll() is None:
+            place.proc.send_signal(signal.SIGCONT)
+            place.stop()
 
 
-@pytest.fixture
-def hosts(testbed: Testbed, tmp_path: Path) -> Iterator[Hosts]:
-    tacoma.use_identity(insecure=True)
-    started = Hosts(testbed, tmp_path)
+def _serves(place: RunningPlace) -> bool:
+    try:
+        return tacoma.meet(place.target("ag_echo"), {"OK": [b"1"]}, timeout=10) == \
+            {"OK": [b"1"]}
+    except tacoma.TacomaError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def shared_hosts(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory
+                 ) -> Iterator[Hosts]:
+    started = Hosts(testbed, tmp_path_factory.mktemp("hosts"))
     try:
         for host in testbed.hosts:
             started.start(host)
+        started.touched.clear()
         yield started
+    finally:
+        started.stop_all()
+
+
+@pytest.fixture
+def hosts(shared_hosts: Hosts, testbed: Testbed) -> Iterator[Hosts]:
+    tacoma.use_identity(insecure=True)
+    try:
+        yield shared_hosts
     finally:
         for host in testbed.hosts:
             testbed.restore(host)
             testbed.clear_loss(host)
-        started.stop_all()
-        tacoma.use_identity()
+        try:
+            shared_hosts.tidy()
+        finally:
+            tacoma.use_identity()
 
 
 def later(seconds: float, action: Callable[[], None]) -> threading.Timer:

@@ -21,7 +21,7 @@ from tacoma.client import _lazy as client_lazy
 from tacoma.wire._briefcase import LAZY, Briefcase
 from tacoma.wire._lazy import Lazy, Manifest, Ref, Source
 
-from conftest import LAZY_READER, RunningPlace, issue_identity
+from conftest import LAZY_READER, RunningPlace, SharedPlaces, issue_identity, settled
 
 LANGUAGES = ("ag_python", "ag_tcl", "ag_scheme", "ag_c")
 CHUNK = 64 * 1024
@@ -218,15 +218,15 @@ LAZY_AND_GO = {
 
 
 
-@pytest.fixture(scope="module")
-def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningPlace,
-                                                                   RunningPlace]]:
-    from conftest import launch_place
-
-    a = launch_place(tmp_path_factory.mktemp("lazy") / "a")
-    b = launch_place(tmp_path_factory.mktemp("lazy") / "b")
+@pytest.fixture
+def two(shared_places: SharedPlaces) -> Iterator[tuple[RunningPlace, RunningPlace]]:
+    """Two places with default settings, shared with the other tests of this worker
+    (conftest.SharedPlaces): the data here is each test's own, and its counts are the
+    client's, taken before and after."""
+    a, b = shared_places[0], shared_places[1]
     yield a, b
-    assert a.stop() == 0 and b.stop() == 0
+    settled(a)
+    settled(b)
 
 
 @pytest.mark.parametrize("agent", LANGUAGES)
@@ -294,8 +294,9 @@ def test_a_client_lazy_file_goes_on_with_a_moving_agent(
 
 @pytest.mark.parametrize("agent", LANGUAGES)
 def test_an_origin_that_is_gone_is_an_error_the_agent_can_catch(
-        start_place: Callable[..., RunningPlace], agent: str) -> None:
-    a, b = start_place(), start_place()
+        start_place: Callable[..., RunningPlace], shared_place: RunningPlace,
+        agent: str) -> None:
+    a, b = start_place(), shared_place  # a is stopped: the test's own
     made = tacoma.meet(a.target("ag_python"), code='bc["DATA"] = [b"x" * 1000]\n'
                                                     'bc.lazy("DATA")', timeout=60)
     assert made.is_lazy("DATA")
@@ -448,9 +449,11 @@ def test_the_cli_sends_a_file_by_reference(two: tuple[RunningPlace, RunningPlace
 
 @pytest.mark.parametrize(("prefetch", "fetches"), [(0, 8), (1, 4), (3, 2)])
 def test_prefetch_sets_how_many_chunks_come_with_each(
-        start_place: Callable[..., RunningPlace], prefetch: int, fetches: int) -> None:
-    """Accent's prefetch, per place: a sequential scan of 8 chunks, one at a time."""
-    place = start_place("--prefetch", str(prefetch))
+        start_place: Callable[..., RunningPlace], shared_place: RunningPlace, prefetch: int,
+        fetches: int) -> None:
+    """Accent's prefetch, per place: a sequential scan of 8 chunks, one at a time. (1 is
+    the default: the shared place's.)"""
+    place = shared_place if prefetch == 1 else start_place("--prefetch", str(prefetch))
     data = os.urandom(8 * CHUNK)
     before = client_lazy.served["fetches"]
     result = tacoma.meet(place.target("ag_python"), {"DATA": tacoma.lazy(data)}, timeout=60,

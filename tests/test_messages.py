@@ -10,12 +10,12 @@ import concurrent.futures
 import json
 import subprocess
 import sys
-import time
+import uuid
 
 import pytest
 import tacoma
 
-from conftest import RunningPlace, issue_identity, wait_until
+from conftest import RunningPlace, issue_identity, release, wait_until, waits_for
 
 #: An echo resident in each language: takes messages until a request with STOP; answers
 #: requests with ECHO (the DATA folder); counts the one-way and acknowledged ones in TAKEN.
@@ -199,7 +199,8 @@ def test_every_kind_of_message_between_two_places(pair: list[RunningPlace],
 
 def test_a_full_mailbox_is_an_error_for_the_sender(pair: list[RunningPlace]) -> None:
     a, b = pair
-    sleeper = 'reside("slow")\nimport time\ntime.sleep(4)\nwhile receive(0) is not None:\n' \
+    gate = f"gate-{uuid.uuid4().hex[:8]}"  # the resident takes nothing until it opens
+    sleeper = 'reside("slow")\n' + waits_for(gate) + 'while receive(0) is not None:\n' \
               '    bc.append("GOT", b"1")'
     ended = _start_resident(b, "ag_python", sleeper, "slow")
     target = f"slow@{b.address}"
@@ -215,29 +216,34 @@ except MailboxFull as exc:
 """
     assert tacoma.meet(f"ag_python@{a.address}", code=code, timeout=30)["ERROR"] == [
         b"MailboxFull"]
+    release(b, gate)
     assert len(ended.result(60)["GOT"]) == 3  # what was accepted was delivered
 
 
 def test_the_mailbox_bounds_bytes_too(start_place) -> None:
     b = start_place("--mailbox-bytes", "100000")
-    ended = _start_resident(b, "ag_python", 'reside("big")\nimport time\ntime.sleep(3)', "big")
+    gate = f"gate-{uuid.uuid4().hex[:8]}"  # the resident takes nothing until it opens
+    ended = _start_resident(b, "ag_python", 'reside("big")\n' + waits_for(gate), "big")
     tacoma.send(f"big@{b.address}", {"X": [b"x" * 60000]})
     with pytest.raises(tacoma.MailboxFull, match="60,00"):
         tacoma.send(f"big@{b.address}", {"X": [b"x" * 60000]})
+    release(b, gate)
     ended.result(60)
 
 
 def test_acknowledgements_are_asynchronous(pair: list[RunningPlace]) -> None:
     _, b = pair
-    code = 'reside("late")\nimport time\ntime.sleep(2)\nreceive(10)\nreceive(10)'
+    gate = f"gate-{uuid.uuid4().hex[:8]}"  # the resident takes nothing until it opens
+    code = 'reside("late")\n' + waits_for(gate) + 'receive(10)\nreceive(10)'
     ended = _start_resident(b, "ag_python", code, "late")
-    sent = time.monotonic()
     first = tacoma.send(f"late@{b.address}", {"N": [b"1"]}, ack=True)
     second = tacoma.send(f"late@{b.address}", {"N": [b"2"]}, ack=True)
     assert isinstance(first, concurrent.futures.Future)
-    assert not first.done()  # returned before the resident took it
-    assert first.result(30) is None and second.result(30) is None
-    assert time.monotonic() - sent > 1  # acknowledged when taken, not when sent
+    wait_until(lambda: [r["mailbox"] for r in ps(b) if r["name"] == "late"] == [2], 30,
+               "both messages in the resident's mailbox")
+    assert not first.done() and not second.done()  # sent and waiting, not yet taken
+    release(b, gate)
+    assert first.result(30) is None and second.result(30) is None  # acknowledged when taken
     ended.result(60)
 
 
@@ -254,10 +260,11 @@ def test_a_resident_that_ends_fails_its_waiting_senders(pair: list[RunningPlace]
 
 def test_a_request_not_answered_in_time(pair: list[RunningPlace]) -> None:
     _, b = pair
-    ended = _start_resident(b, "ag_python", 'reside("mute")\nimport time\ntime.sleep(3)',
-                            "mute")
+    gate = f"gate-{uuid.uuid4().hex[:8]}"  # the resident takes nothing until it opens
+    ended = _start_resident(b, "ag_python", 'reside("mute")\n' + waits_for(gate), "mute")
     with pytest.raises(tacoma.MeetTimeout):
         tacoma.request(f"mute@{b.address}", {}, timeout=0.5)
+    release(b, gate)
     ended.result(30)
 
 
@@ -359,9 +366,9 @@ def test_tacoma_send(pair: list[RunningPlace]) -> None:
     assert unknown.returncode == 4 and "resident agents:" in unknown.stderr
 
 
-def test_meets_and_messages_in_parallel(start_place) -> None:
+def test_meets_and_messages_in_parallel(shared_place: RunningPlace) -> None:
     """Many senders at once, a resident answering them all, in threads of one client."""
-    b = start_place()
+    b = shared_place
     code = ('reside("busy")\nwhile (m := receive(5)) is not None:\n'
             '    reply(m, {"OUT": [m["IN"][0] * 2]})')
     ended = _start_resident(b, "ag_python", code, "busy")

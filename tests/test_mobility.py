@@ -16,13 +16,15 @@ import sys
 import textwrap
 import threading
 import time
+import uuid
+from collections.abc import Iterator
 
 import pytest
 import tacoma
 from tacoma import Briefcase
 from tacoma.place.meets._trips import Trip, Trips
 
-from conftest import RunningPlace, forward, wait_until
+from conftest import RunningPlace, SharedPlaces, forward, settled, wait_until
 
 #: Each language's roamer: note the place, then go on along ITINERARY; at the end, say so.
 ROAMERS = {
@@ -52,8 +54,27 @@ while True:
 
 
 @pytest.fixture
-def three(start_place) -> list[RunningPlace]:
-    return [start_place() for _ in range(3)]
+def three(shared_places: SharedPlaces) -> Iterator[list[RunningPlace]]:
+    """Three places with default settings, shared with the other tests of this worker (see
+    conftest.SharedPlaces): each trip here names its own cabinets and meet ids, and a test
+    that stops a place stops one of its own (`two_and_a_stopped_one`)."""
+    places = [shared_places[i] for i in range(3)]
+    yield places
+    for place in places:
+        settled(place)
+
+
+@pytest.fixture
+def two_and_a_stopped_one(shared_places: SharedPlaces, start_place) -> Iterator[
+        list[RunningPlace]]:
+    """Two shared places (as `three`) and a third of the test's own, stopped: a place that
+    is down."""
+    down = start_place()
+    assert down.stop() == 0
+    places = [shared_places[0], shared_places[1], down]
+    yield places
+    for place in places[:2]:
+        settled(place)
 
 
 @pytest.mark.parametrize("language", sorted(ROAMERS))
@@ -95,9 +116,8 @@ go_next()
 
 
 def test_a_dead_place_on_the_itinerary_is_an_error_the_agent_acts_on(
-        three: list[RunningPlace]) -> None:
-    a, b, c = three
-    c.stop()  # down before the trip: go fails at once, the agent skips it
+        two_and_a_stopped_one: list[RunningPlace]) -> None:
+    a, b, c = two_and_a_stopped_one  # c is down: go fails at once, the agent skips it
     result = tacoma.meet(a.target("ag_python"),
                          {"ITINERARY": [b.address, c.address, "127.0.0.1:1", b.address]},
                          code=SKIPPER, timeout=60)
@@ -247,34 +267,36 @@ class CuttingDoor(Door):
                         return
 
 
-def _hand_over_through_a_cutting_door(three: list[RunningPlace], silent: bool,
+def _hand_over_through_a_cutting_door(a: RunningPlace, b: RunningPlace, silent: bool,
                                       timeout: float) -> None:
-    """Send a roamer from the first place to the second through a CuttingDoor: the trip
-    must complete, through a second connection, and the agent run at the second once."""
-    a, b, _ = three
+    """Send a roamer from place a to place b through a CuttingDoor: the trip must
+    complete, through a second connection, and the agent run at b once."""
+    cabinet = f"visits-{uuid.uuid4().hex[:8]}"  # b may be shared: this trip's own
     door = CuttingDoor(b.address, past=200_000, silent=silent)
     door.start()
     try:
         result = tacoma.meet(a.target("ag_python"),
                              {"ITINERARY": [door.address], "BIG": [b"b" * 300_000]},
-                             code='cabinet_append("visits", "V", b"x")\n' + ROAMERS["ag_python"],
+                             code=f'cabinet_append("{cabinet}", "V", b"x")\n'
+                                  + ROAMERS["ag_python"],
                              timeout=timeout)
     finally:
         door.close()
     assert door.cut.is_set() and door.accepted >= 2
     assert result.text("SEEN") == [a.address, b.address]
-    visits = tacoma.meet(b.target("ag_cabinet"), {"OP": ["read"], "CABINET": ["visits"],
+    visits = tacoma.meet(b.target("ag_cabinet"), {"OP": ["read"], "CABINET": [cabinet],
                                                    "FOLDER": ["V"]}, timeout=30)
     assert visits["V"] == [b"x"]
 
 
-def test_a_hand_over_left_unanswered_goes_again_on_a_new_connection(start_place) -> None:
+def test_a_hand_over_left_unanswered_goes_again_on_a_new_connection(
+        start_place, three: list[RunningPlace]) -> None:
     """A connection that goes silent after the next place took the agent (half open) is
     given up after --hand-over-wait (30 s by default; 5 s here); the hand-over goes again,
-    and is taken once."""
+    and is taken once. (The setting is the handing place's: the next one may be shared.)"""
     wait = 5.0
-    three = [start_place("--hand-over-wait", f"{wait:g}s"), start_place(), start_place()]
-    _hand_over_through_a_cutting_door(three, silent=True, timeout=wait + 40)
+    a = start_place("--hand-over-wait", f"{wait:g}s")
+    _hand_over_through_a_cutting_door(a, three[1], silent=True, timeout=wait + 40)
 
 
 def test_a_hand_over_whose_connection_breaks_before_the_answer_runs_the_agent_once(
@@ -282,7 +304,7 @@ def test_a_hand_over_whose_connection_breaks_before_the_answer_runs_the_agent_on
     """The place handing the agent over cannot know whether the next took it: it sends the
     hand-over again on a new connection, and the next place, which took the hop (and here
     has ended it already), answers with the same meet instead of running the agent twice."""
-    _hand_over_through_a_cutting_door(three, silent=False, timeout=60)
+    _hand_over_through_a_cutting_door(three[0], three[1], silent=False, timeout=60)
 
 
 def test_a_callers_meet_with_time_to_spare_connects_again_and_without_a_deadline_once(
@@ -321,9 +343,8 @@ def test_a_refused_connection_is_transient_no_more_than_a_reset_is_not(
 
 
 def test_a_roamer_that_does_not_catch_the_error_fails_where_it_is(
-        three: list[RunningPlace]) -> None:
-    a, b, c = three
-    c.stop()
+        two_and_a_stopped_one: list[RunningPlace]) -> None:
+    a, b, c = two_and_a_stopped_one
     with pytest.raises(tacoma.AgentFailed) as info:
         tacoma.meet(a.target("ag_python"), {"ITINERARY": [b.address, c.address]},
                     code=ROAMERS["ag_python"], timeout=60)
@@ -429,6 +450,7 @@ def test_an_agent_cannot_go_twice_at_once(three: list[RunningPlace]) -> None:
     """Two go requests written at once (past the API, on the raw channel): one copy of the
     agent arrives; the other request is refused (and the agent ends here as it went)."""
     a, b, _ = three
+    cabinet = f"arrivals-{uuid.uuid4().hex[:8]}"  # b is shared: this test's own
     code = f"""
 if place == {a.address!r}:
     channel = next(c.cell_contents for c in go.__closure__
@@ -438,11 +460,11 @@ if place == {a.address!r}:
     channel._answer(first)
     channel._answer(second)
 else:
-    cabinet_append("arrivals", "AT", place)
+    cabinet_append({cabinet!r}, "AT", place)
 """
     tacoma.meet(a.target("ag_python"), code=code, timeout=30)
     time.sleep(1)  # a second copy, had one gone, would have arrived by now
-    arrived = tacoma.meet(b.target("ag_cabinet"), {"OP": ["read"], "CABINET": ["arrivals"],
+    arrived = tacoma.meet(b.target("ag_cabinet"), {"OP": ["read"], "CABINET": [cabinet],
                                                    "FOLDER": ["AT"]})
     assert arrived.text("AT") == [b.address]
 
@@ -450,11 +472,12 @@ else:
 def test_an_installed_agent_that_moves_keeps_its_program_to_itself(
         three: list[RunningPlace], tmp_path) -> None:
     a, b, _ = three
-    program = tmp_path / "roamer.py"
+    name = f"roamer{uuid.uuid4().hex[:8]}"  # a is shared: an agent of this test's own
+    program = tmp_path / f"{name}.py"
     program.write_text("SECRET = 'hunter2'\nbc.append('SEEN', place)\ngo_next()\n")
     subprocess.run([sys.executable, "-m", "tacoma", "install", str(program), "--state-dir",
                     str(a.state_dir)], check=True, capture_output=True)
-    result = tacoma.meet(a.target("roamer"), {"ITINERARY": [b.address]}, timeout=30)
+    result = tacoma.meet(a.target(name), {"ITINERARY": [b.address]}, timeout=30)
     assert result.text("SEEN") == [a.address, b.address]
     assert "CODE" not in result
 
@@ -491,7 +514,7 @@ def test_the_home_knows_where_its_trip_is(three: list[RunningPlace]) -> None:
     the hand-overs it makes itself at once, the other places' at most once a second."""
     a, b, c = (p.address for p in three)
     itinerary = [b, c] * 4
-    meet_id = "trip-whereabouts-1"
+    meet_id = f"trip-whereabouts-{uuid.uuid4().hex[:8]}"
     seen: list[tuple[int, str]] = []
     done = threading.Event()
 

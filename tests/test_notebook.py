@@ -98,8 +98,9 @@ def test_a_failing_cell_shows_the_agents_traceback(shell: InteractiveShell, plac
     assert "tacoma/client" not in shown and "run_cell_magic" not in shown
 
 
-def test_an_itinerary_and_an_async_meet(shell: InteractiveShell, place, start_place) -> None:
-    other = start_place()
+def test_an_itinerary_and_an_async_meet(shell: InteractiveShell, place,
+                                        other_shared_place) -> None:
+    other = other_shared_place
     shell.user_ns.update(a=place.address, b=other.address)
     run(shell, "%%meet ag_python@{a} --itinerary {b} -o trip\n"
                "bc.append('VISITED', place)\n"

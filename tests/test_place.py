@@ -27,12 +27,17 @@ from tacoma.wire._protocol import PROTOCOL_VERSION
 from conftest import (
     RunningPlace,
     needs_root,
+    place_fixture,
     processes_of_uid,
     tls_connection,
     wait_until,
 )
 
 V = PROTOCOL_VERSION  # in the hand-made Hello frames below
+
+#: The module's own place, not the worker's shared one: a test here checks that what it did
+#: left no traceback in the place's log.
+place = place_fixture()
 
 
 def run(place: RunningPlace, code: str, timeout: float | None = 60, **folders: list[bytes]
@@ -152,8 +157,9 @@ def test_agent_meets_agents_at_its_own_place(place: RunningPlace) -> None:
     assert b"ag_missing" in result["CAUGHT"][0]
 
 
-def test_agent_meets_an_agent_at_another_place(place: RunningPlace, start_place) -> None:
-    other = start_place()
+def test_agent_meets_an_agent_at_another_place(place: RunningPlace,
+                                               shared_place: RunningPlace) -> None:
+    other = shared_place
     result = run(place, f"""
         there = meet("ag_python@{other.address}", Briefcase(CODE=['bc["AT"] = [place]']))
         bc["THERE"] = there["AT"]
@@ -307,15 +313,17 @@ def test_bad_target_is_a_value_error() -> None:
         tacoma.meet("ag_echo@", {})
 
 
-def test_oversized_briefcase_is_refused_before_sending(start_place) -> None:
-    small = start_place("--max-briefcase", "100000")
+#: A place that takes briefcases of at most 100,000 bytes.
+small = place_fixture("--max-briefcase", "100000")
+
+
+def test_oversized_briefcase_is_refused_before_sending(small: RunningPlace) -> None:
     with pytest.raises(tacoma.LimitExceeded, match="at most 100,000 bytes"):
         tacoma.meet(small.target("ag_echo"), {"BIG": [b"x" * 200_000]})
     assert tacoma.meet(small.target("ag_echo"), {"OK": [b"1"]}) == {"OK": [b"1"]}
 
 
-def test_result_too_large_for_the_place_is_reported(start_place) -> None:
-    small = start_place("--max-briefcase", "100000")
+def test_result_too_large_for_the_place_is_reported(small: RunningPlace) -> None:
     with pytest.raises(tacoma.LimitExceeded, match="too large"):
         tacoma.meet(small.target("ag_python"), code='bc["BIG"] = [b"x" * 500_000]')
     assert tacoma.meet(small.target("ag_echo"), {"OK": [b"1"]}) == {"OK": [b"1"]}
@@ -329,7 +337,8 @@ def test_sigterm_lets_running_meets_finish_and_exits_zero(start_place) -> None:
         meet = asyncio.ensure_future(tacoma.ameet(
             p.target("ag_python"),
             code='import time; time.sleep(1.5); bc["DONE"] = [b"yes"]'))
-        await asyncio.sleep(0.5)  # let the meet reach its agent; then ask the place to stop
+        # The meet reaches its agent; then the place is asked to stop.
+        await asyncio.to_thread(wait_until, lambda: bool(p.agents()), 20, "the agent to run")
         p.proc.send_signal(signal.SIGTERM)
         return await meet
 
@@ -344,7 +353,7 @@ def test_sigterm_kills_meets_that_outlast_the_grace(start_place) -> None:
         meet = asyncio.ensure_future(tacoma.ameet(
             p.target("ag_python"), code="import os, time\nbc['P'] = [str(os.getpid())]\n"
                                          "time.sleep(600)"))
-        await asyncio.sleep(0.5)
+        await asyncio.to_thread(wait_until, lambda: bool(p.agents()), 20, "the agent to run")
         p.proc.send_signal(signal.SIGTERM)
         with pytest.raises((tacoma.ConnectionLost, tacoma.MeetError)):
             await meet
@@ -449,13 +458,16 @@ def test_a_traced_meet_carries_only_public_steps(place: RunningPlace) -> None:
     assert not [step for _, step in steps if step.startswith("_")]
 
 
+#: A place that takes briefcases of at most 1,000,000 bytes.
+million = place_fixture("--max-briefcase", "1000000")
+
+
 @pytest.mark.parametrize("declared_max_frame", [2**20, 2**62])
-def test_a_client_that_never_reads_is_disconnected(start_place, declared_max_frame: int
-                                                   ) -> None:
+def test_a_client_that_never_reads_is_disconnected(million: RunningPlace,
+                                                   declared_max_frame: int) -> None:
     # However large the frames the client says it accepts, the place buffers little for it.
-    small = start_place("--max-briefcase", "1000000")
     payload = {"BIG": [b"x" * 400_000]}
-    with _raw_connection(small) as sock:
+    with _raw_connection(million) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.sendall(_frame([1, V, "client", declared_max_frame, "x"]))
         sent = 0
@@ -464,7 +476,7 @@ def test_a_client_that_never_reads_is_disconnected(start_place, declared_max_fra
                 sock.sendall(_frame([2, rid, "ag_echo", payload, "sync", None]))
                 sent += 1
         # We never read; the place must have stopped buffering replies for us.
-        assert tacoma.meet(small.target("ag_echo"), {"OK": [b"1"]}) == {"OK": [b"1"]}
+        assert tacoma.meet(million.target("ag_echo"), {"OK": [b"1"]}) == {"OK": [b"1"]}
         sock.settimeout(20)
         received = 0
         with contextlib.suppress(OSError):
@@ -550,8 +562,12 @@ def test_a_place_cleans_up_after_a_killed_predecessor(start_place, tmp_path: Pat
     assert tacoma.meet(p.target("ag_echo"), {"OK": [b"1"]}) == {"OK": [b"1"]}
 
 
-def test_cancelled_meets_leave_no_zygotes_behind(start_place) -> None:
-    p = start_place("--pool-size", "0")
+#: A place that keeps no workers ready (--pool-size 0).
+poolless = place_fixture("--pool-size", "0")
+
+
+def test_cancelled_meets_leave_no_zygotes_behind(poolless: RunningPlace) -> None:
+    p = poolless
     for _ in range(4):  # each client disconnects while its worker is being started
         with _raw_connection(p) as sock:
             sock.sendall(_frame([1, V, "client", 2**20, "x"])
@@ -694,7 +710,8 @@ def test_an_idle_connection_is_closed_and_a_busy_one_is_not(tmp_path: Path) -> N
             assert idle.channel is not None and "idle for 1 s" in idle.channel.close_reason
             assert busy.usable  # a meet in flight: not idle, however long it runs
             assert await meet == {"CODE": [b"import time; time.sleep(3)"]}
-            await asyncio.sleep(2.5)
+            assert busy.channel is not None  # closed within 2.5 s: idle once answered
+            await asyncio.wait_for(asyncio.shield(busy.channel.closed), 2.5)
             assert not busy.usable  # idle once its meet was answered
         finally:
             await place.stop(grace=1)
@@ -868,8 +885,8 @@ def test_the_pool_grows_under_load_and_shrinks_back_when_idle(start_place) -> No
                        timeout=60)["X"] == [b"1"]
 
 
-def test_no_pool_stays_no_pool(start_place) -> None:
-    place = start_place("--pool-size", "0")
+def test_no_pool_stays_no_pool(poolless: RunningPlace) -> None:
+    place = poolless
     for _ in range(3):
         tacoma.meet(place.target("ag_python"), code="pass", timeout=60)
     pool = _python_pool(place)

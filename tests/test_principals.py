@@ -33,6 +33,7 @@ from tacoma.wire._lazy import Lazy, Ref
 from conftest import (
     LAZY_READER,
     RunningPlace,
+    SharedPlaces,
     fill,
     identity,
     issue_identity,
@@ -40,8 +41,10 @@ from conftest import (
     launch_place,
     meet_as,
     name_of,
+    place_fixture,
     release,
     serves,
+    settled,
     small_disk,
     status_as,
     wait_until,
@@ -189,13 +192,15 @@ def rogue() -> Path:
     return identity("rogue-place", "place")
 
 
-@pytest.fixture(scope="module")
-def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningPlace,
-                                                                   RunningPlace]]:
-    a = launch_place(tmp_path_factory.mktemp("principals") / "a")
-    b = launch_place(tmp_path_factory.mktemp("principals") / "b")
+@pytest.fixture
+def two(shared_places: SharedPlaces) -> Iterator[tuple[RunningPlace, RunningPlace]]:
+    """Two places with default settings, shared with the other tests of this worker
+    (conftest.SharedPlaces): alice and mallory are this module's own identities, and each
+    test names its own gates and meet ids."""
+    a, b = shared_places[0], shared_places[1]
     yield a, b
-    assert a.stop() == 0 and b.stop() == 0
+    settled(a)
+    settled(b)
 
 
 # ------------------------------------------------------------- 1. another's trip's end
@@ -381,11 +386,15 @@ NESTS = textwrap.dedent("""
 """)
 
 
+#: 2 meets running at once for each principal: shared by the tests of every language, each
+#: of which ends every meet it made (`settled`) before the next begins.
+two_meets_each = place_fixture("--max-meets", "8", "--share", "0.25")
+
+
 @pytest.mark.parametrize("agent", LANGUAGES)
 def test_an_agents_own_meets_count_against_its_principals_share(
-        start_place: Callable[..., RunningPlace], agent: str, alice: Path,
-        mallory: Path) -> None:
-    p = start_place("--max-meets", "8", "--share", "0.25")  # 2 meets for each principal
+        two_meets_each: RunningPlace, agent: str, alice: Path, mallory: Path) -> None:
+    p = two_meets_each
     gate = f"gate-{uuid.uuid4().hex[:8]}"
     held = threading.Thread(target=lambda: meet_as(mallory, p.address, agent, {
         "TARGET": [b"ag_python"], "SEND": [b"DEPTH", b"GATE"],
@@ -408,6 +417,7 @@ def test_an_agents_own_meets_count_against_its_principals_share(
     finally:
         release(p, gate)
         held.join(120)
+        settled(p)
 
 
 # ------------------------------------------------------- 6. messages waiting at a place
@@ -783,6 +793,7 @@ def test_a_place_starts_on_a_full_disk_and_says_so(tmp_path: Path) -> None:
 
 def test_the_journal_moves_to_ids_per_principal(tmp_path: Path) -> None:
     """A journal of the layout before ids were per principal is moved, rows and all."""
+    _certs.ensure_local(TrustStore())  # the principal below, whichever test ran first
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     db = sqlite3.connect(state / "journal.sqlite3")

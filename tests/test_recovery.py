@@ -15,16 +15,23 @@ import time
 import pytest
 import tacoma
 
+from conftest import RunningPlace, place_fixture
+
 #: How soon the places here take a place that refuses their rear guard's connections (its
 #: process killed) as lost: --lost-after (6 s by default).
 LOST_AFTER = ("--lost-after", "2s")
 
 
+#: The place that hands the agent on, shared by the tests whose home survives: each kills
+#: a next place of its own.
+home = place_fixture(*LOST_AFTER)
+
+
 def test_a_place_dying_with_the_agent_on_it_is_reported_by_the_rear_guard(
-        start_place) -> None:
+        start_place, home: RunningPlace) -> None:
     """The place that handed the agent on notices within seconds that the next place died
     with it (not at the trip's 60 s deadline), and the caller hears where and why."""
-    a, b = start_place(*LOST_AFTER), start_place()
+    a, b = home, start_place()
     code = f"import time\nif place == {b.address!r}:\n    time.sleep(60)\ngo_next()"
     killer = threading.Timer(1.5, lambda: b.proc.send_signal(signal.SIGKILL))
     killer.start()
@@ -108,10 +115,10 @@ SKIPPERS = {
 
 @pytest.mark.parametrize("agent", list(SKIPPERS))
 def test_every_language_chooses_what_happens_when_a_place_dies_with_it(
-        start_place, agent: str) -> None:
+        start_place, home: RunningPlace, shared_place: RunningPlace, agent: str) -> None:
     """RECOVERY skip, set by the agent itself: b is killed with the agent on it; a's rear
     guard hands the agent, as a handed it over, on to c, and notes b in SKIPPED."""
-    a, b, c = start_place(*LOST_AFTER), start_place(), start_place()
+    a, b, c = home, start_place(), shared_place
     killer = threading.Timer(2, lambda: b.proc.send_signal(signal.SIGKILL))
     killer.start()
     try:

@@ -111,9 +111,9 @@ def test_a_flood_of_status_waits_is_refused_past_the_principals_share(
     assert status_as(mallory, p, hers) == "done"  # and her share is hers again
 
 
-def test_a_status_request_carries_nothing_large(start_place: Callable[..., RunningPlace],
+def test_a_status_request_carries_nothing_large(shared_place: RunningPlace,
                                                 mallory: Path) -> None:
-    p = start_place()
+    p = shared_place
     with pytest.raises(tacoma.LimitExceeded, match="at most 4,096 bytes"):
         meet_as(mallory, p.address, "ag_status", {"ID": [b"nosuchmeet"], "WAIT": [b"60"],
                                                   "PAD": [b"p" * (8 << 20)]})
@@ -125,9 +125,9 @@ def test_a_status_request_carries_nothing_large(start_place: Callable[..., Runni
 
 # ------------------------------------------------------- ids per principal, for admins
 def test_an_admin_sees_its_own_meet_by_id_and_anothers_by_naming_it(
-        start_place: Callable[..., RunningPlace], ops: Path, mallory: Path,
+        shared_place: RunningPlace, ops: Path, mallory: Path,
         alice: Path) -> None:
-    p = start_place()
+    p = shared_place
     job = f"nightly-{uuid.uuid4().hex[:8]}"
     report = 'bc["REPORT"] = ["real numbers"]'
     assert meet_as(ops, p.address, "ag_python", code=report, mode="async",
@@ -154,8 +154,8 @@ def test_an_admin_sees_its_own_meet_by_id_and_anothers_by_naming_it(
 
 
 def test_kill_by_id_names_the_principal_when_several_have_it(
-        start_place: Callable[..., RunningPlace], ops: Path, mallory: Path) -> None:
-    p = start_place()
+        shared_place: RunningPlace, ops: Path, mallory: Path) -> None:
+    p = shared_place
     gate = f"gate-{uuid.uuid4().hex[:8]}"
     job = f"longjob-{uuid.uuid4().hex[:8]}"
     for who in (ops, mallory):
@@ -180,9 +180,9 @@ def test_kill_by_id_names_the_principal_when_several_have_it(
     wait_until(lambda: status_as(mallory, p, job) == "done", 30, "mallory's meet to end")
 
 
-def test_a_residents_name_is_no_meet_id(start_place: Callable[..., RunningPlace],
+def test_a_residents_name_is_no_meet_id(shared_place: RunningPlace,
                                         ops: Path, mallory: Path) -> None:
-    p = start_place()
+    p = shared_place
     # Shaped like the ids a place makes (10 hex digits, a dot, a number): refused.
     taken = meet_as(mallory, p.address, "ag_python", code=textwrap.dedent("""
         try:
@@ -261,10 +261,10 @@ PRINCIPAL_READER = {
 
 
 @pytest.mark.parametrize("agent", LANGUAGES)
-def test_a_resident_sees_each_messages_principal(start_place: Callable[..., RunningPlace],
+def test_a_resident_sees_each_messages_principal(shared_place: RunningPlace,
                                                  agent: str, alice: Path,
                                                  mallory: Path) -> None:
-    p = start_place()
+    p = shared_place
     name = f"vault{uuid.uuid4().hex[:6]}"
     ended: list[object] = []
     resident = threading.Thread(target=lambda: ended.append(meet_as(

@@ -38,12 +38,16 @@ from tacoma.trust import _certs
 from tacoma.trust._store import Bundle, TrustStore
 from tacoma.wire._protocol import PROTOCOL_VERSION
 
-from conftest import RunningPlace, forward, tls_connection, wait_until
+from conftest import RunningPlace, forward, place_fixture, tls_connection, wait_until
 
 V = PROTOCOL_VERSION
 OK = {"OK": [b"1"]}
 #: What a place's Hello looks like on the wire, as msgpack (its role): never seen in clear.
 PLACE_HELLO_ROLE = msgpack.packb("place")
+
+#: The module's own place, not the worker's shared one: its tests look for refusals in its
+#: log, where a peer's refusal for one reason is logged once.
+place = place_fixture()
 
 
 # --------------------------------------------------------------------------- helpers
@@ -887,11 +891,12 @@ def test_a_moving_agent_keeps_its_principal_across_authenticated_places(start_pl
     serves(b)
 
 
-def test_an_agents_meet_at_another_place_is_for_its_principal(start_place, bob: str) -> None:
+def test_an_agents_meet_at_another_place_is_for_its_principal(
+        start_place, shared_place: RunningPlace, bob: str) -> None:
     """An agent's meet to another place goes through its place's authenticated connection,
     and that place's --allow rules hold for the agent's principal."""
     b = start_place("--allow", f"{bob}:ag_echo", "--allow", "*:ag_python")
-    a = start_place()
+    a = shared_place
     code = textwrap.dedent(f"""
         try:
             meet("ag_echo@{b.address}", Briefcase(X=[b"1"]))
@@ -933,12 +938,13 @@ def test_allow_rules_hold_for_moving_agents_and_trips_still_come_home(start_plac
     serves(a)
 
 
-def test_a_place_does_not_hand_meets_to_a_revoked_place(start_place) -> None:
+def test_a_place_does_not_hand_meets_to_a_revoked_place(start_place,
+                                                        shared_place: RunningPlace) -> None:
     rogue = new_identity("rogue-place", ("place",), ("127.0.0.1",))
     out = tacoma_cli("trust", "revoke", rogue)
     assert out.returncode == 0, out.stderr
     r = start_place("--identity", rogue)
-    a = start_place()
+    a = shared_place
     code = textwrap.dedent(f"""
         try:
             meet("ag_echo@{r.address}", Briefcase(SECRET=[b"for the cluster only"]))

@@ -10,7 +10,6 @@ As root only: a place not run as root runs agents under its own user, who owns t
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -68,8 +67,8 @@ int main(void) {
 
 @pytest.mark.parametrize("agent", sorted(PROBES))
 def test_an_agent_cannot_take_an_identity_nor_meet_its_place_without_one(
-        start_place: Callable[..., RunningPlace], agent: str) -> None:
-    place = start_place()
+        shared_place: RunningPlace, agent: str) -> None:
+    place = shared_place
     trust = Path(os.environ["TACOMA_TRUST_DIR"])
     key = trust / "identities" / f"{current_principal()}.pem"
     assert key.exists()

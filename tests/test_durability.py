@@ -76,8 +76,11 @@ def test_result_without_wait_says_it_has_not_ended(shared_place: RunningPlace) -
 
 def test_async_meets_over_max_meets_queue_and_then_run(start_place) -> None:
     p = start_place("--max-meets", "2", "--share", "1", "--max-queued", "6")
+    # The first two hold their slots for 2 s (a gate cannot do it: opening one takes a
+    # meet, and the place is full): a busy machine takes the eight within that, so the
+    # other six are queued, and the queue is full.
     ids = [tacoma.meet(p.target("ag_python"), {"N": [str(i)]}, mode="async",
-                       code="import time; time.sleep(0.3)") for i in range(8)]
+                       code="import time; time.sleep(2)") for i in range(8)]
     with pytest.raises(tacoma.PlaceUnavailable, match="--max-queued"):
         tacoma.meet(p.target("ag_python"), mode="async", code="pass")
     states = {tacoma.status(f"{i}@{p.address}").state for i in ids}

@@ -24,7 +24,15 @@ import tacoma
 from tacoma import Briefcase
 from tacoma.place.meets._trips import Trip, Trips
 
-from conftest import RunningPlace, SharedPlaces, forward, settled, wait_until
+from conftest import (
+    RunningPlace,
+    SharedPlaces,
+    forward,
+    release,
+    settled,
+    wait_until,
+    waits_for,
+)
 
 #: Each language's roamer: note the place, then go on along ITINERARY; at the end, say so.
 ROAMERS = {
@@ -364,7 +372,9 @@ def test_a_failure_on_the_way_reaches_the_caller_with_where(
 
 def test_the_place_left_holds_no_worker_for_the_trip(three: list[RunningPlace]) -> None:
     a, b, _ = three
-    code = f"import time\nif place == {b.address!r}:\n    time.sleep(3)\ngo_next()"
+    gate = f"gate-{uuid.uuid4().hex[:8]}"  # the agent stays at b until it opens there
+    code = ("def stay():\n" + textwrap.indent(waits_for(gate), "    ")
+            + f"\nif place == {b.address!r}:\n    stay()\ngo_next()")
     trip = threading.Thread(target=tacoma.meet, args=(a.target("ag_python"),),
                             kwargs={"briefcase": {"ITINERARY": [b.address]}, "code": code,
                                     "timeout": 60})
@@ -376,6 +386,7 @@ def test_the_place_left_holds_no_worker_for_the_trip(three: list[RunningPlace]) 
         assert [row["language"] for row in _ps(b)] == ["python"]  # the agent is at b
         assert _ps(a) == []  # and nothing of it at a, where the sync meet waits
     finally:
+        release(b, gate)
         trip.join(60)
 
 

@@ -5,10 +5,14 @@
              place's wrapping of accepted connections (standard library `ssl`)
     _certs   making certificates (the `cryptography` package): `tacoma trust`, and a
              place making its user's local identities on first start
-    _seal    a place's signature on what only it may say (a lazy folder's reference), and
-             its check of other places' (the `cryptography` package: places only)
+    _seal    a place's signature on what only it may say (a lazy folder's reference, its
+             line on a trip), and its check of other places' (`cryptography`: places only)
+    _passport  an agent's passport, signed by its principal's client and checked by every
+             place it reaches, and the places' lines on its trip (msgpack to read them;
+             `cryptography` only to sign and to check)
 
-May import: wire. The client imports `_store` and `_tls` only, never `_certs` nor `_seal`.
+May import: wire. The client imports `_store`, `_tls` and `_passport` (its `Signer` when it
+first signs), never `_certs` nor `_seal`.
 """
 
 from ._store import IDENTITY_ENV as IDENTITY_ENV

@@ -55,8 +55,9 @@ class Seals:
         self._ca = x509.load_pem_x509_certificate(bundle.ca)
         self._ca_key = self._ca.public_key()
         self._deny = deny_list
-        #: Digests of seals checked, with the host each names and the serial it was made with.
-        self._checked: dict[bytes, tuple[str, str]] = {}
+        #: Digests of seals checked, with the host each names, the serial it was made with
+        #: and its sealer's name.
+        self._checked: dict[bytes, tuple[str, str, str]] = {}
 
     def seal(self, message: bytes) -> bytes:
         """This place's seal on `message`."""
@@ -64,15 +65,15 @@ class Seals:
         packed: bytes = msgpack.packb([self._certificate, signature], use_bin_type=True)
         return packed
 
-    def check(self, seal: bytes, message: bytes, host: str) -> None:
-        """TrustError unless `seal` is a current place's of this cluster, serving `host`,
-        on `message`."""
+    def check(self, seal: bytes, message: bytes, host: str) -> str:
+        """The name of the place that sealed `message` (TrustError unless `seal` is a
+        current place's of this cluster, serving `host`, on `message`)."""
         digest = hashlib.sha256(seal + b"\0" + message).digest()
         known = self._checked.get(digest)
         if known is not None and known[0] == host:
             if known[1] in self._deny.serials:
                 raise TrustError("its sealing place's certificate is revoked")
-            return
+            return known[2]
         if not seal:
             raise TrustError("it is not sealed by the place that holds the data")
         try:
@@ -92,7 +93,10 @@ class Seals:
                              "changed on the way)") from None
         if len(self._checked) >= _CHECKED_MOST:
             self._checked.clear()
-        self._checked[digest] = (host, serial)
+        names = certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+        name = str(names[0].value) if names else ""
+        self._checked[digest] = (host, serial, name)
+        return name
 
     def _check_certificate(self, certificate: x509.Certificate, host: str) -> str:
         """The certificate's serial, if it is a current place's of this CA that serves

@@ -687,6 +687,7 @@ FIELD_STRATEGIES: dict[str, st.SearchStrategy[Any]] = {
     "AgentName": st.text(min_size=1, max_size=1024),
     "ShortText": st.text(max_size=200),
     "MeetId": st.just("") | st.from_regex(r"\A[A-Za-z0-9_-]{8,64}\Z"),
+    "Papers": st.binary(max_size=2000),
     "str": st.text(max_size=300),
     "Briefcase": briefcases,
     "MeetMode": st.sampled_from(MODES),
@@ -746,20 +747,23 @@ def test_every_event_round_trips(event: Event, data: st.DataObject) -> None:
             assert feed_in_pieces(pair.peer(role), wire, cuts) == [event]
 
 
-#: The bytes each event is sent as, written out: the wire format is PROTOCOL_VERSION 4 (3,
-#: plus Meet's meet_id; 3 was 2 plus Meet's principal) and stays byte for byte what it is.
+#: The bytes each event is sent as, written out: the wire format is PROTOCOL_VERSION 6 (5,
+#: plus Meet's papers; 4 was 3 plus Meet's meet_id; 3 was 2 plus Meet's principal) and
+#: stays byte for byte what it is.
 GOLDEN = [
     (Hello(PROTOCOL_VERSION, Role.CLIENT, DEFAULT_MAX_FRAME, "tacoma 1.0"),
-     "950105a6636c69656e74ce04000000aa7461636f6d6120312e30"),
+     "950106a6636c69656e74ce04000000aa7461636f6d6120312e30"),
     (Meet(1, "ag_python", Briefcase(CODE=["pass"], DATA=[b"\x00\xff", b""]), "async", 2.5),
-     "980201a961675f707974686f6e82a4434f444591c40470617373a44441544192c40200ffc400a5617379"
-     "6e63cb4004000000000000a0a0"),
+     "990201a961675f707974686f6e82a4434f444591c40470617373a44441544192c40200ffc400a5617379"
+     "6e63cb4004000000000000a0a0c400"),
     (Meet(2**63 - 1, "ag_echo", Briefcase()),
-     "9802cf7fffffffffffffffa761675f6563686f80a473796e63c0a0a0"),
+     "9902cf7fffffffffffffffa761675f6563686f80a473796e63c0a0a0c400"),
     (Meet(3, "ag_echo", Briefcase(), "go", 1.0, "alice"),
-     "980203a761675f6563686f80a2676fcb3ff0000000000000a5616c696365a0"),
+     "990203a761675f6563686f80a2676fcb3ff0000000000000a5616c696365a0c400"),
     (Meet(4, "ag_echo", Briefcase(), meet_id="k-12345678"),
-     "980204a761675f6563686f80a473796e63c0a0aa6b2d3132333435363738"),
+     "990204a761675f6563686f80a473796e63c0a0aa6b2d3132333435363738c400"),
+    (Meet(5, "ag_echo", Briefcase(), papers=b"\x92\xc4\x00\x90"),
+     "990205a761675f6563686f80a473796e63c0a0a0c40492c40090"),
     (Accepted(1, "meet-1"), "930301a66d6565742d31"),
     (Result(1, Briefcase(OUT=[b"x"])), "93040181a34f555491c40178"),
     (Failed(1, "agent-failed", "boom", "Traceback ..."),
@@ -973,10 +977,10 @@ def test_trailing_fields_with_defaults_may_be_left_out() -> None:
     assert decode(msgpack.packb([2, 5, "ag_echo", {}, "sync", None])) == \
         Meet(5, "ag_echo", Briefcase())
     assert decode(msgpack.packb([2, 5, "ag_echo", {}])) == Meet(5, "ag_echo", Briefcase())
-    with pytest.raises(ValueError, match="expected 3 to 7"):
+    with pytest.raises(ValueError, match="expected 3 to 8"):
         decode(msgpack.packb([2, 5, "ag_echo"]))
-    with pytest.raises(ValueError, match="8 fields"):
-        decode(msgpack.packb([2, 5, "ag_echo", {}, "sync", None, "", "", "extra"]))
+    with pytest.raises(ValueError, match="9 fields"):
+        decode(msgpack.packb([2, 5, "ag_echo", {}, "sync", None, "", "", b"", "extra"]))
 
 
 @pytest.mark.parametrize("meet_id", ["short", "x" * 65, "has space!", "ünïcode1", 12345678])

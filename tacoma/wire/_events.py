@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     AgentName = str
     ShortText = str
     MeetId = str
+    Papers = bytes
     LogLevel = str
     MeetMode = Literal["sync", "async", "ack", "go"]
     Timeout = float | None
@@ -62,6 +63,8 @@ __all__ = [
 
 #: The largest request id: one msgpack int64, so every peer can hold it.
 MAX_RID: Final = 2**63 - 1
+#: The most bytes of a Meet's papers (a passport and the places' lines: trust._passport).
+MAX_PAPERS: Final = 1 << 20
 
 #: Meet modes, and what each asks of the peer:
 #:   sync   run the agent (or, for a resident agent, deliver a request) and answer with the
@@ -160,6 +163,8 @@ FIELD_TYPES: Final[dict[str, FieldType]] = {
     "MeetMode": FieldType("one of " + ", ".join(MODES), lambda v: v in MODES),
     "LogLevel": FieldType("debug, info, warning or error", lambda v: v in LOG_LEVELS),
     "Timeout": FieldType("None or a positive finite number", _is_timeout),
+    "Papers": FieldType(f"bytes of at most {MAX_PAPERS:,}",
+                        lambda v: isinstance(v, bytes) and len(v) <= MAX_PAPERS),
 }
 
 
@@ -293,6 +298,10 @@ class Meet(Event):
     before any answer, a client that loses its connection can ask the place for the meet's
     outcome by id (`tacoma status`) instead of running it again; an async meet sent twice
     with the same id is taken once.
+
+    `papers` (trust._passport) carry the agent's passport, signed by its principal, and the
+    lines of the places that handed it on: a place names a principal other than its own
+    only with that principal's passport.
     """
 
     tag = 2
@@ -303,6 +312,7 @@ class Meet(Event):
     timeout: Timeout = None
     principal: ShortText = ""
     meet_id: MeetId = ""
+    papers: Papers = b""
 
 
 @_event

@@ -80,7 +80,7 @@ __all__ = [
 ]
 
 #: Bumped on any incompatible change to framing or events; peers must agree exactly.
-PROTOCOL_VERSION: Final = 5
+PROTOCOL_VERSION: Final = 6
 
 #: Largest frame accepted unless configured otherwise. A briefcase is held whole in memory on
 #: both sides (and once more in the worker), so this bounds what one meet can cost a place;

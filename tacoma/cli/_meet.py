@@ -18,11 +18,13 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
 import tacoma
 
+from ..client._identity import Terms
 from ..wire._address import split_target
 from ..wire._text import escape
 from ._common import (
@@ -113,8 +115,19 @@ def _cancelled(meet_id: str, place: str | None) -> None:
               help="Show a moving agent's hops on stderr as it goes (default: for a "
                    "briefcase with an ITINERARY, when stderr is a terminal; --progress also "
                    "prints them as lines to a pipe or log).")
+@click.option("--places", "places", multiple=True, metavar="PATTERN",
+              help="A place the agent's passport lets it visit: HOST:PORT or a place's "
+                   "identity name, shell patterns allowed (repeatable; default: any place "
+                   "of the cluster).")
+@click.option("--program", "programs", multiple=True, metavar="FILE",
+              help="A program (its file) that agents this one starts elsewhere may run for "
+                   "you besides its own (repeatable; '*': any program).")
+@click.option("--may", "may", metavar="WHAT,...",
+              help="What the agent's passport lets it do for you at other places, of meet, "
+                   "move, cabinet, lazy and status (default: all).")
 def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async: bool,
-         timeout: float | None, as_json: bool, traced: bool, progress: bool | None) -> None:
+         timeout: float | None, as_json: bool, traced: bool, progress: bool | None,
+         places: tuple[str, ...], programs: tuple[str, ...], may: str | None) -> None:
     """Meet AGENT (at PLACE, HOST:PORT) with a briefcase and print the result.
 
     A bare AGENT meets at $TACOMA_PLACE if it is set, else at an embedded place started
@@ -128,6 +141,7 @@ def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async
       tacoma meet ag_python --code examples/hello/hello.py -f PHOTO=@examples/hello/tacoma.png
       tacoma meet ag_python@127.0.0.1:7707 --code examples/hello/hello.py --trace
       tacoma meet ag_python@A --code examples/roam/roam.py -f ITINERARY=B -f ITINERARY=C
+      tacoma meet ag_python@A --code roam.py -f ITINERARY=B --places B --may move
     """
     target = _meet_target(target)
     place = split_target(target)[1]
@@ -138,6 +152,22 @@ def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async
                                "embedded place stops with it): give AGENT@HOST:PORT of a "
                                "place started with tacoma place (or set $TACOMA_PLACE)")
     bc = briefcase_from(folders, code_path)
+    chosen = [m.strip() for m in may.split(",") if m.strip()] if may is not None else None
+    files: list[str | bytes] = []
+    for program in programs:
+        if program != "*":
+            try:
+                files.append(Path(program).read_bytes())
+            except OSError as exc:
+                raise click.BadParameter(f"cannot read {program}: {exc.strerror or exc}",
+                                         param_hint="--program") from None
+    sources: list[str | bytes] | str = "*" if "*" in programs else files
+    try:
+        Terms.of(places or None, chosen, sources)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--places/--may") from None
+    passport: dict[str, Any] = {"places": places or None, "may": chosen,
+                                "programs": sources or None}
     try:
         if traced:
             timed = tacoma.trace(target, bc, timeout=timeout)
@@ -152,7 +182,7 @@ def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async
                 timed.table()
             return
         if is_async:
-            meet_id = tacoma.meet(target, bc, mode="async", timeout=timeout)
+            meet_id = tacoma.meet(target, bc, mode="async", timeout=timeout, **passport)
             click.echo(json.dumps({"meet_id": meet_id}) if as_json else escape(meet_id))
             return
         from ..client._client import new_meet_id
@@ -160,7 +190,7 @@ def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async
         meet_id = new_meet_id()  # named here, to be named if it is interrupted
         try:
             result = tacoma.meet(target, bc, timeout=timeout, meet_id=meet_id,
-                                 progress=progress)
+                                 progress=progress, **passport)
         except KeyboardInterrupt:  # cancelled at the place by tacoma.meet
             _cancelled(meet_id, place)
             return

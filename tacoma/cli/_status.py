@@ -7,6 +7,7 @@ HOST:PORT, and no argument is the default place (`$TACOMA_PLACE`, else 127.0.0.1
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -96,6 +97,8 @@ def status(target: str | None, wait: float | None, principal: str | None, as_jso
             out["principal"] = principal
         if found.hops is not None:
             out["trip"] = {"hops": found.hops, "at": found.at}
+        if found.path:
+            out["path"] = [dataclasses.asdict(step) for step in found.path]
         if found.result is not None:
             out.update(briefcase_json(found.result))
         if found.error is not None:
@@ -111,6 +114,11 @@ def status(target: str | None, wait: float | None, principal: str | None, as_jso
         whose = f" of {principal}" if principal is not None else ""
         click.echo(escape(f"meet {found.id}{whose} at {found.place}: {found.state}{agent}"
                           f"{trip}"), err=found.result is not None)
+        if found.path:  # each line signed by the place that handed the agent on
+            click.echo("the path its result took (each hand-over signed by its place):",
+                       err=found.result is not None)
+            for number, step in enumerate(found.path, 1):
+                click.echo(f"  {number}. {step}", err=found.result is not None)
         if found.result is not None:
             print_briefcase(found.result)
     # Under --json the object above is the one on stdout, its "error" the meet's.

@@ -25,6 +25,7 @@ from ._place_status import PlaceStatus as PlaceStatus
 from ._place_status import aplace_status as aplace_status
 from ._place_status import place_status as place_status
 from ._status import MeetStatus as MeetStatus
+from ._status import PathStep as PathStep
 from ._status import aresult as aresult
 from ._status import aresults as aresults
 from ._status import astatus as astatus
@@ -39,6 +40,7 @@ __all__ = [
            "Advice",
            "LocalPlaces",
            "MeetStatus",
+           "PathStep",
            "PlaceClient",
            "PlaceStatus",
            "Traced",

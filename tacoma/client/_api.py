@@ -18,13 +18,14 @@ import asyncio
 import concurrent.futures
 import queue
 import threading
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
 from ..wire._address import split_target
 from ..wire._briefcase import CODE, Briefcase
 from ..wire._errors import ConnectionLost
 from ._client import connection, meet_deadline, new_meet_id, place_of
+from ._identity import DEFAULT_TERMS, Terms
 from ._trip_progress import TripBar, shows_trip, watch_trip
 
 __all__ = ["ameet", "arequest", "asend", "make_briefcase", "meet", "request",
@@ -50,20 +51,26 @@ def make_briefcase(briefcase: Folders, code: str | bytes | None) -> Briefcase:
 async def ameet(target: str, briefcase: Folders = ..., *, code: str | bytes | None = ...,
                 mode: Literal["sync"] = ..., timeout: float | None = ...,
                 connect_timeout: float | None = ..., meet_id: str | None = ...,
-                progress: bool | None = ...) -> Briefcase: ...
+                progress: bool | None = ..., places: Sequence[str] | None = ...,
+                may: Sequence[str] | None = ...,
+                programs: Sequence[str | bytes] | str | None = ...) -> Briefcase: ...
 
 
 @overload
 async def ameet(target: str, briefcase: Folders = ..., *, code: str | bytes | None = ...,
                 mode: Literal["async"], timeout: float | None = ...,
                 connect_timeout: float | None = ..., meet_id: str | None = ...,
-                progress: bool | None = ...) -> str: ...
+                progress: bool | None = ..., places: Sequence[str] | None = ...,
+                may: Sequence[str] | None = ...,
+                programs: Sequence[str | bytes] | str | None = ...) -> str: ...
 
 
 async def ameet(target: str, briefcase: Folders = None, *, code: str | bytes | None = None,
                 mode: MeetMode = "sync", timeout: float | None = None,
                 connect_timeout: float | None = 10.0, meet_id: str | None = None,
-                progress: bool | None = None) -> Briefcase | str:
+                progress: bool | None = None, places: Sequence[str] | None = None,
+                may: Sequence[str] | None = None,
+                programs: Sequence[str | bytes] | str | None = None) -> Briefcase | str:
     """Meet `agent@place` with a briefcase.
 
     Sync (the default) waits for the agent to end and returns its briefcase; async returns
@@ -76,14 +83,23 @@ async def ameet(target: str, briefcase: Folders = None, *, code: str | bytes | N
     `progress`: show a trip's hops as the agent moves, in a terminal or a notebook (None,
     the default: for a briefcase with an ITINERARY; True: any sync meet, also as lines in a
     log; False: never); nothing shows for a meet that ends within a second.
+
+    The agent carries a passport signed with your identity (see README, Security): what
+    it may do for you at other places. `places`: the places it may visit, as patterns of
+    HOST:PORT addresses or place names (default: any place of the cluster, "*"); `may`:
+    what it may do there, of "meet", "move", "cabinet", "lazy" and "status" (default: all);
+    `programs`: the programs (their source) that agents it starts elsewhere may run for
+    you besides its own ("*": any program; default: none).
     """
     bc = make_briefcase(briefcase, code)
+    terms = Terms.of(places, may, programs)
     if not shows_trip(progress, mode, bc):
-        return await _ameet(target, bc, mode, timeout, connect_timeout, meet_id, None)
+        return await _ameet(target, bc, mode, timeout, connect_timeout, meet_id, None, terms)
     bar = TripBar(bc, progress)
     ended = False
     try:
-        result = await _ameet(target, bc, mode, timeout, connect_timeout, meet_id, bar.hop)
+        result = await _ameet(target, bc, mode, timeout, connect_timeout, meet_id, bar.hop,
+                              terms)
         ended = True
         return result
     finally:
@@ -92,7 +108,8 @@ async def ameet(target: str, briefcase: Folders = None, *, code: str | bytes | N
 
 async def _ameet(target: str, bc: Briefcase, mode: MeetMode, timeout: float | None,
                  connect_timeout: float | None, meet_id: str | None,
-                 hop: Callable[[int, str], None] | None) -> Briefcase | str:
+                 hop: Callable[[int, str], None] | None,
+                 terms: Terms = DEFAULT_TERMS) -> Briefcase | str:
     """The meet; `hop(hops, place)` is told where its trip is as it goes, if given."""
     if mode not in ("sync", "async"):
         raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
@@ -105,7 +122,7 @@ async def _ameet(target: str, bc: Briefcase, mode: MeetMode, timeout: float | No
         watching = (asyncio.ensure_future(watch_trip(meet_id, address, hop))
                     if hop is not None else None)
         try:
-            return await client.meet(agent, bc, mode, timeout, meet_id=meet_id)
+            return await client.meet(agent, bc, mode, timeout, meet_id=meet_id, terms=terms)
         except ConnectionLost as exc:
             raise ConnectionLost(
                 f"{exc}; the meet's outcome is unknown here: ask the place for it by id "
@@ -120,28 +137,35 @@ async def _ameet(target: str, bc: Briefcase, mode: MeetMode, timeout: float | No
 def meet(target: str, briefcase: Folders = ..., *, code: str | bytes | None = ...,
          mode: Literal["sync"] = ..., timeout: float | None = ...,
          connect_timeout: float | None = ..., meet_id: str | None = ...,
-         progress: bool | None = ...) -> Briefcase: ...
+         progress: bool | None = ..., places: Sequence[str] | None = ...,
+         may: Sequence[str] | None = ...,
+         programs: Sequence[str | bytes] | str | None = ...) -> Briefcase: ...
 
 
 @overload
 def meet(target: str, briefcase: Folders = ..., *, code: str | bytes | None = ...,
          mode: Literal["async"], timeout: float | None = ...,
          connect_timeout: float | None = ..., meet_id: str | None = ...,
-         progress: bool | None = ...) -> str: ...
+         progress: bool | None = ..., places: Sequence[str] | None = ...,
+         may: Sequence[str] | None = ...,
+         programs: Sequence[str | bytes] | str | None = ...) -> str: ...
 
 
 def meet(target: str, briefcase: Folders = None, *, code: str | bytes | None = None,
          mode: MeetMode = "sync", timeout: float | None = None,
          connect_timeout: float | None = 10.0, meet_id: str | None = None,
-         progress: bool | None = None) -> Briefcase | str:
+         progress: bool | None = None, places: Sequence[str] | None = None,
+         may: Sequence[str] | None = None,
+         programs: Sequence[str | bytes] | str | None = None) -> Briefcase | str:
     """Blocking `ameet`: usable from scripts and from notebook cells alike. Interrupted
     (KeyboardInterrupt), it cancels the meet at the place, which stops the agent. A trip's
     progress is drawn from the calling thread (a notebook's output belongs to the cell
     running there), while the meet runs on the background loop."""
     bc = make_briefcase(briefcase, code)
+    terms = Terms.of(places, may, programs)
     if not shows_trip(progress, mode, bc):
         return run_interruptible(lambda: _ameet(target, bc, mode, timeout, connect_timeout,
-                                                meet_id, None))
+                                                meet_id, None, terms))
     from ._runtime import get_interruptibly
 
     hops: queue.SimpleQueue[tuple[int, str] | None] = queue.SimpleQueue()
@@ -158,7 +182,8 @@ def meet(target: str, briefcase: Folders = None, *, code: str | bytes | None = N
         return future.result()
 
     return run_interruptible(lambda: _ameet(target, bc, mode, timeout, connect_timeout,
-                                            meet_id, lambda n, at: hops.put((n, at))),
+                                            meet_id, lambda n, at: hops.put((n, at)),
+                                            terms),
                              wait=drawing)
 
 

@@ -60,7 +60,7 @@ from ..wire._protocol import (
 from ..wire._trace import read as read_trace
 from ..wire._trace import record
 from . import _lazy as lazy_folders
-from ._identity import Credentials
+from ._identity import DEFAULT_TERMS, Credentials, Terms
 from ._identity import credentials as process_credentials
 
 __all__ = ["ClientCache", "PlaceClient", "connection", "meet_deadline", "place_of",
@@ -98,6 +98,8 @@ class PlaceClient:
                  silence: float = SILENCE_SECONDS) -> None:
         self.address = address
         self.channel: Channel | None = None
+        #: Who it meets as (and signs its agents' passports as): see connect.
+        self.credentials: Credentials | None = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._active = time.monotonic()  # when it last sent a meet or had an answer
         #: Send a program the place has by its hash (CODE_HASH) rather than in full.
@@ -119,7 +121,8 @@ class PlaceClient:
                       silence: float = SILENCE_SECONDS) -> PlaceClient:
         """Connect to the place at `address` as `credentials` (this process's if None)."""
         client = cls(address, heartbeat, silence)
-        context = (credentials or process_credentials()).context(address)
+        client.credentials = credentials = credentials or process_credentials()
+        context = credentials.context(address)
         client.channel = await connect(address, Role.CLIENT, client, max_frame, timeout,
                                        _SOFTWARE, context)
         return client
@@ -136,11 +139,16 @@ class PlaceClient:
 
     async def meet(self, agent: str, briefcase: Briefcase, mode: WireMode = "sync",
                    timeout: float | None = None, principal: str = "",
-                   meet_id: str = "") -> Briefcase | str:
+                   meet_id: str = "", papers: bytes | None = None,
+                   terms: Terms = DEFAULT_TERMS) -> Briefcase | str:
         """Send a meet and wait for its reply: the result briefcase, or the async meet id.
 
-        `principal` is for places only: the identity a place's forwarded meet is made for
-        (the peer refuses it from anyone whose certificate is not a place's). `meet_id`, if
+        `principal` and `papers` are for places only: the identity a place's forwarded meet
+        is made for, and that principal's passport for the agent (the peer refuses another
+        principal from anyone whose certificate is not a place's, and from a place without
+        a valid passport). A client's meet of an agent carries a passport it signs here
+        (`terms`: where the agent may go, and what it may do there; see trust._passport),
+        with the meet's id in it: a meet without one is given a fresh id. `meet_id`, if
         given, is the id the place runs the meet as (see wire._events.Meet).
 
         A meet whose briefcase has a TRACE folder is traced (see wire._trace): the client's
@@ -148,21 +156,32 @@ class PlaceClient:
         transfer (the network, both frames' decoding and waiting to be scheduled: the send
         and the wait for the answer, less the place's own span).
         """
+        if papers is None:
+            credentials = self.credentials or process_credentials()
+            if self.channel is None or self.channel.identity is None:
+                papers = b""  # plaintext (an --insecure place): nobody is anybody there
+            else:
+                if not meet_id and credentials.signs and not credentials.insecure:
+                    meet_id = new_meet_id()  # the passport names it
+                papers = credentials.papers(agent, briefcase, meet_id, timeout, terms)
         program = briefcase.folder(CODE)
         if CODE_HASH in briefcase or sum(len(e) for e in program) < CODE_BY_HASH_MIN:
-            return await self._send(agent, briefcase, mode, timeout, principal, meet_id)
+            return await self._send(agent, briefcase, mode, timeout, principal, meet_id,
+                                    papers)
         digest = code_digest(program)
         key = (principal, digest)
         answer: Briefcase | str
         if self.name_programs and key in self.named:
             try:
                 answer = await self._send(agent, briefcase.swapped(CODE, CODE_HASH, [digest]),
-                                          mode, timeout, principal, meet_id)
+                                          mode, timeout, principal, meet_id, papers)
             except CodeUnknown:  # forgotten, or the place restarted: send it, once
                 self.named.discard(key)
-                answer = await self._send(agent, briefcase, mode, timeout, principal, meet_id)
+                answer = await self._send(agent, briefcase, mode, timeout, principal, meet_id,
+                                          papers)
         else:
-            answer = await self._send(agent, briefcase, mode, timeout, principal, meet_id)
+            answer = await self._send(agent, briefcase, mode, timeout, principal, meet_id,
+                                      papers)
         self.named.add(key)
         if isinstance(answer, Briefcase) and answer.folder(CODE_HASH) == [digest] \
                 and CODE not in answer:
@@ -170,11 +189,12 @@ class PlaceClient:
         return answer
 
     async def _send(self, agent: str, briefcase: Briefcase, mode: WireMode,
-                    timeout: float | None, principal: str, meet_id: str) -> Briefcase | str:
+                    timeout: float | None, principal: str, meet_id: str,
+                    papers: bytes) -> Briefcase | str:
         channel = self._open()
         rid = channel.conn.new_rid()
         lazy_folders.sending(briefcase, self.address)
-        meet = Meet(rid, agent, briefcase, mode, timeout, principal, meet_id)
+        meet = Meet(rid, agent, briefcase, mode, timeout, principal, meet_id, papers)
         reply = self._expect(rid)
         if TRACE not in briefcase:
             try:

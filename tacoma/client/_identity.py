@@ -18,14 +18,74 @@ from __future__ import annotations
 import logging
 import os
 import ssl
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..trust._store import IDENTITY_ENV, Bundle, TrustStore, insecure_from_env
 from ..trust._tls import client_context
+from ..wire._briefcase import CODE, CODE_HASH, Briefcase
 from ..wire._errors import TrustError
+from ..wire._names import BUILT_IN, LAZY_AGENT, MAILBOX_AGENT
+from ..wire._program import code_digest
 
-__all__ = ["Credentials", "credentials", "current_principal", "register_place",
+if TYPE_CHECKING:
+    from ..trust._passport import Signer
+
+__all__ = ["Credentials", "Terms", "credentials", "current_principal", "register_place",
            "use_identity"]
+
+#: Agents whose meets need no passport: the places' own, which run no program of the
+#: principal's and meet nobody for it.
+_NO_PASSPORT = frozenset({*BUILT_IN, LAZY_AGENT, MAILBOX_AGENT})
+#: What a passport allows unless its launcher says otherwise (trust._passport.MAY; here
+#: too so that importing the client does not import `cryptography`).
+MAY_ALL = ("meet", "move", "cabinet", "lazy", "status")
+
+
+@dataclass(frozen=True)
+class Terms:
+    """What an agent's passport lets it do for its principal at other places (see
+    trust._passport): the places it may visit (patterns of HOST:PORT addresses or place
+    names; "*", the default, is any place of the cluster), and what it may do there
+    (`may`: meet, move, cabinet, lazy, status; all of them by default), and the programs,
+    besides its own, that the agents it starts elsewhere may run for its principal
+    (`programs`: each a CODE folder's digest, in hex; "*": any). Its deadline is the meet's
+    timeout, or a day."""
+
+    places: tuple[str, ...] = ("*",)
+    may: tuple[str, ...] = MAY_ALL
+    programs: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, places: Iterable[str] | None = None, may: Iterable[str] | None = None,
+           programs: Iterable[str | bytes] | str | None = None) -> Terms:
+        """Terms from what a caller gave (None: the default), checked. `programs`: the
+        source of each program (str or bytes, a CODE folder's one element), or "*"."""
+        if isinstance(places, str) or isinstance(may, str):
+            raise TypeError("places and may are lists of strings, not one string")
+        if programs == "*":
+            programs = ["*"]
+        elif isinstance(programs, str | bytes):
+            raise TypeError("programs is a list of programs (or \"*\"), not one program")
+        digests = tuple(p if p == "*" else code_digest([p if isinstance(p, bytes)
+                                                        else p.encode()]).hex()
+                        for p in programs or ())
+        chosen = tuple(places) if places is not None else ("*",)
+        allowed = tuple(may) if may is not None else MAY_ALL
+        if not chosen or not all(isinstance(p, str) and p for p in chosen):
+            raise ValueError("a passport's places are non-empty patterns, at least one "
+                             "('*': any place of the cluster)")
+        unknown = [m for m in allowed if m not in MAY_ALL]
+        if unknown:
+            raise ValueError(f"a passport may allow {', '.join(MAY_ALL)}, not "
+                             f"{', '.join(map(str, unknown))}")
+        return cls(chosen, allowed, digests)
+
+
+DEFAULT_TERMS = Terms()
 
 log = logging.getLogger("tacoma.client")
 
@@ -42,6 +102,10 @@ class Credentials:
         self._context: ssl.SSLContext | None = None
         #: Contexts for particular places (the embedded place's), by address.
         self.places: dict[str, ssl.SSLContext | None] = {}
+        #: Whether meets made with these credentials carry passports (a client's do; a
+        #: place meets other places for itself, and hands on its agents' own passports).
+        self.signs = True
+        self._signer: Signer | None = None
 
     def bundle(self) -> Bundle:
         """The identity file in use (TrustError if there is none)."""
@@ -67,6 +131,28 @@ class Credentials:
         if self._context is None:
             self._context = client_context(self.bundle())
         return self._context
+
+    def papers(self, agent: str, briefcase: Briefcase, meet_id: str,
+               timeout: float | None, terms: Terms = DEFAULT_TERMS) -> bytes:
+        """The papers (a Meet's, see trust._passport) that carry the passport for
+        launching `agent` with `briefcase` as meet `meet_id`; b"" where none is needed:
+        plaintext, a place's own agent, or credentials that do not sign."""
+        if self.insecure or not self.signs or agent in _NO_PASSPORT:
+            return b""
+        from ..trust._passport import DEFAULT_SECONDS, Papers, Signer  # cryptography
+
+        if self._signer is None:
+            self._signer = Signer(self.bundle())
+        if CODE in briefcase:
+            program = code_digest(briefcase[CODE]).hex()
+        elif briefcase.get(CODE_HASH):
+            program = briefcase[CODE_HASH][0].hex()
+        else:
+            program = ""
+        seconds = timeout if timeout is not None else DEFAULT_SECONDS
+        return Papers(self._signer.passport(
+            agent=agent, programs=(program, *terms.programs), meet=meet_id,
+            places=terms.places, deadline=time.time() + seconds, may=terms.may)).to_wire()
 
     @property
     def name(self) -> str:

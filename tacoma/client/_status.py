@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import html
+import json
 import queue
 import time
 from collections.abc import Callable, Sequence
@@ -31,7 +32,8 @@ from ..wire._names import STATUS_AGENT
 from ..wire._text import escape
 from ._client import connection, place_of
 
-__all__ = ["MeetStatus", "aresult", "aresults", "astatus", "result", "results", "status"]
+__all__ = ["MeetStatus", "PathStep", "aresult", "aresults", "astatus", "result", "results",
+           "status"]
 
 #: How long one ag_status meet waits at the place before the client asks again.
 _WAIT_SLICE = 60.0
@@ -40,6 +42,28 @@ _WAIT_SLICE = 60.0
 _WAITS_AT_ONCE = 64
 #: Characters of an error's detail (an agent's traceback) shown in a notebook.
 _DETAIL_CHARS = 20_000
+
+
+@dataclass(frozen=True)
+class PathStep:
+    """One hand-over on the path a trip's result took, as its home checked the signed line
+    of the place that made it: `place` (its identity) handed the agent on from `came` to
+    `went` (the home, if `ended`: the trip ended there) at `at`, with the briefcase whose
+    SHA-256 is `sent`; `note` says what does not add up ("": everything does)."""
+
+    place: str
+    came: str
+    went: str
+    at: float
+    sent: str
+    ended: bool
+    note: str = ""
+
+    def __str__(self) -> str:
+        did = "ended, sent home to" if self.ended else "handed on to"
+        note = f"  !! {self.note}" if self.note else ""
+        return escape(f"{self.place} ({self.came}) {did} {self.went}, briefcase "
+                      f"{self.sent[:12]}{note}")
 
 
 @dataclass(frozen=True)
@@ -57,6 +81,8 @@ class MeetStatus:
     error: MeetError | None = None  # when failed
     hops: int | None = None  # a trip under way that began at this place: hand-overs so far
     at: str = ""  # and the place it was last heard at
+    #: A trip that ended: the hand-overs its result took, each signed by its place.
+    path: tuple[PathStep, ...] = ()
 
     def __repr__(self) -> str:
         took = (f", took {self.ended - self.accepted:,.3f} s"
@@ -133,10 +159,19 @@ def _status_of(answer: Briefcase, meet_id: str, address: str) -> MeetStatus:
         kind, message, detail = [*answer.text("ERROR"), "", "", ""][:3]
         error = error_from_wire(kind, message, detail)
     accepted, ended, hops = one("ACCEPTED"), one("ENDED"), one("HOPS")
+    path: list[PathStep] = []
+    for line in answer.get("PATH", []):
+        try:
+            place, came, went, at, sent, done, note = json.loads(line)
+            path.append(PathStep(str(place), str(came), str(went), float(at), str(sent),
+                                 bool(done), str(note)))
+        except (ValueError, TypeError):
+            path.append(PathStep("?", "", "", 0.0, "", False, "the place sent a malformed "
+                                 "line of the path"))
     return MeetStatus(meet_id, address, one("STATE") or "unknown", one("AGENT") or "",
                       int(one("RUNS") or 0), float(accepted) if accepted else None,
                       float(ended) if ended else None, result, error,
-                      int(hops) if hops else None, one("AT") or "")
+                      int(hops) if hops else None, one("AT") or "", tuple(path))
 
 
 async def aresult(target: str, *, wait: bool = True, timeout: float | None = None,

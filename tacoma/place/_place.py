@@ -220,6 +220,7 @@ class Place:
         meets = Meets(settings.max_meets, address, share, settings.max_queued)
         trips = Trips(address)
         assert self.access is not None
+        self.access.passports.here(address)
         # Connections to other places, for agents' meets, moves and lazy folders' data,
         # made as this place's identity.
         clients = ClientCache(self.access.credentials, self.access.vet_place)
@@ -230,7 +231,8 @@ class Place:
         builtins = BuiltIns(self.cabinets, trips, meets, residents, admin_token, self.journal,
                             settings.limits.meet_seconds, agents=agents,
                             layers=containment.layers.report, settings=settings,
-                            codes=self.codes, lazy=self.lazy)
+                            codes=self.codes, lazy=self.lazy,
+                            passports=self.access.passports)
         builds = Builds(containment, cache_mode, self.disk)
         logs = LogBudget()  # one for all languages: a principal's agents log within it
         for agent, interpreter in interpreters.items():

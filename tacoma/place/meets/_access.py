@@ -4,7 +4,8 @@ The place's side of trust (tacoma.trust): it serves TLS with its identity, refus
 whose certificate is not its CA's, expired or on the deny list, and knows every meet's
 principal: the name in the certificate of the client that launched it, or, for a meet a
 place of the cluster forwards (an agent's meet, a moving agent), the principal that place
-names for it. Then:
+names for it, under that principal's passport (see _passports: a place never vouches for
+a principal, it carries the principal's signed word). Then:
 
 - who may meet what, in one table (`DOORS`): each of the place's own agents says from which
   side it may be met (a client, another place of the cluster, an agent at this place) and
@@ -51,6 +52,7 @@ from ...wire._names import (
 )
 from ...wire._text import shown
 from .._settings import PlaceSettings
+from ._passports import Passports, Principal
 
 if TYPE_CHECKING:
     from ...trust._seal import Seals
@@ -58,15 +60,6 @@ if TYPE_CHECKING:
 __all__ = ["DOORS", "Access", "Door", "Principal", "Rules", "Side"]
 
 log = logging.getLogger("tacoma.place")
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """Whom one meet is for: `name` (a certificate's; "" if nobody is authenticated) and,
-    if a place of the cluster handed it here, that place's name (`via`)."""
-
-    name: str
-    via: str = ""
 
 
 class Side(enum.StrEnum):
@@ -141,6 +134,7 @@ class Access:
         self.rules = [tuple(rule.split(":", 1)) for rule in settings.allow]
         self.tls: ServerTLS | None = None
         self.name = ""  # the place's own identity's name
+        self.hosts: tuple[str, ...] = ()  # the addresses its certificate names
         self.connections: collections.Counter[str] = collections.Counter()
         #: Open connections of peers without an identity (an --insecure place: nobody is
         #: anyone there), by their host address: each source gets the share an identity
@@ -160,6 +154,8 @@ class Access:
                         "place can run code on it. For a closed test network only.")
             self.credentials = Credentials(insecure=True)
             self.seals: Seals | None = None
+            self.passports = Passports("", "", None, None,
+                                       self.refusals)
             return
         store = TrustStore(settings.trust_dir)
         bundle = self._identity(store, host)
@@ -176,9 +172,15 @@ class Access:
         # The place meets other places (agents' meets, moves, trips' ends) as itself, and
         # seals what only it may say (its lazy folders' references).
         self.credentials = Credentials(bundle)
-        from ...trust._seal import Seals  # cryptography, as for the identity above
+        self.credentials.signs = False  # it hands on its agents' passports, never its own
+        from ...trust._passport import Verifier  # cryptography, as for the identity above
+        from ...trust._seal import Seals
 
         self.seals = Seals(bundle, self.tls.deny_list)
+        self.passports = Passports("", self.name,
+                                   Verifier(bundle.ca, self.tls.deny_list), self.seals,
+                                   self.refusals)
+        self.passports.hosts = self.hosts
 
     def _identity(self, store: TrustStore, host: str) -> Bundle:
         from ...trust import _certs  # cryptography: a place reads its own certificate once
@@ -211,6 +213,7 @@ class Access:
                 f"identity {info.name} names {', '.join(info.addresses) or 'no address'}, "
                 f"not {host}: clients would refuse it. Issue it with --address {host}")
         self.name = info.name
+        self.hosts = info.addresses
         return bundle
 
     # -- connections
@@ -294,10 +297,11 @@ class Access:
             self.reissued.clear()
 
     # -- meets
-    def principal(self, peer: Peer | None, claimed: str) -> Principal:
+    def principal(self, peer: Peer | None, claimed: str, papers: bytes,
+                  peer_address: str) -> Principal:
         """Whom a meet from `peer` that names principal `claimed` is for: `claimed`, if
-        `peer` is a place of the cluster forwarding it (a meet naming none is its peer's:
-        the session knows that one)."""
+        `peer` is a place of the cluster forwarding it with `claimed`'s passport (in
+        `papers`; a meet naming none is its peer's: the session knows that one)."""
         if peer is None or not peer.is_place:
             raise NotAuthorized(f"only a place of the cluster may make a meet for another "
                                 f"principal ({claimed[:80]!r}); "
@@ -307,7 +311,7 @@ class Access:
         except TrustError:
             raise NotAuthorized(f"place {peer.name} names a principal that no identity can "
                                 f"have: {claimed[:80]!r}") from None
-        return Principal(claimed, peer.name)
+        return self.passports.forwarded(peer, claimed, papers, peer_address)
 
     def side(self, peer: Peer | None) -> Side:
         """Which side a connection's meets come from: a place, if its certificate is a
@@ -339,6 +343,7 @@ class Access:
             raise NotAllowed(f"{agent} is met by {said} only, not by {_SAID[side]}")
         if mode == "go" and side not in (Side.PLACE, Side.ANYONE):
             raise NotAuthorized("only a place may move an agent here; this peer is not one")
+        self.passports.check(principal, agent, mode)
         if not self.rules or door.rules is Rules.NONE:
             return
         name = principal.name

@@ -46,7 +46,9 @@ from ...wire._trace import record
 from ._route import TRANSITIONS, BadTransition, Route, State
 
 if TYPE_CHECKING:
+    from ...trust._passport import Passport
     from ..workers._pool import Worker
+    from ._passports import Step
     from ._trips import Trip
 
 __all__ = ["ALWAYS_SERVED", "AtCapacity", "Meets", "RunningMeet", "failed"]
@@ -82,12 +84,16 @@ class RunningMeet:
         "caller",
         "chosen_id",
         "deadline",
+        "got",
         "id",
         "installed_as",
         "journaled",
         "killed",
+        "lines",
         "origins",
         "orphaned",
+        "passport",
+        "path",
         "principal",
         "program",
         "resident",
@@ -148,6 +154,14 @@ class RunningMeet:
         #: The serial of the certificate that launched it, if this place saw it (a client's
         #: meet, and its agents' meets): revoking that certificate stops it.
         self.serial = ""
+        #: Its agent's passport, if it has one (see _passports): handed on with every meet
+        #: it makes elsewhere and every hop; the lines of the places that handed it here,
+        #: and the digest of the briefcase it came with (a hop's, for this place's line).
+        self.passport: Passport | None = None
+        self.lines: tuple[bytes, ...] = ()
+        self.got = ""
+        #: The path its trip's end took, as this place (its home) checked the lines.
+        self.path: list[Step] | None = None
         self._identity: str | None = None
 
     def to(self, state: State) -> None:

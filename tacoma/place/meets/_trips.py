@@ -60,6 +60,7 @@ import re
 import secrets
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from ...wire._briefcase import HOME, Briefcase
 from ...wire._errors import MeetError, MeetTimeout, error_from_wire
@@ -150,10 +151,11 @@ class Trips:
 
     def __init__(self, address: str) -> None:
         self.address = address
-        #: The trips that began here, by id: the end their meet waits for, and whose trip
-        #: it is (an end is taken only for the trip's own principal).
-        self.waiting: dict[str, asyncio.Future[Briefcase]] = {}
-        self.owners: dict[str, str] = {}
+        #: The trips that began here, by id: the end their meet waits for (and the path
+        #: it took), and whose trip it is: its principal and its passport's digest ("": it
+        #: has none). An end is taken only under the trip's own passport.
+        self.waiting: dict[str, asyncio.Future[tuple[Briefcase, list[Any] | None]]] = {}
+        self.owners: dict[str, tuple[str, str]] = {}
         #: Hops running here, by (trip id, hop).
         self.here: dict[tuple[str, int], object] = {}
         #: Hops this place handed on or ended: where they went ("" if ended here), kept
@@ -170,11 +172,12 @@ class Trips:
         #: again after its answer was lost is taken once.
         self.taken: dict[tuple[str, int], tuple[str, tuple[str, str], float]] = {}
 
-    def start(self, deadline: float, principal: str) -> Trip:
-        """A trip of `principal`'s agent begins here."""
+    def start(self, deadline: float, principal: str, passport: str = "") -> Trip:
+        """A trip of `principal`'s agent (whose passport's digest is `passport`) begins
+        here."""
         trip = Trip(self.address, secrets.token_hex(16), deadline, reported=time.time())
         self.waiting[trip.id] = asyncio.get_running_loop().create_future()
-        self.owners[trip.id] = principal
+        self.owners[trip.id] = (principal, passport)
         self.whereabouts[trip.id] = (0, self.address)
         return trip
 
@@ -185,8 +188,9 @@ class Trips:
         if known is not None and hop > known[0]:
             self.whereabouts[trip_id] = (hop, place)
 
-    async def wait(self, trip: Trip, deadline: float) -> Briefcase:
-        """The final briefcase of a trip that started here, by the monotonic `deadline`."""
+    async def wait(self, trip: Trip, deadline: float) -> tuple[Briefcase, list[Any] | None]:
+        """The final briefcase of a trip that started here, by the monotonic `deadline`,
+        and the path it took (see _passports.Step; None where nobody signs lines)."""
         future = self.waiting[trip.id]
         try:
             async with asyncio.timeout_at(asyncio.get_running_loop().time()
@@ -205,13 +209,16 @@ class Trips:
         self.owners.pop(trip_id, None)
         self.whereabouts.pop(trip_id, None)
 
-    def end(self, briefcase: Briefcase, principal: str) -> tuple[str, MeetError | None] | None:
-        """Deliver a trip's end (a meet of ag_home) for `principal`: None if the trip's meet
-        here took it; else nobody here waits for it (its caller's deadline passed, the place
-        restarted, or it is not `principal`'s trip), and the trip id and failure (None:
-        `briefcase` is its result) are returned for the journal, which checks the principal
-        again. An end for another principal's trip is never taken: the two look alike to
-        its sender, so that ids cannot be probed either."""
+    def end(self, briefcase: Briefcase, principal: str, passport: str = "",
+            path: list[Any] | None = None) -> tuple[str, MeetError | None] | None:
+        """Deliver a trip's end (a meet of ag_home) for `principal`, under the passport whose
+        digest is `passport`, having taken `path`: None if the trip's meet here took it;
+        else nobody here waits for it (its caller's deadline passed, the place restarted,
+        or it is not that passport's trip), and the trip id and failure (None: `briefcase`
+        is its result) are returned for the journal, which checks the passport again. An
+        end for another principal's trip is never taken: the two look alike to its sender,
+        so that ids cannot be probed either. A trip without a passport ends from any place
+        of the cluster, as itself (its agent met as the places that handed it on)."""
         home = briefcase.folder(HOME)
         briefcase.remove(HOME)
         if not home or len(home) not in (1, 4):
@@ -224,12 +231,14 @@ class Trips:
             kind, message, detail = (part.decode("utf-8", "replace") for part in home[1:])
             failure = error_from_wire(kind, message, detail)
         future = self.waiting.get(trip_id)
-        if future is None or future.done() or self.owners.get(trip_id) != principal:
+        owner = self.owners.get(trip_id)
+        if future is None or future.done() or owner is None or owner[1] != passport \
+                or (passport and owner[0] != principal):
             return trip_id, failure
         if failure is not None:
             future.set_exception(failure)
         else:
-            future.set_result(briefcase)
+            future.set_result((briefcase, path))
         return None
 
     # -- hops here, and hops handed on

@@ -17,6 +17,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+import msgpack
+
+from ...trust._passport import Passport
 from ...wire._briefcase import RERUN, Briefcase
 from ...wire._errors import MeetTimeout, PlaceUnavailable, TacomaError
 from ..meets._meet import AtCapacity, Meets, RunningMeet, failed
@@ -61,9 +64,11 @@ class AsyncMeets:
             self.meets.reserve(meet.principal)
             reserved = True
         try:
+            passport = meet.passport
             outcome = await self.journal.accept(meet.id, meet.agent, meet.principal, meet.via,
                                                 meet.caller, meet.timeout, meet.briefcase,
-                                                "queued")
+                                                "queued", passport.raw if passport else b"",
+                                                passport.digest if passport else "")
         finally:
             if reserved:
                 self.meets.unreserve(meet.principal)
@@ -127,16 +132,20 @@ class AsyncMeets:
         """Put a meet's outcome in the journal, if its caller may ask for it there (an async
         meet, a trip that began here, a sync meet whose caller is gone)."""
         if meet.recorded:
-            await self._record(meet.id, meet.agent, meet.principal, meet.via, result, exc)
+            path = (msgpack.packb([step.to_wire() for step in meet.path], use_bin_type=True)
+                    if meet.path is not None else None)
+            await self._record(meet.id, meet.agent, meet.principal, meet.via, result, exc,
+                               path)
 
     async def _record(self, meet_id: str, agent: str, principal: str, via: str,
-                      result: Briefcase | None, exc: BaseException | None) -> None:
+                      result: Briefcase | None, exc: BaseException | None,
+                      path: bytes | None = None) -> None:
         error = None
         if exc is not None:
             failure = failed(0, exc)
             error = (failure.kind, failure.message, failure.detail)
         await self.journal.ended_when_room(meet_id, agent, principal, via, result, error,
-                                           lambda: self.meets.stopping)
+                                           lambda: self.meets.stopping, path)
 
     async def resume(self) -> None:
         """At start: take up what the journal says was under way when the place stopped.
@@ -155,6 +164,8 @@ class AsyncMeets:
             elif record.kind == "async":
                 meet = RunningMeet(record.id, record.agent, Briefcase(), record.timeout,
                                    record.principal, record.caller, via=record.via)
+                if record.papers:  # its passport, to hand on as before the restart
+                    meet.passport = Passport.read(record.papers)
                 meet.journaled = True
                 meet.runs = record.runs
                 self.meets.queue(meet)

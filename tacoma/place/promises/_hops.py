@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...client._client import ClientCache, PlaceClient
+from ...trust._passport import Papers, Passport, briefcase_digest
 from ...wire._briefcase import ITINERARY, RECOVERY, Briefcase
 from ...wire._errors import (
     ConnectError,
@@ -31,6 +32,7 @@ from ...wire._errors import (
 from ...wire._names import HOME_AGENT, TRIP_AGENT
 from .._settings import TripTimings
 from ..meets._meet import Meets, RunningMeet, failed
+from ..meets._passports import Carried, Passports
 from ..meets._route import State
 from ..meets._trips import RECOVERIES, Trip, Trips, ending
 from ..workers._pool import Moved
@@ -58,12 +60,14 @@ class Hops:
 
     def __init__(self, address: str, trips: Trips, meets: Meets, journal: Journal,
                  clients: ClientCache,
-                 home: Callable[[Briefcase, str], Awaitable[None]],
+                 home: Callable[[Briefcase, str, Passport | None, tuple[bytes, ...]],
+                                Awaitable[None]],
                  run: Callable[[RunningMeet], Awaitable[Briefcase | Moved]],
                  in_background: Callable[[Coroutine[Any, Any, Any]], None],
                  bounded: Callable[[float | None], float], reach: Reach,
-                 timings: TripTimings) -> None:
+                 timings: TripTimings, passports: Passports) -> None:
         self.address = address
+        self.passports = passports  # the lines this place signs (see meets._passports)
         self.timings = timings
         self.trips = trips
         self.meets = meets
@@ -97,15 +101,16 @@ class Hops:
         meet.to(State.MOVING)
         trip: Trip | None = None
         try:
+            digest = meet.passport.digest if meet.passport is not None else ""
             if meet.trip is None:  # the trip begins here: its home journals it
-                trip = self.trips.start(time.time() + meet.time_left(), meet.principal)
+                trip = self.trips.start(time.time() + meet.time_left(), meet.principal, digest)
                 meet.journaled = True  # first: if cancelled while written, it is recorded
                 await self.journal.trip(meet.id, meet.agent, meet.principal, meet.via,
-                                        meet.timeout, trip.id, trip.deadline)
+                                        meet.timeout, trip.id, trip.deadline, digest)
             else:
                 trip = meet.trip
             meet_id = await self._hand_over(trip, target, briefcase, agent,
-                                            meet.principal, meet.time_left())
+                                            meet.principal, meet.time_left(), _carried(meet))
         except BaseException:
             if meet.is_(State.MOVING):  # else it ended meanwhile (its worker died)
                 meet.to(State.RUNNING)
@@ -136,7 +141,7 @@ class Hops:
             meet.ends(exc)
             self.trips.left(trip, "")
             end = ending(trip, None, self.meets.cancelled(meet), self.address)
-            self._in_background(self._send_home(trip, meet.principal, end))
+            self._in_background(self._send_home(trip, meet.principal, end, _carried(meet)))
             raise
         except Exception as exc:  # noqa: BLE001 - whatever ended the trip, home hears it
             meet.ends(exc)
@@ -147,16 +152,22 @@ class Hops:
             meet.ends(None)
             end = ending(trip, result, None, self.address)
         self.trips.left(trip, "")
-        await self._send_home(trip, meet.principal, end)
+        await self._send_home(trip, meet.principal, end, _carried(meet))
 
-    async def _send_home(self, trip: Trip, principal: str, end: Briefcase) -> None:
+    async def _send_home(self, trip: Trip, principal: str, end: Briefcase,
+                         carried: Carried) -> None:
         """Deliver the end of `principal`'s trip to its home (which takes it for the trip's
-        own principal only), trying again while the home is unreachable (restarting, cut
-        off) until a minute after the trip's deadline."""
+        own passport only), with this place's line, trying again while the home is
+        unreachable (restarting, cut off) until a minute after the trip's deadline."""
+        line = self.passports.line(trip, trip.home, carried.got, end, carried.passport,
+                                   ended=True)
+        papers = carried.papers(line)
         if trip.home == self.address:
-            await self._home(end, principal)
+            await self._home(end, principal, carried.passport, papers.lines)
             self._release_guard(trip)
             return
+        named = principal if carried.principal_named else ""  # else: as this place
+        wire = papers.to_wire()
         left = trip.time_left()
         give_up = time.monotonic() + (max(0.0, left) if left is not None else 0.0) + 60.0
         pause = 0.5
@@ -164,7 +175,7 @@ class Hops:
             try:
                 client = await self.clients.get(trip.home, timeout=10.0)
                 await asyncio.wait_for(client.meet(HOME_AGENT, Briefcase(end), "sync", 30.0,
-                                                   principal),
+                                                   named, papers=wire),
                                        30.0)
                 self._release_guard(trip)
                 return
@@ -269,7 +280,7 @@ class Hops:
                 await self._trip_op(place, "stop", trip_id)
 
     async def _guard(self, trip: Trip, target: str, briefcase: Briefcase, agent: str,
-                     principal: str) -> None:
+                     principal: str, carried: Carried) -> None:
         """The rear guard of hop `trip`, handed to `target` (see _trips): ask where the
         agent is, every `timings.every` seconds; if `target` is lost with it, do what it
         chose."""
@@ -301,10 +312,10 @@ class Hops:
         log.warning("trip %s: place %s was lost with the agent on it: %s", trip.id, target,
                     reason)
         self._in_background(self._recover(trip, target, briefcase, agent, principal,
-                                         reason))
+                                         reason, carried))
 
     async def _recover(self, lost: Trip, target: str, briefcase: Briefcase, agent: str,
-                       principal: str, reason: str) -> None:
+                       principal: str, reason: str, carried: Carried) -> None:
         """Do what the agent chose in RECOVERY when place `target` was lost with it."""
         choice = briefcase.text(RECOVERY)[0] if briefcase.folder(RECOVERY) else "fail"
         trip = dataclasses.replace(lost, hop=lost.hop - 1)  # as it was here
@@ -329,7 +340,8 @@ class Hops:
                 briefcase.replace(ITINERARY, [p.encode() for p in candidates])
             try:
                 await self._hand_over(trip, place, briefcase, agent, principal,
-                                      left if left is not None else self._bounded(None))
+                                      left if left is not None else self._bounded(None),
+                                      carried)
                 log.info("trip %s: the agent went on to %s (%s)", trip.id, place, choice)
                 return
             except Exception as exc:  # noqa: BLE001 - try the next, or again
@@ -343,10 +355,11 @@ class Hops:
         if choice == "skip" and (trip.time_left() or 1) > 0:
             briefcase.remove(ITINERARY)
             await self._send_home(trip, principal, ending(trip, briefcase, None,
-                                                          self.address))
+                                                          self.address), carried)
             return
         failure = PlaceUnavailable(f"the agent was lost at place {target}: {reason}")
-        await self._send_home(trip, principal, ending(trip, None, failure, self.address))
+        await self._send_home(trip, principal, ending(trip, None, failure, self.address),
+                              carried)
 
     async def _reach(self, target: str, timeout: float, principal: str) -> PlaceClient:
         """The connection to hand `principal`'s agent to `target` over: tried again after a
@@ -356,7 +369,7 @@ class Hops:
                                     until=time.monotonic() + timeout)
 
     async def _send_over(self, target: str, travelling: Briefcase, agent: str,
-                         principal: str, timeout: float) -> str:
+                         principal: str, timeout: float, papers: Papers) -> str:
         """Send the go meet of a hand-over to `target`: the meet id it took the agent as.
 
         A connection that breaks during the meet (a path losing packets, the other end's
@@ -366,6 +379,8 @@ class Hops:
         hop: see Trips.taken_as), so the agent runs once.
         """
         give_up = time.monotonic() + timeout
+        wire = papers.to_wire()
+        named = principal if papers.passport else ""  # else: as this place itself
         for attempt in range(1, CONNECT_ATTEMPTS + 1):
             client = await self._reach(target, max(0.0, give_up - time.monotonic()),
                                        principal)
@@ -376,7 +391,8 @@ class Hops:
                 # A connection that went silent (half open, its host gone) is not waited on
                 # past timings.hand_over_wait: the hand-over goes again on a new one.
                 async with wait:
-                    return str(await client.meet(agent, travelling, "go", left, principal))
+                    return str(await client.meet(agent, travelling, "go", left, named,
+                                                 papers=wire))
             except ConnectionLost as exc:
                 if last:
                     raise
@@ -394,24 +410,34 @@ class Hops:
         raise AssertionError("unreachable")  # the last attempt returns or raises
 
     async def _hand_over(self, trip: Trip, target: str, briefcase: Briefcase, agent: str,
-                         principal: str, timeout: float) -> str:
-        """Hand the agent (hop `trip` here) to `target`, and guard it there: its meet id."""
+                         principal: str, timeout: float, carried: Carried) -> str:
+        """Hand the agent (hop `trip` here) to `target`, with its passport and this place's
+        line, and guard it there: its meet id."""
         now = time.time()
         home = trip.home == self.address
         report = not home and trip.report_due(now)
         onward = trip.onward(self.address, now if report else None)
+        papers = carried.papers(self.passports.line(onward, target, carried.got, briefcase,
+                                                    carried.passport))
         if target == self.address:
             self.meets.admit()
             hop = self.meets.new(agent, Briefcase(briefcase), timeout, principal, trip=onward)
+            hop.passport, hop.lines = carried.passport, papers.lines
+            hop.got = briefcase_digest(briefcase) if papers.lines else ""
             self.meets.spawn(hop, self.run_hop(hop))
             self.trips.left(trip, target)
             self._moved(onward, target, home, report)
             return hop.id
         meet_id = await self._send_over(target, onward.stamp(briefcase), agent, principal,
-                                        timeout)
+                                        timeout, papers)
         self.trips.left(trip, target)
         self._moved(onward, target, home, report)
         guard = asyncio.ensure_future(self._guard(onward, target, Briefcase(briefcase), agent,
-                                                  principal))
+                                                  principal, carried))
         self.trips.guards[onward.key] = guard
         return meet_id
+
+
+def _carried(meet: RunningMeet) -> Carried:
+    """What the agent of `meet` carries on (see meets._passports)."""
+    return Carried(meet.passport, meet.lines, meet.got)

@@ -63,8 +63,11 @@ RECORD_PAUSE = 0.5
 STATES = ("queued", "running", "done", "failed", "unknown")
 
 #: The schema's version, in SQLite's user_version: 0 was one row per id (before ids were
-#: per principal); 2 keys a row by principal and id.
-SCHEMA_VERSION = 2
+#: per principal); 2 keys a row by principal and id; 3 adds the agents' passports and the
+#: paths of trips' ends.
+SCHEMA_VERSION = 3
+#: The columns version 3 added, as ALTER TABLE adds them.
+_ADDED = ("papers BLOB", "passport TEXT", "path BLOB")
 
 _TABLE = """
 CREATE TABLE IF NOT EXISTS meets (
@@ -84,6 +87,9 @@ CREATE TABLE IF NOT EXISTS meets (
     deadline REAL,               -- the trip's, in time.time()
     result BLOB,                 -- the result briefcase, when done
     error TEXT,                  -- [kind, message, detail] in JSON, when failed
+    papers BLOB,                 -- an async meet's passport (see trust._passport)
+    passport TEXT,               -- the digest of its agent's passport, if it had one
+    path BLOB,                   -- a trip's: the hand-overs its end took (msgpack)
     PRIMARY KEY (principal, id)
 )"""
 SCHEMA = f"""{_TABLE};
@@ -114,19 +120,24 @@ class Record:
     deadline: float | None
     result: Briefcase | None
     error: tuple[str, str, str] | None
+    papers: bytes = b""  # an async meet's passport, to hand on after a restart
+    passport: str = ""  # the digest of its agent's passport ("": it had none)
+    path: list[list[Any]] | None = None  # a trip's, as its home checked it (Step.to_wire)
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> Record:
         """A record from a row of `_SELECT` (the fields in order)."""
-        *head, result, error = row
+        *head, result, error, papers, passport, path = row
         return cls(*head,  # type: ignore[call-arg]  # the columns, in the fields' order
                    Briefcase.from_wire(msgpack.unpackb(result, raw=False))
                    if result is not None else None,
-                   tuple(json.loads(error)) if error is not None else None)
+                   tuple(json.loads(error)) if error is not None else None,
+                   papers or b"", passport or "",
+                   msgpack.unpackb(path, raw=False) if path is not None else None)
 
 
 _SELECT = ("SELECT id, kind, agent, principal, via, caller, timeout, state, runs, accepted, "
-           "ended, trip, deadline, result, error FROM meets")
+           "ended, trip, deadline, result, error, papers, passport, path FROM meets")
 
 
 def pack(briefcase: Briefcase) -> bytes:
@@ -165,8 +176,13 @@ class _Store:
         version = self.db.execute("PRAGMA user_version").fetchone()[0]
         old = self.db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
                               "name = 'meets'").fetchone()
-        if old is not None and version < SCHEMA_VERSION:
+        if old is not None and version < 2:
             self._upgrade()
+        elif old is not None and version < SCHEMA_VERSION:
+            have = {row[1] for row in self.db.execute("PRAGMA table_info(meets)")}
+            for column in _ADDED:
+                if column.split()[0] not in have:
+                    self.db.execute(f"ALTER TABLE meets ADD COLUMN {column}")
         self.db.executescript(SCHEMA)
         self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
@@ -398,7 +414,7 @@ class Journal:
 
     async def accept(self, meet_id: str, agent: str, principal: str, via: str,
                      caller: str | None, timeout: float | None, briefcase: Briefcase,
-                     state: str) -> str:
+                     state: str, papers: bytes = b"", passport: str = "") -> str:
         """Write an accepted async meet: "new", or "same" if the journal has the id from
         the same principal (sent again: it is taken once; ids are per principal).
         LimitExceeded if its briefcase is more than its principal may keep here."""
@@ -411,9 +427,10 @@ class Journal:
             if row is not None:
                 return "same"
             db.execute("INSERT INTO meets (id, kind, agent, principal, via, caller, timeout, "
-                       "briefcase, state, accepted) VALUES (?, 'async', ?, ?, ?, ?, ?, ?, ?, ?)",
+                       "briefcase, state, accepted, papers, passport) VALUES (?, 'async', ?, "
+                       "?, ?, ?, ?, ?, ?, ?, ?, ?)",
                        (meet_id, agent, principal, via, caller, timeout, packed, state,
-                        time.time()))
+                        time.time(), papers or None, passport or None))
             return "new"
 
         if key in self._rows:
@@ -455,18 +472,21 @@ class Journal:
         return runs
 
     async def trip(self, meet_id: str, agent: str, principal: str, via: str,
-                   timeout: float | None, trip: str, deadline: float) -> None:
+                   timeout: float | None, trip: str, deadline: float,
+                   passport: str = "") -> None:
         """A meet's agent goes on a trip from here: its home waits for the end even if it
-        restarts meanwhile."""
+        restarts meanwhile (an end is taken for the trip's passport, `passport`, only)."""
         def write(db: sqlite3.Connection) -> None:
-            updated = db.execute("UPDATE meets SET trip = ?, deadline = ? WHERE id = ? AND "
-                                 "principal = ?", (trip, deadline, meet_id, principal)).rowcount
+            updated = db.execute("UPDATE meets SET trip = ?, deadline = ?, passport = ? WHERE "
+                                 "id = ? AND principal = ?",
+                                 (trip, deadline, passport or None, meet_id,
+                                  principal)).rowcount
             if not updated:
                 db.execute("INSERT INTO meets (id, kind, agent, principal, via, timeout, state, "
-                           "runs, accepted, trip, deadline) VALUES (?, 'sync', ?, ?, ?, ?, "
-                           "'running', 1, ?, ?, ?)",
+                           "runs, accepted, trip, deadline, passport) VALUES (?, 'sync', ?, ?, "
+                           "?, ?, 'running', 1, ?, ?, ?, ?)",
                            (meet_id, agent, principal, via, timeout, time.time(), trip,
-                            deadline))
+                            deadline, passport or None))
 
         await self._write(write)
 
@@ -479,7 +499,7 @@ class Journal:
 
     async def ended_when_room(self, meet_id: str, agent: str, principal: str, via: str,
                               result: Briefcase | None, error: tuple[str, str, str] | None,
-                              stopping: Callable[[], bool]) -> None:
+                              stopping: Callable[[], bool], path: bytes | None = None) -> None:
         """`ended`, tried again while the journal cannot write it (a full disk, most
         likely, that frees as outcomes expire): the outcome is kept in memory meanwhile (its
         meet holds its slot), and if the place stops first (`stopping`), the journal still
@@ -487,7 +507,7 @@ class Journal:
         pause = RECORD_PAUSE
         while True:
             try:
-                await self.ended(meet_id, agent, principal, via, result, error)
+                await self.ended(meet_id, agent, principal, via, result, error, path)
                 return
             except TacomaError as exc:
                 if stopping():
@@ -529,15 +549,19 @@ class Journal:
         return state, packed, failure, before
 
     async def ended(self, meet_id: str, agent: str, principal: str, via: str,
-                    result: Briefcase | None, error: tuple[str, str, str] | None) -> None:
-        """Record how a meet ended (for a sync meet not yet in the journal, its row too)."""
+                    result: Briefcase | None, error: tuple[str, str, str] | None,
+                    path: bytes | None = None) -> None:
+        """Record how a meet ended (for a sync meet not yet in the journal, its row too;
+        `path`: a trip's, see _passports.Step)."""
         state, packed, failure, before = self._keep(meet_id, principal, result, error)
 
         def write(db: sqlite3.Connection) -> None:
             now = time.time()
             updated = db.execute("UPDATE meets SET state = ?, ended = ?, result = ?, error = ?, "
-                                 "briefcase = NULL WHERE id = ? AND principal = ?",
-                                 (state, now, packed, failure, meet_id, principal)).rowcount
+                                 "briefcase = NULL, papers = NULL, "
+                                 "path = COALESCE(?, path) WHERE id = ? AND principal = ?",
+                                 (state, now, packed, failure, path, meet_id,
+                                  principal)).rowcount
             if not updated:
                 db.execute("INSERT INTO meets (id, kind, agent, principal, via, state, runs, "
                            "accepted, ended, result, error) VALUES (?, 'sync', ?, ?, ?, ?, 1, "
@@ -552,24 +576,31 @@ class Journal:
         self._ended(meet_id)
 
     async def trip_ended(self, trip: str, principal: str, result: Briefcase | None,
-                         error: tuple[str, str, str] | None) -> str | None:
+                         error: tuple[str, str, str] | None, passport: str = "",
+                         path: bytes | None = None) -> str | None:
         """Record the end of `principal`'s trip that began here and that nobody waits for
         any more (its caller's deadline passed, its connection was lost, or the place
         restarted): the meet's id, or None if the journal has no such trip of that
-        principal's. An end that comes after the trip was recorded as failed (timed out,
-        lost) replaces that record: the agent did end, and this is how."""
-        row = await self._read(lambda db: db.execute(
-            "SELECT id, state FROM meets WHERE trip = ? AND principal = ?",
-            (trip, principal)).fetchone())
+        principal's under `passport` (a trip without one: of any principal, its end coming
+        from a place as itself). An end that comes after the trip was recorded as failed
+        (timed out, lost) replaces that record: the agent did end, and this is how."""
+        if passport:
+            row = await self._read(lambda db: db.execute(
+                "SELECT id, state, principal FROM meets WHERE trip = ? AND principal = ? AND "
+                "passport = ?", (trip, principal, passport)).fetchone())
+        else:
+            row = await self._read(lambda db: db.execute(
+                "SELECT id, state, principal FROM meets WHERE trip = ? AND passport IS NULL",
+                (trip,)).fetchone())
         if row is None or row[1] == "done":
             return str(row[0]) if row else None
-        meet_id = str(row[0])
+        meet_id, principal = str(row[0]), str(row[2])
         state, packed, failure, before = self._keep(meet_id, principal, result, error)
         try:
             await self._write(lambda db: db.execute(
-                "UPDATE meets SET state = ?, ended = ?, result = ?, error = ?, briefcase = NULL "
-                "WHERE principal = ? AND id = ? AND state != 'done'",
-                (state, time.time(), packed, failure, principal, meet_id)))
+                "UPDATE meets SET state = ?, ended = ?, result = ?, error = ?, briefcase = NULL, "
+                "path = ? WHERE principal = ? AND id = ? AND state != 'done'",
+                (state, time.time(), packed, failure, path, principal, meet_id)))
         except BaseException:
             self._set(principal, meet_id, before)
             raise

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from ...client._client import ClientCache
+from ...trust._passport import Papers, Passport
 from ...wire._address import canonical_address
 from ...wire._briefcase import Briefcase
 from ...wire._errors import (
@@ -112,11 +113,12 @@ class LazyStore:
         self.seals = seals
 
     async def serve(self, request: Briefcase, principal: str, agent_here: bool,
-                    timeout: float, origins: set[str] | frozenset[str] = frozenset()
-                    ) -> Briefcase:
+                    timeout: float, origins: set[str] | frozenset[str] = frozenset(),
+                    passport: Passport | None = None) -> Briefcase:
         """Answer a meet of ag_lazy (see the module) for `principal`; `agent_here`: made by an
         agent at this place (only those keep data here, or have it read elsewhere, and
-        only from `origins`, where the lazy folders handed to it are)."""
+        only from `origins`, where the lazy folders handed to it are, under its
+        `passport`: another place gives a principal's data only to its passport)."""
         op = request.text("OP")
         if op == ["keep"]:
             if not agent_here:
@@ -136,7 +138,7 @@ class LazyStore:
                 raise NotAllowed(f"lazy folder {ref.name}: no lazy folder handed to this "
                                  f"agent is at {ref.origin}; its place reads from those only")
             self._check_seal(ref)
-            return await self._forward(ref, request, principal, timeout)
+            return await self._forward(ref, request, principal, timeout, passport)
         relayed = self.relayed.get(ref.id)
         if relayed is not None:
             return await self._ask_client(relayed, ref, request, principal, timeout)
@@ -263,14 +265,18 @@ class LazyStore:
         return kept
 
     async def _forward(self, ref: Ref, request: Briefcase, principal: str,
-                       timeout: float) -> Briefcase:
-        """A fetch of another place's data: asked of that place, for `principal`."""
+                       timeout: float, passport: Passport | None) -> Briefcase:
+        """A fetch of another place's data: asked of that place, for `principal` under its
+        agent's `passport` (without one, this place asks as itself)."""
         if not ref.origin:
             raise LazyFolderError(f"lazy folder {ref.name}: its reference names no origin")
         try:
             client = await self.clients.get(ref.origin, timeout=min(timeout, 10.0))
             answer = await asyncio.wait_for(
-                client.meet(LAZY_AGENT, request, "sync", timeout, principal), timeout)
+                client.meet(LAZY_AGENT, request, "sync", timeout,
+                            principal if passport is not None else "",
+                            papers=Papers(passport.raw).to_wire() if passport else b""),
+                timeout)
         except (ConnectError, TransportError, TimeoutError) as exc:
             # Said alike whatever went wrong (refused, silent, not a place): what the
             # origin's host answered is the place's log's business, not an agent's.

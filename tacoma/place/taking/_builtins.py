@@ -23,9 +23,12 @@ import secrets
 import time
 from typing import Any
 
+import msgpack
+
 from ..._version import __version__
-from ...wire._briefcase import TRACE, Briefcase
-from ...wire._errors import LimitExceeded, MeetError, NotAllowed, UnknownAgent
+from ...trust._passport import Passport
+from ...wire._briefcase import HOME, TRACE, Briefcase
+from ...wire._errors import LimitExceeded, MeetError, NotAllowed, NotAuthorized, UnknownAgent
 from ...wire._names import (
     ADMIN_AGENT,
     BUILT_IN,
@@ -38,6 +41,7 @@ from ...wire._names import (
 from ...wire._text import shown
 from .._settings import PlaceSettings
 from ..meets._meet import ALWAYS_SERVED, Meets, RunningMeet
+from ..meets._passports import Passports
 from ..meets._residents import Residents
 from ..meets._trips import Trips
 from ..promises._journal import Journal, pack
@@ -78,7 +82,7 @@ class BuiltIns:
     def __init__(self, cabinets: Cabinets, trips: Trips, meets: Meets, residents: Residents,
                  admin_token: str, journal: Journal, max_wait: float, *,
                  agents: Agents, layers: list[Layer], settings: PlaceSettings,
-                 codes: CodeStore, lazy: LazyStore) -> None:
+                 codes: CodeStore, lazy: LazyStore, passports: Passports) -> None:
         self.started = time.time()  # made as the place starts: its uptime counts from here
         self.codes = codes  # the programs meets name by hash (see _codes)
         self.lazy = lazy  # lazy folders' data kept here (see _lazy)
@@ -92,17 +96,32 @@ class BuiltIns:
         self.meets = meets
         self.residents = residents
         self.admin_token = admin_token  # this run's, in the state directory (see _place)
+        self.passports = passports  # checks the lines of trips' ends (see _passports)
 
-    async def trip_ended(self, briefcase: Briefcase, principal: str) -> None:
+    async def trip_ended(self, briefcase: Briefcase, principal: str,
+                         passport: Passport | None = None, lines: tuple[bytes, ...] = ()
+                         ) -> None:
         """ag_home: the end of a trip of `principal` that began here (from the place
-        where it ended, or this one): to its waiting caller, else to the journal."""
-        late = self.trips.end(briefcase, principal)
+        where it ended, or this one), under the agent's `passport`, with the `lines` of the
+        places that handed it on: to its waiting caller, else to the journal; the path it
+        took goes with it (see _passports)."""
+        home = briefcase.folder(HOME)
+        trip_id = home[0].decode("ascii", "replace") if home else ""
+        path = self.passports.path(trip_id, lines, passport) if lines else None
+        if path and any(step.note for step in path):
+            log.warning("trip %s ended with a path that does not add up: %s",
+                        shown(trip_id, 40), "; ".join(f"{step.place}: {step.note}"
+                                                      for step in path if step.note))
+        digest = passport.digest if passport is not None else ""
+        late = self.trips.end(briefcase, principal, digest, path)
         if late is not None:  # its caller stopped waiting: the journal keeps the end
             trip_id, failure = late
             error = (failure.kind, failure.message, failure.detail) if failure else None
+            packed = (msgpack.packb([step.to_wire() for step in path], use_bin_type=True)
+                      if path is not None else None)
             meet_id = await self.journal.trip_ended(trip_id, principal,
                                                     briefcase if not failure else None,
-                                                    error)
+                                                    error, digest, packed)
             if meet_id is None:
                 log.warning("trip %s of %s ended, but this place has no record of it",
                             trip_id, shown(principal, 80))
@@ -112,34 +131,41 @@ class BuiltIns:
 
     async def serve(self, agent: str, briefcase: Briefcase, who: str | None,
                     admin: bool = False, principal: str = "",
-                    origins: set[str] | None = None) -> Briefcase:
+                    origins: set[str] | None = None, passport: Passport | None = None,
+                    lines: tuple[bytes, ...] = (), via: str = "") -> Briefcase:
         """Answer a meet of `agent` made by `who` (None: a client outside the place) for
         `principal`; `admin`: by an identity with the admin role; `origins`: for an agent
-        here, where the lazy folders handed to it are (the only places it may read from)."""
+        here, where the lazy folders handed to it are (the only places it may read from);
+        `passport`: its agent's (handed on with a lazy folder's fetch elsewhere; a meet
+        another place made, `via`, sees only its own launch's meets), and `lines`, those of
+        a trip's end."""
         if agent == CABINET_AGENT:
             return await self.cabinets.serve(briefcase, who, principal)
         if agent == LAZY_AGENT:
             return await self.lazy.serve(briefcase, principal, who is not None, self.max_wait,
-                                         origins or set())
+                                         origins or set(), passport)
         if agent == HOME_AGENT:
-            await self.trip_ended(briefcase, principal)
+            await self.trip_ended(briefcase, principal, passport, lines)
             return Briefcase()
         if agent == ADMIN_AGENT:
             return await self._admin(briefcase, admin)
         if agent == STATUS_AGENT:
-            return await self._status(briefcase, principal, admin)
+            return await self._status(briefcase, principal, admin,
+                                      passport if via else None)
         if agent == TRIP_AGENT:
             raise NotAllowed(f"{TRIP_AGENT} is for places only")
         return briefcase  # ag_echo
 
     # ------------------------------------------------------------------ ag_status
-    async def _status(self, request: Briefcase, principal: str, admin: bool) -> Briefcase:
+    async def _status(self, request: Briefcase, principal: str, admin: bool,
+                      passport: Passport | None = None) -> Briefcase:
         """ag_status: what became of meet ID (queued, running, done, failed or unknown); with
         WAIT, wait up to that many seconds for it to end. Ids are per principal, for
         everyone: the meet is the asker's own, or, for an administrator, that of the
         principal named in PRINCIPAL. Another principal's meet is never found, as one the
         place never had (ids say nothing about who else meets here, and cannot hide one's
-        own).
+        own). A request another place makes for an agent (under its `passport`) is answered
+        only for the meets of that passport's own launch: NotAuthorized for any other id.
 
         It takes no slot of --max-meets (see _meet.ALWAYS_SERVED), so it is bounded
         otherwise: a principal may have its share of them at once (`Meets.asking`), and a
@@ -174,7 +200,7 @@ class BuiltIns:
             while True:
                 ended = self.journal.watch(meet_id)  # first: an end while we look is not missed
                 try:
-                    answer = await self._state(meet_id, whose)
+                    answer = await self._state(meet_id, whose, passport)
                     state = answer.text("STATE")[0]
                     left = deadline - loop.time()
                     if state not in ("queued", "running") or left <= 0:
@@ -187,10 +213,22 @@ class BuiltIns:
                 finally:
                     self.journal.unwatch(meet_id, ended)
 
-    async def _state(self, meet_id: str, whose: str) -> Briefcase:
-        """What became of meet `meet_id` of principal `whose`."""
+    async def _state(self, meet_id: str, whose: str, passport: Passport | None = None
+                     ) -> Briefcase:
+        """What became of meet `meet_id` of principal `whose` (under `passport`, if given:
+        NotAuthorized unless it is a meet of that passport's launch)."""
         answer = Briefcase(STATE=["unknown"], ID=[meet_id])
         found = self.meets.find(meet_id, whose)
+        if passport is not None:
+            meet_passport = (found[1].passport.digest if found is not None
+                             and found[1].passport is not None else "")
+            if found is None:
+                record = await self.journal.get(meet_id, whose)
+                meet_passport = record.passport if record is not None else ""
+            if meet_passport != passport.digest:
+                raise NotAuthorized(f"invalid passport: it shows the meets of its own launch "
+                                    f"({shown(passport.meet, 64)}) only, and meet "
+                                    f"{shown(meet_id, 64)} is not one of them here")
         if found is not None:
             state, meet = found
             answer.replace("STATE", [state])
@@ -215,6 +253,8 @@ class BuiltIns:
             answer["RESULT"] = [pack(record.result)]
         if record.error is not None:
             answer.replace("ERROR", list(record.error))
+        if record.path is not None:
+            answer["PATH"] = [json.dumps(step).encode() for step in record.path]
         return answer
 
     # ------------------------------------------------------------------ ag_admin

@@ -104,7 +104,7 @@ class PooledRuns:
                     return outcome  # the next place has the trip now
                 assert meet.trip is not None
                 try:
-                    result = await self.trips.wait(meet.trip, meet.deadline)
+                    result, meet.path = await self.trips.wait(meet.trip, meet.deadline)
                 except asyncio.CancelledError:  # the caller gave up: stop it where it is
                     self._in_background(self._stop_trip(meet.trip.id, [outcome.to]))
                     raise

@@ -32,13 +32,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...client._client import ClientCache
+from ...trust._passport import Papers
 from ...wire._address import canonical_address, split_target
-from ...wire._briefcase import TRACE, Briefcase
+from ...wire._briefcase import CODE, TRACE, Briefcase
 from ...wire._errors import (
     MeetError,
     NotAuthorized,
 )
 from ...wire._names import ECHO_AGENT, HOME_AGENT, MAILBOX_AGENT, TRIP_AGENT
+from ...wire._program import code_digest
 from ...wire._protocol import Accepted, Event, Meet, Result
 from .._settings import PlaceSettings
 from ..meets._access import Access, Principal, Side
@@ -119,7 +121,7 @@ class Router:
         self.reach = Reach(self.clients, self.address)
         self.hops = Hops(self.address, trips, meets, journal, self.clients,
                          builtins.trip_ended, self.run, self.in_background, self.bounded,
-                         self.reach, settings.trip_timings)
+                         self.reach, settings.trip_timings, access.passports)
         #: Running agents in workers (see _pooled).
         self.pooled = PooledRuns(builds, residents, trips, self.bounded, self.in_background,
                                  self.hops.stop_trip, self.agent_meet)
@@ -179,7 +181,13 @@ class Router:
             return Route(Kind.MAILBOX, agent)
         if event.mode != "go" and self.residents.get(agent) is not None:
             return Route(Kind.RESIDENT, agent)
-        return self._resolved(agent)
+        route = self._resolved(agent)
+        if meet is None and caller.principal.passport is not None and \
+                isinstance(route.found, PooledAgent) and route.found.installed is None:
+            # A program run for the principal is its passport's (the launch's, or the one
+            # another place hands on): whoever holds a passport runs that program only.
+            self.access.passports.check_program(caller.principal, agent, event.briefcase)
+        return route
 
     def _resolved(self, agent: str) -> Route:
         """The route of an agent this place runs (TACOMA's step 6, locate agent)."""
@@ -198,6 +206,16 @@ class Router:
         meet.route = route
         meet.admin = caller.admin
         meet.serial = caller.serial
+        passport = caller.principal.passport
+        if isinstance(route.found, PooledAgent) and route.found.installed is not None:
+            # An installed agent's program is this place's, which no passport can name: it
+            # meets other places as this place, not as its principal.
+            passport = None
+        elif passport is not None and not outside and CODE in event.briefcase and \
+                not passport.runs(code_digest(event.briefcase[CODE]).hex()):
+            passport = None  # another program its agent starts here: the passport stays
+        meet.passport = passport
+        meet.lines = caller.principal.lines
         return meet
 
     # -- the ways (meets._route.Way), one each
@@ -238,7 +256,7 @@ class Router:
         assert meet is not None
         return self._answering(event.rid, functools.partial(
             self.builtins.serve, route.agent, event.briefcase, meet.identity,
-            principal=meet.principal, origins=meet.origins), reply)
+            principal=meet.principal, origins=meet.origins, passport=meet.passport), reply)
 
     def _run_meet(self, caller: Caller, event: Meet, route: Route, reply: Reply,
                   accepted: int) -> Taken | None:
@@ -284,7 +302,10 @@ class Router:
         """A moving agent arriving from another place (`go`, see promises._hops): taken
         once, answered Accepted before it runs, then run as the trip's next hop."""
         trip = Trip.take(event.briefcase)
-        sender = (caller.principal.name, caller.principal.via)
+        principal = caller.principal
+        trip, got = self.access.passports.arrived(principal, trip, event.briefcase,
+                                                  principal.via or principal.name)
+        sender = (principal.name, principal.via)
         if (taken := self.trips.taken_as(trip, sender)) is not None:
             # Sent again (the connection broke before the answer): taken once, and
             # answered even at a full place, or the agent would go on from both.
@@ -293,6 +314,7 @@ class Router:
         # No principal's share: a trip's hop is the admitted meet, going on.
         self.meets.admit()
         meet = self._new(caller, event, route, trip=trip)
+        meet.got = got
         self.trips.take(trip, meet.id, sender)
         reply(Accepted(event.rid, meet.id))
         self.meets.spawn(meet, self.hops.run_hop(meet))
@@ -310,10 +332,16 @@ class Router:
                  accepted: int) -> Taken | None:
         """An agent here meets an agent at another place: that place authorizes it, and
         this place vouches for the principal."""
+        assert caller.meet is not None
+        passport = caller.meet.passport
+        # Its passport goes with it; without one, this place meets as itself.
+        principal = caller.principal.name if passport is not None else ""
+        papers = Papers(passport.raw).to_wire() if passport is not None else b""
+
         async def meet_there() -> Briefcase | str:
             client = await self.reach.get(route.address, caller.principal.name, 10.0)
             return await client.meet(route.agent, event.briefcase, event.mode,
-                                     event.timeout, caller.principal.name)
+                                     event.timeout, principal, papers=papers)
 
         return self._answering(event.rid, meet_there, reply)
 
@@ -358,7 +386,9 @@ class Router:
                                             self.bounded(meet.timeout))
         else:  # the place's own agents
             result = await self.builtins.serve(meet.agent, meet.briefcase, meet.caller,
-                                               meet.admin, meet.principal)
+                                               meet.admin, meet.principal,
+                                               passport=meet.passport, lines=meet.lines,
+                                               via=meet.via)
         meet.end_trace(result)
         return result
 
@@ -436,8 +466,8 @@ class Router:
                 meet.note_origins(reply.briefcase)
             worker.answer(reply)
 
-        taken = self.take(Caller(Principal(meet.principal), Side.AGENT, serial=meet.serial,
-                                 meet=meet, worker=worker), event, hand)
+        taken = self.take(Caller(Principal(meet.principal, passport=meet.passport), Side.AGENT,
+                                 serial=meet.serial, meet=meet, worker=worker), event, hand)
         if taken is None:
             return
         try:

@@ -158,14 +158,20 @@ class Session:
         """Hand a meet from this client to the router; track it while it goes on."""
         peer = self.channel.identity
         try:
-            principal = (self.access.principal(peer, event.principal) if event.principal
-                         else self.own)
+            if event.principal and event.principal != self.own.name:
+                principal = self.access.principal(peer, event.principal, event.papers,
+                                                  self.channel.peer)
+            elif event.papers:  # a client's passport, or a place's lines for its own hop
+                principal = self.access.passports.own(self.own, event.papers, event,
+                                                      self.side is Side.CLIENT)
+            else:
+                principal = self.own
         except MeetError as exc:
             self._reply(failed(event.rid, exc))
             return
+        serial = principal.serial if principal.via else peer.serial if peer is not None else ""
         caller = Caller(principal, self.side, admin=self.admin and not principal.via,
-                        serial=peer.serial if peer is not None and not principal.via else "",
-                        peer=self.channel.peer, unpack=self._unpack)
+                        serial=serial, peer=self.channel.peer, unpack=self._unpack)
         taken = self.router.take(caller, event, self._reply)
         if taken is not None:
             self._track(event.rid, taken.task, taken.meet)

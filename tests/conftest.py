@@ -477,9 +477,10 @@ def name_of(path: Path) -> str:
 
 def meet_as(who: Path, address: str, agent: str, folders: dict[str, Any] | None = None, *,
             code: str | None = None, mode: str = "sync", timeout: float = 60,
-            meet_id: str = "", principal: str = "") -> Any:
+            meet_id: str = "", principal: str = "", papers: bytes | None = None) -> Any:
     """One meet over a connection of `who`'s own (an identity file): its Briefcase, or an
-    async meet's id. `principal`: for a place identity, the principal it names."""
+    async meet's id. `principal`: for a place identity, the principal it names, with
+    `papers` (signed_papers: that principal's passport)."""
     import asyncio
 
     import tacoma
@@ -493,14 +494,36 @@ def meet_as(who: Path, address: str, agent: str, folders: dict[str, Any] | None 
         bc["CODE"] = [code.encode()]
 
     async def run() -> Any:
-        client = await PlaceClient.connect(address, credentials=Credentials(who))
+        credentials = Credentials(who)
+        credentials.signs = not principal  # a place hands on what it holds: it signs none
+        client = await PlaceClient.connect(address, credentials=credentials)
         try:
             return await client.meet(agent, bc, mode, timeout, principal,  # type: ignore[arg-type]
-                                     meet_id)
+                                     meet_id, papers=papers)
         finally:
             client.close()
 
     return asyncio.run(run())
+
+
+def signed_papers(who: Path, *, agent: str = "ag_python", code: str = "", meet: str = "",
+                  places: tuple[str, ...] = ("*",), seconds: float = 600,
+                  may: tuple[str, ...] = ("meet", "move", "cabinet", "lazy", "status")
+                  ) -> bytes:
+    """The papers of a passport `who` signs for running `code` with `agent` (as its client
+    would for a launch), for a test that speaks as a place holding it."""
+    import time
+    import uuid
+
+    from tacoma.trust import Bundle
+    from tacoma.trust._passport import Papers, Signer
+    from tacoma.wire._program import code_digest
+
+    signer = Signer(Bundle.read(who))
+    program = code_digest([code.encode()]).hex() if code else ""
+    return Papers(signer.passport(agent=agent, programs=(program,),
+                                  meet=meet or uuid.uuid4().hex, places=places,
+                                  deadline=time.time() + seconds, may=may)).to_wire()
 
 
 def status_as(who: Path, place: RunningPlace, meet_id: str, **folders: list[bytes]) -> str:

@@ -2,9 +2,11 @@
 and made lossy while agents travel between them.
 
 Four hosts h1..h4, each a network namespace with a place in it (started with nsenter, on a
-fixed port so that a killed place comes back at the same address), and this process as the
-client on the same bridge. Every test ends in a state the caller can name: the result, the
-failure with the place and the reason, or an outcome asked for later by the meet's id.
+fixed port so that a killed place comes back at the same address, with an identity of its
+own naming that address), and this process as the client on the same bridge: every trip
+carries its launcher's passport, and each place's signed line. Every test ends in a state
+the caller can name: the result, the failure with the place and the reason, or an outcome
+asked for later by the meet's id.
 Needs root, ip, nsenter and nft; skipped otherwise.
 """
 
@@ -17,6 +19,7 @@ import sys
 import textwrap
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,7 +27,7 @@ import pytest
 import tacoma
 from tacoma.testbed import Testbed
 
-from conftest import RunningPlace, launch_place, settled, wait_until
+from conftest import RunningPlace, issue_identity, launch_place, settled, wait_until
 
 USABLE, WHY = Testbed.available(loss=True)
 pytestmark = [pytest.mark.root, pytest.mark.skipif(not USABLE, reason=WHY)]
@@ -42,16 +45,22 @@ class Hosts:
         self.root = root
         self.places: dict[str, RunningPlace] = {}
         self.states: dict[str, Path] = {}
+        self.identities: dict[str, Path] = {}
         self.made = 0  # state directories made
         #: The hosts whose places the running test (re)started: its own, to be replaced.
         self.touched: set[str] = set()
 
-    def start(self, host: str, *flags: str) -> RunningPlace:
-        """Start the place of `host` (again, on the state directory it had, if any)."""
+    def start(self, host: str, *flags: str, insecure: bool = False) -> RunningPlace:
+        """Start the place of `host` (again, on the state directory it had, if any), with
+        the host's identity (or `insecure`: in plaintext)."""
         if host not in self.states:
             self._new_state(host)
+        if host not in self.identities:
+            self.identities[host] = issue_identity(f"place-{host}-{self.bed.tag}", "place",
+                                                   addresses=(self.bed.address(host),))
+        trust = ("--insecure",) if insecure else ("--identity", str(self.identities[host]))
         self.places[host] = place = launch_place(
-            self.states[host], "--insecure", *flags,
+            self.states[host], *trust, *flags,
             listen=f"{self.bed.address(host)}:{PORT}", prefix=self.bed.prefix(host))
         self.touched.add(host)
         return place
@@ -122,7 +131,7 @@ def shared_hosts(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory
 
 @pytest.fixture
 def hosts(shared_hosts: Hosts, testbed: Testbed) -> Iterator[Hosts]:
-    tacoma.use_identity(insecure=True)
+    tacoma.use_identity()
     try:
         yield shared_hosts
     finally:
@@ -167,18 +176,36 @@ def visits(place: RunningPlace, tag: bytes) -> int:
 
 
 def trip(hosts: Hosts, route: list[str], *, slow: str = "", sleep: float = 6,
-         recovery: str = "", timeout: float = 60, tag: bytes = b"t") -> tacoma.Briefcase:
+         recovery: str = "", timeout: float = 60, tag: bytes = b"t",
+         meet_id: str | None = None) -> tacoma.Briefcase:
     bc = {"ITINERARY": [hosts.address(h) for h in route[1:]], "TAG": [tag],
           "SLOW": [hosts.address(slow)] if slow else [], "SLEEP": [str(sleep)]}
     if recovery:
         bc["RECOVERY"] = [recovery]
     return tacoma.meet(hosts.places[route[0]].target("ag_python"), bc, code=ROAMER,
-                       timeout=timeout)
+                       timeout=timeout, meet_id=meet_id)
+
+
+def path_of(hosts: Hosts, meet_id: str, home: str = "h1") -> list[tuple[str, str, bool]]:
+    """The path the trip's result took, as its home checked the places' signed lines:
+    (from, to, ended) each, with nothing that does not add up."""
+    # Recorded in the home's journal as the result is answered: wait for that.
+    steps = tacoma.status(f"{meet_id}@{hosts.address(home)}", wait=30).path
+    assert all(not step.note for step in steps), steps
+    return [(step.came, step.went, step.ended) for step in steps]
 
 
 def test_a_trip_across_four_hosts(hosts: Hosts) -> None:
-    result = trip(hosts, ["h1", "h2", "h3", "h4", "h1"])
-    assert result.text("SEEN") == [hosts.address(h) for h in ["h1", "h2", "h3", "h4", "h1"]]
+    meet_id = f"four-{uuid.uuid4().hex[:8]}"
+    result = trip(hosts, ["h1", "h2", "h3", "h4", "h1"], meet_id=meet_id)
+    route = [hosts.address(h) for h in ["h1", "h2", "h3", "h4", "h1"]]
+    assert result.text("SEEN") == route
+    # Each place's own line, signed with its identity: the home names every hand-over.
+    assert path_of(hosts, meet_id) == [(route[0], route[1], False), (route[1], route[2], False),
+                                       (route[2], route[3], False), (route[3], route[4], False),
+                                       (route[4], route[4], True)]
+    assert {step.place for step in tacoma.status(f"{meet_id}@{route[0]}", wait=30).path} == \
+        {f"place-{h}-{hosts.bed.tag}" for h in ["h1", "h2", "h3", "h4"]}
 
 
 def test_kill_9_mid_trip_with_fail_reports_the_place_within_seconds(hosts: Hosts) -> None:
@@ -193,10 +220,14 @@ def test_kill_9_mid_trip_with_fail_reports_the_place_within_seconds(hosts: Hosts
 
 def test_kill_9_mid_trip_with_skip_goes_on_without_that_place(hosts: Hosts) -> None:
     killer = later(2, lambda: hosts.kill("h2"))
+    meet_id = f"skip-{uuid.uuid4().hex[:8]}"
     result = trip(hosts, ["h1", "h2", "h3", "h1"], slow="h2", sleep=30, recovery="skip",
-                  tag=b"skip")
+                  tag=b"skip", meet_id=meet_id)
     killer.join()
     assert result.text("SKIPPED") == [hosts.address("h2")]
+    # The home's rear guard handed the agent to h3 again, with a line of its own.
+    h1, h3 = hosts.address("h1"), hosts.address("h3")
+    assert path_of(hosts, meet_id) == [(h1, h3, False), (h3, h1, False), (h1, h1, True)]
     # Relaunched from the state h1 handed over: h2's visit never reached the briefcase.
     assert result.text("SEEN") == [hosts.address(h) for h in ["h1", "h3", "h1"]]
     assert visits(hosts.places["h3"], b"skip") == 1
@@ -294,8 +325,12 @@ def test_the_home_killed_and_restarted_during_a_trip(hosts: Hosts) -> None:
     meet_id = lost.value.meet_id
     assert meet_id and f"tacoma status {meet_id}@" in str(lost.value)
     result = tacoma.result(f"{meet_id}@{hosts.address('h1')}", timeout=60)
-    assert result.text("SEEN") == [hosts.address(h) for h in ["h1", "h2", "h3", "h1"]]
+    route = [hosts.address(h) for h in ["h1", "h2", "h3", "h1"]]
+    assert result.text("SEEN") == route
     assert visits(hosts.places["h3"], b"home") == 1
+    # The restarted home checked the trip's passport and lines from its journal.
+    assert [step[:2] for step in path_of(hosts, meet_id)] == [
+        (route[0], route[1]), (route[1], route[2]), (route[2], route[3]), (route[3], route[3])]
 
 
 def test_a_callers_deadline_stops_the_agent_wherever_it_is(hosts: Hosts) -> None:
@@ -311,7 +346,6 @@ def test_a_cancelled_trip_is_stopped_down_its_path(hosts: Hosts) -> None:
     """Ctrl-C of the caller (a Cancel of the sync meet): the home stops the agent at h3."""
     script = textwrap.dedent(f"""
         import tacoma
-        tacoma.use_identity(insecure=True)
         tacoma.meet("ag_python@{hosts.address('h1')}", {{
             "ITINERARY": ["{hosts.address('h2')}", "{hosts.address('h3')}"], "TAG": [b"c"],
             "SLOW": ["{hosts.address('h3')}"], "SLEEP": ["60"]}}, code={ROAMER!r},
@@ -334,7 +368,8 @@ def test_an_idle_connection_flood_from_one_source_does_not_lock_others_out(
     from tacoma.testing import hello_from
     from tacoma.wire._protocol import Role
 
-    target = hosts.places["h1"]
+    hosts.places["h1"].stop()  # an --insecure place's per-source share (h1's own again after)
+    target = hosts.start("h1", insecure=True)
     host, port = target.address.rsplit(":", 1)
     hello = hello_from(Role.CLIENT)
     socks: list[socket.socket] = []
@@ -366,3 +401,4 @@ def test_an_idle_connection_flood_from_one_source_does_not_lock_others_out(
     finally:
         for sock in socks:
             sock.close()
+        tacoma.use_identity()

@@ -1160,7 +1160,9 @@ def test_huge_output_is_bounded_by_the_file_size_limit(hostile_place: RunningPla
     size = int(re.search(r"size (\d+)", str(info.value)).group(1))
     assert 0 < size <= FILE_SIZE
     work = hostile_place.state_dir / "work"
-    assert all(path.stat().st_size <= FILE_SIZE for path in work.glob("*.out"))
+    for path in work.glob("*.out"):
+        with contextlib.suppress(FileNotFoundError):  # a worker that ended meanwhile
+            assert path.stat().st_size <= FILE_SIZE
     still_serves(hostile_place, language)
 
 

@@ -160,11 +160,12 @@ def test_agent_meets_agents_at_its_own_place(place: RunningPlace) -> None:
 def test_agent_meets_an_agent_at_another_place(place: RunningPlace,
                                                shared_place: RunningPlace) -> None:
     other = shared_place
-    result = run(place, f"""
-        there = meet("ag_python@{other.address}", Briefcase(CODE=['bc["AT"] = [place]']))
+    child = 'bc["AT"] = [place]'  # a program of its own there, which its passport names
+    result = tacoma.meet(place.target("ag_python"), code=textwrap.dedent(f"""
+        there = meet("ag_python@{other.address}", Briefcase(CODE=[{child!r}]))
         bc["THERE"] = there["AT"]
         bc["HERE"] = [place]
-    """)
+    """), timeout=60, programs=[child])
     assert result["THERE"] == [other.address.encode()]
     assert result["HERE"] == [place.address.encode()]
 

@@ -45,6 +45,7 @@ from conftest import (
     release,
     serves,
     settled,
+    signed_papers,
     small_disk,
     status_as,
     wait_until,
@@ -240,9 +241,13 @@ def test_no_client_and_no_other_principal_ends_anothers_trip(
     # A client, whoever it is, may not meet ag_home at all.
     with pytest.raises(tacoma.NotAllowed, match="ag_home is met by places"):
         meet_as(mallory, a.address, "ag_home", forged)
-    # A place of the cluster forwarding mallory's meet is not heard for alice's trip.
-    assert meet_as(rogue, a.address, "ag_home", forged, principal=name_of(mallory)) \
-        == Briefcase()
+    # A place of the cluster cannot name alice without her passport ...
+    with pytest.raises(tacoma.NotAuthorized, match="without a passport"):
+        meet_as(rogue, a.address, "ag_home", forged, principal=name_of(alice))
+    # ... and one forwarding mallory's meet, or its own, is not heard for alice's trip.
+    assert meet_as(rogue, a.address, "ag_home", forged, principal=name_of(mallory),
+                   papers=signed_papers(mallory)) == Briefcase()
+    assert meet_as(rogue, a.address, "ag_home", forged) == Briefcase()
     assert thread.is_alive()  # the trip goes on: nothing ended it
     release(b, gate)
     thread.join(90)
@@ -654,16 +659,21 @@ def test_a_name_revoked_again_is_refused_again(start_place: Callable[..., Runnin
     eve = identity("eve")
     name = name_of(eve)
 
+    papers = signed_papers(eve, agent="ag_echo")  # a passport her first certificate signed
+
     def forwarded() -> object:
         try:
-            return meet_as(rogue, p.address, "ag_echo", OK, principal=name)
+            return meet_as(rogue, p.address, "ag_echo", OK, principal=name, papers=papers)
         except tacoma.NotAuthorized as exc:
             return exc
 
+    assert forwarded() == Briefcase(OK)
     _revoke(eve)
     wait_until(lambda: isinstance(forwarded(), tacoma.NotAuthorized), 30, "eve's revocation")
     eve = issue_identity(name)  # issued again: a new certificate, not on the list
     assert meet_as(eve, p.address, "ag_echo", OK) == Briefcase(OK)  # shows itself here
+    assert isinstance(forwarded(), tacoma.NotAuthorized)  # the old one's passports: never
+    papers = signed_papers(eve, agent="ag_echo")  # the new certificate's
     assert forwarded() == Briefcase(OK)
     _revoke(eve)  # and revoked again: forwarded meets for the name are refused again
     wait_until(lambda: isinstance(forwarded(), tacoma.NotAuthorized), 30,
@@ -819,7 +829,43 @@ def test_the_journal_moves_to_ids_per_principal(tmp_path: Path) -> None:
     finally:
         assert p.stop() == 0
     db = sqlite3.connect(state / "journal.sqlite3")
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+    columns = {row[1] for row in db.execute("PRAGMA table_info(meets)")}
+    assert {"papers", "passport", "path"} <= columns  # agents' passports, trips' paths
+    db.close()
+
+
+def test_a_journal_of_ids_per_principal_gains_passports(tmp_path: Path) -> None:
+    """A journal of version 2 (ids per principal, no passports) keeps its rows, and gains
+    the columns of passports and paths."""
+    _certs.ensure_local(TrustStore())
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    db = sqlite3.connect(state / "journal.sqlite3")
+    db.executescript("""
+        CREATE TABLE meets (id TEXT NOT NULL, kind TEXT NOT NULL, agent TEXT NOT NULL,
+            principal TEXT NOT NULL, via TEXT NOT NULL, caller TEXT, timeout REAL,
+            briefcase BLOB, state TEXT NOT NULL, runs INTEGER NOT NULL DEFAULT 0,
+            accepted REAL NOT NULL, ended REAL, trip TEXT, deadline REAL, result BLOB,
+            error TEXT, PRIMARY KEY (principal, id));
+        PRAGMA user_version = 2;
+    """)
+    db.execute("INSERT INTO meets (id, kind, agent, principal, via, state, runs, accepted, "
+               "ended, error) VALUES ('v2-meet-1', 'async', 'ag_echo', ?, '', 'failed', 1, "
+               "strftime('%s','now'), strftime('%s','now'), ?)",
+               (current_principal(), json.dumps(["meet", "it failed", ""])))
+    db.commit()
+    db.close()
+    p = launch_place(state)
+    try:
+        final = tacoma.status(f"v2-meet-1@{p.address}")
+        assert final.state == "failed" and "it failed" in str(final.error)
+    finally:
+        assert p.stop() == 0
+    db = sqlite3.connect(state / "journal.sqlite3")
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert {"papers", "passport", "path"} <= {row[1] for row in
+                                               db.execute("PRAGMA table_info(meets)")}
     db.close()
 
 

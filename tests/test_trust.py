@@ -1007,7 +1007,8 @@ def test_a_place_cannot_name_a_principal_no_identity_could_have(place: RunningPl
         try:
             with pytest.raises(tacoma.NotAuthorized, match="no identity can have"):
                 await c.meet("ag_echo", Briefcase(), principal="alice\nINFO forged line")
-            assert await c.meet("ag_echo", Briefcase(), principal="alice") == Briefcase()
+            with pytest.raises(tacoma.NotAuthorized, match="without a passport"):
+                await c.meet("ag_echo", Briefcase(), principal="alice")
         finally:
             c.close()
 

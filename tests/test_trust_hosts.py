@@ -78,11 +78,15 @@ def test_an_agents_meet_at_another_host_is_made_for_its_principal(
         places: dict[str, RunningPlace]) -> None:
     a, b = places[A], places[B]
     me = current_principal()
-    code = (f"r = meet({b.target('ag_python')!r}, "
-            "Briefcase(CODE=['bc.append(\"WHO\", principal)']))\n"
+    child = 'bc.append("WHO", principal)'
+    code = (f"r = meet({b.target('ag_python')!r}, Briefcase(CODE=[{child!r}]))\n"
             "bc.replace(\"WHO\", r.folder(\"WHO\"))")
-    result = tacoma.meet(a.target("ag_python"), code=code, timeout=60)
+    # The child's program is named in the passport: it runs at b for its principal.
+    result = tacoma.meet(a.target("ag_python"), code=code, timeout=60, programs=[child])
     assert result.text("WHO") == [me]
+    # A program the passport does not name is refused there.
+    with pytest.raises(tacoma.AgentFailed, match="NotAuthorized"):
+        tacoma.meet(a.target("ag_python"), code=code, timeout=60)
 
 
 def test_a_place_with_another_hosts_identity_is_refused_by_clients(

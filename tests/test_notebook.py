@@ -112,6 +112,22 @@ def test_an_itinerary_and_an_async_meet(shell: InteractiveShell, place,
     assert tacoma.result(started, timeout=60).text("X") == ["later"]
 
 
+def test_a_cells_agent_goes_where_its_passport_lets_it(shell: InteractiveShell, place,
+                                                       other_shared_place) -> None:
+    other = other_shared_place
+    shell.user_ns.update(a=place.address, b=other.address)
+    run(shell, "%%meet ag_python@{a} --itinerary {b} --places {a},{b} --may move -o trip\n"
+               "bc.append('VISITED', place)\n"
+               "go_next()\n")
+    assert shell.user_ns["trip"].text("VISITED") == [place.address, other.address]
+    with pytest.raises(tacoma.AgentFailed, match="does not admit place"):
+        run(shell, "%%meet ag_python@{a} --itinerary {b} --places {a}\n"
+                   "go_next()\n")
+    with pytest.raises(tacoma.AgentFailed, match="does not let the agent meet agents"):
+        run(shell, f"%%meet ag_python@{{a}} --may move\n"
+                   f"meet('ag_python@{other.address}', Briefcase(CODE=['pass']))\n")
+
+
 def test_at_the_embedded_place(shell: InteractiveShell) -> None:
     value = run(shell, "%%meet ag_python --timeout 60\nbc['PLACE'] = [place]\n")
     assert isinstance(value, Briefcase) and value.text("PLACE")
@@ -124,6 +140,7 @@ def test_at_the_embedded_place(shell: InteractiveShell) -> None:
     ("-f CODE=who", "CODE is the cell itself"),
     ("-f =who", "folder name must be 1 to 255 characters"),
     ("--itinerary ,", "give the places"),
+    ("--places ,", "give the items"),
     ("-o 1x", "not a Python variable name"),
 ])
 def test_usage_errors_say_what_to_do(shell: InteractiveShell, place, line: str,

@@ -185,7 +185,7 @@ def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async
             meet_id = tacoma.meet(target, bc, mode="async", timeout=timeout, **passport)
             click.echo(json.dumps({"meet_id": meet_id}) if as_json else escape(meet_id))
             return
-        from ..client._client import new_meet_id
+        from ..client._identity import new_meet_id
 
         meet_id = new_meet_id()  # named here, to be named if it is interrupted
         try:

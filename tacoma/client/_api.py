@@ -24,8 +24,8 @@ from typing import Any, Literal, TypeVar, overload
 from ..wire._address import split_target
 from ..wire._briefcase import CODE, Briefcase
 from ..wire._errors import ConnectionLost
-from ._client import connection, meet_deadline, new_meet_id, place_of
-from ._identity import DEFAULT_TERMS, Terms
+from ._client import connection, meet_deadline, place_of
+from ._identity import DEFAULT_TERMS, Terms, credentials
 from ._trip_progress import TripBar, shows_trip, watch_trip
 
 __all__ = ["ameet", "arequest", "asend", "make_briefcase", "meet", "request",
@@ -114,11 +114,13 @@ async def _ameet(target: str, bc: Briefcase, mode: MeetMode, timeout: float | No
     if mode not in ("sync", "async"):
         raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
     agent, address = await place_of(target)
-    # Named here, so that a caller who loses the connection can ask for the outcome by id
-    # (and an async meet sent again after a lost answer is taken once).
-    meet_id = meet_id or new_meet_id()
     async with meet_deadline(timeout, f"meet {target} did not finish") as deadline:
         client = await connection(address, connect_timeout, deadline.until)
+        # Named here, so that a caller who loses the connection can ask for the outcome by
+        # id (and an async meet sent again after a lost answer is taken once): the id of
+        # the passport signed ahead for it, if there is one.
+        meet_id = meet_id or (client.credentials or credentials()).launch_id(
+            client.address, agent, bc, timeout, terms)
         watching = (asyncio.ensure_future(watch_trip(meet_id, address, hop))
                     if hop is not None else None)
         try:

@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import secrets
 import time
 import weakref
 from collections.abc import Awaitable, Callable
@@ -60,7 +59,7 @@ from ..wire._protocol import (
 from ..wire._trace import read as read_trace
 from ..wire._trace import record
 from . import _lazy as lazy_folders
-from ._identity import DEFAULT_TERMS, Credentials, Terms
+from ._identity import DEFAULT_TERMS, Credentials, Terms, program_of
 from ._identity import credentials as process_credentials
 
 __all__ = ["ClientCache", "PlaceClient", "connection", "meet_deadline", "place_of",
@@ -161,9 +160,26 @@ class PlaceClient:
             if self.channel is None or self.channel.identity is None:
                 papers = b""  # plaintext (an --insecure place): nobody is anybody there
             else:
-                if not meet_id and credentials.signs and not credentials.insecure:
-                    meet_id = new_meet_id()  # the passport names it
-                papers = credentials.papers(agent, briefcase, meet_id, timeout, terms)
+                if not meet_id:
+                    meet_id = credentials.launch_id(self.address, agent, briefcase, timeout,
+                                                    terms)
+                papers = credentials.papers(self.address, agent, briefcase, meet_id,
+                                            timeout, terms)
+                if papers:  # once this one is answered, the next like it is signed ahead
+                    try:
+                        return await self._meet_named(agent, briefcase, mode, timeout,
+                                                      principal, meet_id, papers)
+                    finally:
+                        asyncio.get_running_loop().call_soon(
+                            credentials.sign_ahead, self.address, agent,
+                            program_of(briefcase), timeout, terms)
+        return await self._meet_named(agent, briefcase, mode, timeout, principal, meet_id,
+                                      papers)
+
+    async def _meet_named(self, agent: str, briefcase: Briefcase, mode: WireMode,
+                          timeout: float | None, principal: str, meet_id: str,
+                          papers: bytes) -> Briefcase | str:
+        """The meet, its program named by hash where the place has it (CODE_HASH)."""
         program = briefcase.folder(CODE)
         if CODE_HASH in briefcase or sum(len(e) for e in program) < CODE_BY_HASH_MIN:
             return await self._send(agent, briefcase, mode, timeout, principal, meet_id,
@@ -350,17 +366,6 @@ class PlaceClient:
                 future.set_exception(ConnectionLost(
                     f"the connection to place {self.address} ended during the meet: "
                     f"{reason}"))
-
-
-def new_meet_id() -> str:
-    """A fresh meet id for the client to choose (16 URL-safe characters, 96 random bits).
-
-    Never one that starts with "-": a user types the id back on a command line
-    (`tacoma status ID@PLACE`, `tacoma kill`), where it would read as an option."""
-    while True:
-        meet_id = secrets.token_urlsafe(12)
-        if not meet_id.startswith("-"):
-            return meet_id
 
 
 class ClientCache:

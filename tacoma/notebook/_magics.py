@@ -63,6 +63,16 @@ def folder_elements(spec: str, value: object) -> list[bytes | str]:
                      "(convert it first, e.g. str(x) or json.dumps(x))")
 
 
+def _listed(value: str | None, option: str) -> list[str] | None:
+    """A comma-separated option's items (None: not given); UsageError if it names none."""
+    if value is None:
+        return None
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    if not items:
+        raise UsageError(f"{option}: give the items, comma-separated")
+    return items
+
+
 @magics_class
 class TacomaMagics(Magics):
     """tacoma's magics: `%%meet`."""
@@ -84,6 +94,13 @@ class TacomaMagics(Magics):
               "variable VAR instead of showing it")
     @argument("--timeout", type=float, metavar="SECONDS",
               help="bound on the whole meet; the place kills the agent when it passes")
+    @argument("--places", metavar="A,B,C",
+              help="the places the agent's passport lets it visit (HOST:PORT or place "
+              "names, shell patterns allowed), comma-separated (default: any of the "
+              "cluster)")
+    @argument("--may", metavar="WHAT,...",
+              help="what the passport lets it do for you there, of meet, move, cabinet, "
+              "lazy and status, comma-separated (default: all)")
     @cell_magic  # type: ignore[untyped-decorator,unused-ignore]  # untyped in older IPython
     def meet(self, line: str, cell: str) -> Any:
         """Run the cell as an agent's program at a place: `%%meet ag_python@HOST:PORT`."""
@@ -100,12 +117,15 @@ class TacomaMagics(Magics):
             if not stops:
                 raise UsageError("--itinerary: give the places, comma-separated: A,B,C")
             bc[ITINERARY] = stops
+        passport: dict[str, Any] = {"places": _listed(args.places, "--places"),
+                                    "may": _listed(args.may, "--may")}
         try:
             if args.is_async:
-                meet_id = tacoma.meet(args.target, bc, mode="async", timeout=args.timeout)
+                meet_id = tacoma.meet(args.target, bc, mode="async", timeout=args.timeout,
+                                      **passport)
                 value: Any = f"{meet_id}@{place}" if place else meet_id
             else:
-                value = tacoma.meet(args.target, bc, timeout=args.timeout)
+                value = tacoma.meet(args.target, bc, timeout=args.timeout, **passport)
         except tacoma.TacomaError as exc:
             safe_error(exc)  # the agent's message and traceback, shown escaped
             raise

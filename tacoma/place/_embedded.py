@@ -44,7 +44,8 @@ async def _start() -> str:
             await place.start()
             user = trust.default_identity()
             assert user is not None  # the place made its local identities
-            register_place(place.address, client_context(Bundle.read(trust.find(user))))
+            bundle = Bundle.read(trust.find(user))
+            register_place(place.address, client_context(bundle), bundle)
 
             async def stop() -> None:
                 try:

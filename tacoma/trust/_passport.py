@@ -41,6 +41,7 @@ from ..wire._lazy import LAZY
 from ._store import serial_text
 
 if TYPE_CHECKING:
+    from ._seal import Issued
     from ._store import Bundle
     from ._tls import DenyList
 
@@ -306,10 +307,13 @@ class Verifier:
     """A place's side: checks passports (signed by an identity of this cluster's CA, whose
     name is the principal, current and not revoked), remembering those checked."""
 
-    def __init__(self, ca: bytes, deny_list: DenyList) -> None:
+    def __init__(self, ca: bytes, deny_list: DenyList, issued: Issued | None = None) -> None:
         from cryptography import x509
 
-        self._ca = x509.load_pem_x509_certificate(ca)
+        from ._seal import Issued
+
+        #: Certificates whose CA signature was checked (shared with the place's Seals).
+        self.issued = issued or Issued(x509.load_pem_x509_certificate(ca))
         self._deny = deny_list
         #: Passports checked, by digest: the passport and its signer's certificate serial.
         self._checked: dict[str, tuple[Passport, str]] = {}
@@ -330,28 +334,22 @@ class Verifier:
         return known
 
     def _check(self, raw: bytes) -> tuple[Passport, str]:
-        from cryptography import x509
         from cryptography.exceptions import InvalidSignature
         from cryptography.hazmat.primitives import hashes
         from cryptography.hazmat.primitives.asymmetric import ec
         from cryptography.x509.oid import NameOID
 
+        from ..wire._errors import TrustError
+
         passport = Passport.read(raw)
         _, der, signature = _unpack(raw, "passport")
+        if not isinstance(der, bytes):
+            raise _fail("its certificate is malformed")
         try:
-            certificate = x509.load_der_x509_certificate(der)  # type: ignore[arg-type]
-        except Exception:  # noqa: BLE001 - whatever is malformed, it is no certificate
-            raise _fail("its certificate is malformed") from None
-        ca_key = self._ca.public_key()
-        algorithm = certificate.signature_hash_algorithm
-        if certificate.issuer != self._ca.subject or algorithm is None \
-                or not isinstance(ca_key, ec.EllipticCurvePublicKey):
-            raise _fail("it is not signed by an identity of this cluster's CA")
-        try:
-            ca_key.verify(certificate.signature, certificate.tbs_certificate_bytes,
-                          ec.ECDSA(algorithm))
-        except InvalidSignature:
-            raise _fail("it is not signed by an identity of this cluster's CA") from None
+            certificate = self.issued.load(der)
+        except TrustError as exc:
+            raise _fail("it is not signed by an identity of this cluster's CA (its "
+                        f"certificate {exc})") from None
         now = datetime.datetime.now(datetime.UTC)
         if not certificate.not_valid_before_utc <= now <= certificate.not_valid_after_utc:
             raise _fail("its signer's certificate is not valid now")

@@ -35,10 +35,47 @@ from ..wire._lazy import MAX_SEAL
 from ._store import Bundle, serial_text
 from ._tls import DenyList
 
-__all__ = ["Seals"]
+__all__ = ["Issued", "Seals"]
 
 #: Seals a place remembers as checked.
 _CHECKED_MOST = 4096
+
+
+class Issued:
+    """Certificates whose CA signature this place checked, by their DER bytes: a place
+    sees the same few certificates again and again (each place's on its seals and lines,
+    each principal's on its passports), and checking the CA's signature on one costs an
+    ECDSA verification, so it is done once per certificate. What can change (the time,
+    the deny list) is checked on every use by the callers."""
+
+    def __init__(self, ca: x509.Certificate) -> None:
+        self._ca = ca
+        self._ca_key = ca.public_key()
+        self._known: dict[bytes, x509.Certificate] = {}
+
+    def load(self, der: bytes) -> x509.Certificate:
+        """The certificate `der`, if this cluster's CA signed it; TrustError ("is malformed",
+        "is not of this cluster's CA": the caller says whose) otherwise."""
+        known = self._known.get(der)
+        if known is not None:
+            return known
+        try:
+            certificate = x509.load_der_x509_certificate(der)
+        except Exception:  # noqa: BLE001 - whatever is malformed, it is no certificate
+            raise TrustError("is malformed") from None
+        algorithm = certificate.signature_hash_algorithm
+        if certificate.issuer != self._ca.subject or algorithm is None \
+                or not isinstance(self._ca_key, ec.EllipticCurvePublicKey):
+            raise TrustError("is not of this cluster's CA")
+        try:
+            self._ca_key.verify(certificate.signature, certificate.tbs_certificate_bytes,
+                                ec.ECDSA(algorithm))
+        except InvalidSignature:
+            raise TrustError("is not of this cluster's CA") from None
+        if len(self._known) >= _CHECKED_MOST:
+            self._known.clear()
+        self._known[der] = certificate
+        return certificate
 
 
 class Seals:
@@ -53,7 +90,7 @@ class Seals:
         self._certificate = x509.load_pem_x509_certificate(bundle.certificate).public_bytes(
             serialization.Encoding.DER)
         self._ca = x509.load_pem_x509_certificate(bundle.ca)
-        self._ca_key = self._ca.public_key()
+        self.issued = Issued(self._ca)
         self._deny = deny_list
         #: Digests of seals checked, with the host each names, the serial it was made with
         #: and its sealer's name.
@@ -79,9 +116,14 @@ class Seals:
         try:
             der, signature = msgpack.unpackb(seal, raw=False, max_bin_len=MAX_SEAL,
                                              max_array_len=2)
-            certificate = x509.load_der_x509_certificate(der)
         except Exception:  # noqa: BLE001 - whatever is malformed, it is not a seal
             raise TrustError("its seal is malformed") from None
+        if not isinstance(der, bytes):
+            raise TrustError("its seal is malformed")
+        try:
+            certificate = self.issued.load(der)
+        except TrustError as exc:
+            raise TrustError(f"its sealing certificate {exc}") from None
         serial = self._check_certificate(certificate, host)
         public = certificate.public_key()
         if not isinstance(public, ec.EllipticCurvePublicKey):
@@ -99,18 +141,8 @@ class Seals:
         return name
 
     def _check_certificate(self, certificate: x509.Certificate, host: str) -> str:
-        """The certificate's serial, if it is a current place's of this CA that serves
-        `host`; TrustError otherwise."""
-        if certificate.issuer != self._ca.subject:
-            raise TrustError("its sealing certificate is not of this cluster's CA")
-        algorithm = certificate.signature_hash_algorithm
-        if not isinstance(self._ca_key, ec.EllipticCurvePublicKey) or algorithm is None:
-            raise TrustError("its sealing certificate cannot be checked")
-        try:
-            self._ca_key.verify(certificate.signature, certificate.tbs_certificate_bytes,
-                                ec.ECDSA(algorithm))
-        except InvalidSignature:
-            raise TrustError("its sealing certificate is not of this cluster's CA") from None
+        """The certificate's serial, if it (of this CA: Issued) is a current place's that
+        serves `host`; TrustError otherwise."""
         now = datetime.datetime.now(datetime.UTC)
         if not certificate.not_valid_before_utc <= now <= certificate.not_valid_after_utc:
             raise TrustError("its sealing certificate is not valid now")

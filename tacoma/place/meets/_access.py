@@ -178,7 +178,8 @@ class Access:
 
         self.seals = Seals(bundle, self.tls.deny_list)
         self.passports = Passports("", self.name,
-                                   Verifier(bundle.ca, self.tls.deny_list), self.seals,
+                                   Verifier(bundle.ca, self.tls.deny_list,
+                                            self.seals.issued), self.seals,
                                    self.refusals)
         self.passports.hosts = self.hosts
 

@@ -170,6 +170,18 @@ def test_agent_meets_an_agent_at_another_place(place: RunningPlace,
     assert result["HERE"] == [place.address.encode()]
 
 
+def test_the_visit_example_runs_a_copy_of_itself_elsewhere_for_you(
+        place: RunningPlace, shared_place: RunningPlace) -> None:
+    """examples/nested/visit.py, as the tour runs it: its copy at the other place carries
+    the passport signed for its own program, and runs there for its launcher."""
+    program = (Path(__file__).parent.parent / "examples" / "nested" / "visit.py").read_text()
+    result = tacoma.meet(place.target("ag_python"), {"THERE": [shared_place.address]},
+                         code=program, timeout=60)
+    assert result.text("VISITED") == [f"{shared_place.address}: ran at "
+                                      f"{shared_place.address} for "
+                                      f"{tacoma.client.current_principal()}"]
+
+
 def test_installed_agent_is_met_by_name(place: RunningPlace, tmp_path: Path) -> None:
     program = tmp_path / "ag_hello.py"
     program.write_text('bc["GREETING"] = [b"hello, " + n for n in bc["NAME"]]\n')

@@ -221,6 +221,9 @@ def test_usage_errors_are_in_the_one_format() -> None:
 
 
 def test_under_json_every_failure_is_one_json_object_too(tmp_path: Path) -> None:
+    from tacoma.trust import TrustStore, _certs
+
+    _certs.ensure_local(TrustStore())  # an identity to connect as, whichever test ran first
     refused = tacoma("meet", "ag_echo@127.0.0.1:1", "--json")
     assert refused.returncode == 3
     error = json.loads(refused.stdout)["error"]

@@ -118,7 +118,11 @@ if bc["ITINERARY"] != bc.get("START", []):
 go_next()
 """
     guests["START"] = guests["ITINERARY"]
-    result = tacoma.meet(f"ag_python@{a}", guests, code=roamer, timeout=90)
+    # The guests run for its principal at the places it was handed to: its passport names
+    # their programs (a program it does not name is refused there).
+    programs = [guests[name][0] for name in guests.text("GUESTS")]
+    result = tacoma.meet(f"ag_python@{a}", guests, code=roamer, timeout=90,
+                         programs=programs)
     assert result.text("SIGNED") == [f"tcl at {b}", f"scheme at {c}", f"c at {a}",
                                      f"python at {b}"]
 

@@ -211,6 +211,19 @@ def test_a_passport_b_holds_runs_its_program_only(c: RunningPlace, alice: Path,
                  principal=name_of(alice), papers=passport(alice, may=("meet",)))
 
 
+def test_what_an_agent_b_handed_over_does_at_c_is_its_passports_too(
+        c: RunningPlace, alice: Path, place_b: Path) -> None:
+    """The agent runs at C under the passport B holds: its own meets there (a cabinet, a
+    program it starts) are checked against it as B's would be."""
+    with pytest.raises(tacoma.AgentFailed, match="does not let the agent use cabinets"):
+        as_place(place_b, c.address, "ag_python", code=DIARY, principal=name_of(alice),
+                 papers=passport(alice, code=DIARY, may=("meet",)))
+    starter = "meet('ag_python', Briefcase(CODE=[bc['CHILD'][0]]))\n"
+    with pytest.raises(tacoma.AgentFailed, match="another program"):
+        as_place(place_b, c.address, "ag_python", {"CHILD": [b"bc['X'] = [b'1']"]},
+                 code=starter, principal=name_of(alice), papers=passport(alice, code=starter))
+
+
 @pytest.mark.parametrize(("field", "value", "match"), [
     (3, ["0" * 64], "signature does not match"),
     (5, ["*"], "signature does not match"),
@@ -309,3 +322,87 @@ def test_an_agents_meets_elsewhere_carry_its_passport(a: RunningPlace, c: Runnin
     out = result.text("OUT")
     assert out[0] == "ok", out
     assert out[1].startswith("not-authorized: ") and "another program" in out[1], out
+
+
+# ------------------------------------------------ what a place holding a passport cannot do
+STATUS_ASKER = textwrap.dedent("""
+    try:
+        meet("ag_status", Briefcase(ID=bc["ASK"]))
+        bc["OUT"] = [b"answered"]
+    except Exception as exc:
+        bc["OUT"] = [f"{exc.kind}: {exc}"]
+""")
+
+
+def test_an_agent_b_handed_over_sees_only_its_own_launchs_meets(
+        c: RunningPlace, alice: Path, place_b: Path) -> None:
+    theirs = meet_as(alice, c.address, "ag_python", code=WHOAMI, mode="async")
+    out = as_place(place_b, c.address, "ag_python", {"ASK": [theirs.encode()]},
+                   code=STATUS_ASKER, principal=name_of(alice),
+                   papers=passport(alice, code=STATUS_ASKER)).text("OUT")[0]
+    assert out.startswith("not-authorized: ") and "meets of its own launch" in out, out
+
+
+SLEEPER = textwrap.dedent("""
+    import time
+    if "LEG" not in bc:
+        bc["LEG"] = [b"1"]
+        go(bc.text("NEXT")[0])
+    time.sleep(4)
+    bc["RESULT"] = [b"genuine"]
+""")
+
+
+def test_b_cannot_end_a_trip_whose_passport_it_holds_unseen(
+        a: RunningPlace, c: RunningPlace, alice: Path, place_b: Path) -> None:
+    """A trip's end needs the home's first line and the sender's own end line: B, holding
+    the trip's passport and its id, cannot end it with a result of its own."""
+    import sqlite3
+
+    meet_id = "launch-" + uuid.uuid4().hex[:8]
+    papers = passport(alice, code=SLEEPER, meet=meet_id)
+    launched = meet_as(alice, a.address, "ag_python", {"NEXT": [c.address.encode()]},
+                       code=SLEEPER, mode="async", meet_id=meet_id, papers=papers)
+    assert launched == meet_id
+
+    def trip() -> str:
+        db = sqlite3.connect(a.state_dir / "journal.sqlite3")
+        try:
+            row = db.execute("SELECT trip FROM meets WHERE id = ?", (meet_id,)).fetchone()
+        finally:
+            db.close()
+        return str(row[0]) if row and row[0] else ""
+
+    wait_until(lambda: bool(trip()), 30, "the trip to begin")
+    forged = {"HOME": [trip().encode()], "RESULT": [b"FORGED-BY-B"]}
+    assert as_place(place_b, a.address, "ag_home", forged, principal=name_of(alice),
+                    papers=papers) == Briefcase()  # not taken, said alike
+    from tacoma.client._status import _status_of
+
+    answer = meet_as(alice, a.address, "ag_status", {"ID": [meet_id.encode()], "WAIT": [b"60"]},
+                     timeout=90)
+    status = _status_of(answer, meet_id, a.address)
+    assert status.state == "done" and status.result is not None, status
+    assert status.result.text("RESULT") == ["genuine"]
+    assert [step.went for step in status.path] == [c.address, a.address]  # signed, both
+    assert "is not taken: its first line is not this place's" in a.log() or \
+        "is not taken" in a.log()
+
+
+def test_a_trip_ends_home_whatever_its_passports_places(a: RunningPlace, c: RunningPlace,
+                                                        alice: Path) -> None:
+    code = 'if "LEG" not in bc:\n    bc["LEG"] = [b"1"]\n    go(bc.text("NEXT")[0])\n'
+    meet_id = "launch-" + uuid.uuid4().hex[:8]
+    result = meet_as(alice, a.address, "ag_python", {"NEXT": [c.address.encode()]},
+                     code=code, meet_id=meet_id,
+                     papers=passport(alice, code=code, meet=meet_id, places=(c.address,)))
+    assert result.text("LEG") == ["1"]
+
+
+def test_papers_with_more_lines_than_a_trip_keeps_are_refused(a: RunningPlace,
+                                                             place_b: Path) -> None:
+    from tacoma.trust._passport import MAX_LINES
+
+    flood = Papers(b"", tuple(b"x" * 600 for _ in range(MAX_LINES + 1))).to_wire()
+    with pytest.raises(tacoma.NotAuthorized, match="more than the"):
+        as_place(place_b, a.address, "ag_home", {"HOME": [b"0" * 32]}, papers=flood)

@@ -801,30 +801,24 @@ def test_a_place_starts_on_a_full_disk_and_says_so(tmp_path: Path) -> None:
             assert p.stop() == 0, p.log()
 
 
-def test_the_journal_moves_to_ids_per_principal(tmp_path: Path) -> None:
-    """A journal of the layout before ids were per principal is moved, rows and all."""
+def _an_old_journal_is_moved(tmp_path: Path, schema: str, meet_id: str) -> None:
+    """A journal made with `schema` (an older layout), holding one failed async meet of the
+    tests' principal, is moved to the current layout at start, rows and all, and gains the
+    columns of passports and paths."""
     _certs.ensure_local(TrustStore())  # the principal below, whichever test ran first
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     db = sqlite3.connect(state / "journal.sqlite3")
-    db.executescript("""
-        CREATE TABLE meets (id TEXT PRIMARY KEY, kind TEXT NOT NULL, agent TEXT NOT NULL,
-            principal TEXT NOT NULL, via TEXT NOT NULL, caller TEXT, timeout REAL,
-            briefcase BLOB, state TEXT NOT NULL, runs INTEGER NOT NULL DEFAULT 0,
-            accepted REAL NOT NULL, ended REAL, trip TEXT, deadline REAL, result BLOB,
-            error TEXT);
-        CREATE INDEX meets_ended ON meets(ended);
-        CREATE INDEX meets_trip ON meets(trip);
-    """)
+    db.executescript(schema)
     db.execute("INSERT INTO meets (id, kind, agent, principal, via, state, runs, accepted, "
-               "ended, error) VALUES ('old-meet-1', 'async', 'ag_echo', ?, '', 'failed', 1, "
+               "ended, error) VALUES (?, 'async', 'ag_echo', ?, '', 'failed', 1, "
                "strftime('%s','now'), strftime('%s','now'), ?)",
-               (current_principal(), json.dumps(["meet", "it failed", ""])))
+               (meet_id, current_principal(), json.dumps(["meet", "it failed", ""])))
     db.commit()
     db.close()
     p = launch_place(state)
     try:
-        final = tacoma.status(f"old-meet-1@{p.address}")
+        final = tacoma.status(f"{meet_id}@{p.address}")
         assert final.state == "failed" and "it failed" in str(final.error)
     finally:
         assert p.stop() == 0
@@ -835,39 +829,29 @@ def test_the_journal_moves_to_ids_per_principal(tmp_path: Path) -> None:
     db.close()
 
 
+def test_the_journal_moves_to_ids_per_principal(tmp_path: Path) -> None:
+    """A journal of the layout before ids were per principal is moved, rows and all."""
+    _an_old_journal_is_moved(tmp_path, """
+        CREATE TABLE meets (id TEXT PRIMARY KEY, kind TEXT NOT NULL, agent TEXT NOT NULL,
+            principal TEXT NOT NULL, via TEXT NOT NULL, caller TEXT, timeout REAL,
+            briefcase BLOB, state TEXT NOT NULL, runs INTEGER NOT NULL DEFAULT 0,
+            accepted REAL NOT NULL, ended REAL, trip TEXT, deadline REAL, result BLOB,
+            error TEXT);
+        CREATE INDEX meets_ended ON meets(ended);
+        CREATE INDEX meets_trip ON meets(trip);
+    """, "old-meet-1")
+
+
 def test_a_journal_of_ids_per_principal_gains_passports(tmp_path: Path) -> None:
-    """A journal of version 2 (ids per principal, no passports) keeps its rows, and gains
-    the columns of passports and paths."""
-    _certs.ensure_local(TrustStore())
-    state = tmp_path / "state"
-    state.mkdir(mode=0o700)
-    db = sqlite3.connect(state / "journal.sqlite3")
-    db.executescript("""
+    """A journal of version 2 (ids per principal, no passports) keeps its rows."""
+    _an_old_journal_is_moved(tmp_path, """
         CREATE TABLE meets (id TEXT NOT NULL, kind TEXT NOT NULL, agent TEXT NOT NULL,
             principal TEXT NOT NULL, via TEXT NOT NULL, caller TEXT, timeout REAL,
             briefcase BLOB, state TEXT NOT NULL, runs INTEGER NOT NULL DEFAULT 0,
             accepted REAL NOT NULL, ended REAL, trip TEXT, deadline REAL, result BLOB,
             error TEXT, PRIMARY KEY (principal, id));
         PRAGMA user_version = 2;
-    """)
-    db.execute("INSERT INTO meets (id, kind, agent, principal, via, state, runs, accepted, "
-               "ended, error) VALUES ('v2-meet-1', 'async', 'ag_echo', ?, '', 'failed', 1, "
-               "strftime('%s','now'), strftime('%s','now'), ?)",
-               (current_principal(), json.dumps(["meet", "it failed", ""])))
-    db.commit()
-    db.close()
-    p = launch_place(state)
-    try:
-        final = tacoma.status(f"v2-meet-1@{p.address}")
-        assert final.state == "failed" and "it failed" in str(final.error)
-    finally:
-        assert p.stop() == 0
-    db = sqlite3.connect(state / "journal.sqlite3")
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 3
-    assert {"papers", "passport", "path"} <= {row[1] for row in
-                                               db.execute("PRAGMA table_info(meets)")}
-    db.close()
-
+    """, "v2-meet-1")
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))

@@ -118,7 +118,7 @@ def status(target: str | None, wait: float | None, principal: str | None, as_jso
             click.echo("the path its result took (each hand-over signed by its place):",
                        err=found.result is not None)
             for number, step in enumerate(found.path, 1):
-                click.echo(f"  {number}. {step}", err=found.result is not None)
+                click.echo(escape(f"  {number}. {step}"), err=found.result is not None)
         if found.result is not None:
             print_briefcase(found.result)
     # Under --json the object above is the one on stdout, its "error" the meet's.

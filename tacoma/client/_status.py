@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import msgpack
 
 from ..display import Progress, html_table
+from ..trust._passport import PathStep
 from ..wire._briefcase import Briefcase
 from ..wire._errors import MeetError, MeetTimeout, UnknownMeet, error_from_wire
 from ..wire._names import STATUS_AGENT
@@ -42,28 +43,6 @@ _WAIT_SLICE = 60.0
 _WAITS_AT_ONCE = 64
 #: Characters of an error's detail (an agent's traceback) shown in a notebook.
 _DETAIL_CHARS = 20_000
-
-
-@dataclass(frozen=True)
-class PathStep:
-    """One hand-over on the path a trip's result took, as its home checked the signed line
-    of the place that made it: `place` (its identity) handed the agent on from `came` to
-    `went` (the home, if `ended`: the trip ended there) at `at`, with the briefcase whose
-    SHA-256 is `sent`; `note` says what does not add up ("": everything does)."""
-
-    place: str
-    came: str
-    went: str
-    at: float
-    sent: str
-    ended: bool
-    note: str = ""
-
-    def __str__(self) -> str:
-        did = "ended, sent home to" if self.ended else "handed on to"
-        note = f"  !! {self.note}" if self.note else ""
-        return escape(f"{self.place} ({self.came}) {did} {self.went}, briefcase "
-                      f"{self.sent[:12]}{note}")
 
 
 @dataclass(frozen=True)

@@ -45,8 +45,19 @@ if TYPE_CHECKING:
     from ._store import Bundle
     from ._tls import DenyList
 
-__all__ = ["ANY_PLACE", "ANY_PROGRAM", "MAX_LINES", "MAY", "Line", "Papers", "Passport", "Signer",
-           "Verifier", "briefcase_digest"]
+__all__ = [
+    "ANY_PLACE",
+    "ANY_PROGRAM",
+    "MAX_LINES",
+    "MAY",
+    "Line",
+    "Papers",
+    "Passport",
+    "PathStep",
+    "Signer",
+    "Verifier",
+    "briefcase_digest",
+]
 
 #: What an agent may do for its principal at other places, each named in its passport:
 #:   meet     meet agents there (a program it carries must be the passport's own)
@@ -92,14 +103,18 @@ def briefcase_digest(briefcase: Briefcase) -> str:
     return digest.hexdigest()
 
 
+def _malformed(what: str) -> str:
+    return "the papers are malformed" if what == "papers" else f"its {what} is malformed"
+
+
 def _unpack(raw: bytes, what: str) -> list[object]:
     try:
         value = msgpack.unpackb(raw, raw=False, max_bin_len=1 << 20, max_str_len=4096,
                                 max_array_len=1024, max_map_len=64, strict_map_key=True)
     except Exception:  # noqa: BLE001 - whatever is malformed, it is not papers
-        raise _fail(f"its {what} is malformed") from None
+        raise _fail(_malformed(what)) from None
     if not isinstance(value, list):
-        raise _fail(f"its {what} is malformed")
+        raise _fail(_malformed(what))
     return value
 
 
@@ -232,6 +247,31 @@ class Line:
 
 
 @dataclass(frozen=True, slots=True)
+class PathStep:
+    """One hand-over on the path a trip's result took, as its home checked the signed line
+    of the place that made it: `place` (its identity) handed the agent on from `came` to
+    `went` (the home, if `ended`: the trip ended there) at `at` (time.time()), with the
+    briefcase whose SHA-256 is `sent`; `note` says what does not add up ("": all does)."""
+
+    place: str
+    came: str
+    went: str
+    at: float
+    sent: str
+    ended: bool
+    note: str = ""
+
+    def to_wire(self) -> list[object]:
+        return [self.place, self.came, self.went, self.at, self.sent, self.ended, self.note]
+
+    def __str__(self) -> str:
+        did = "ended, sent home to" if self.ended else "handed on to"
+        note = f"  !! {self.note}" if self.note else ""
+        return (f"{self.place} ({self.came}) {did} {self.went}, briefcase {self.sent[:12]}"
+                f"{note}")
+
+
+@dataclass(frozen=True, slots=True)
 class Papers:
     """What travels beside a meet's briefcase (the Meet's `papers`): the agent's passport
     (b"" if it has none) and the lines of the places that handed it on."""
@@ -254,6 +294,9 @@ class Papers:
         if len(parts) != 2 or not isinstance(parts[0], bytes) or not isinstance(parts[1], list) \
                 or not all(isinstance(line, bytes) for line in parts[1]):
             raise _fail("the papers are not [passport, lines]")
+        if len(parts[1]) > MAX_LINES:
+            raise _fail(f"they carry {len(parts[1])} hop lines, more than the "
+                        f"{MAX_LINES} a trip keeps")
         return cls(parts[0], tuple(parts[1]))
 
     def with_line(self, line: bytes) -> Papers:

@@ -299,7 +299,7 @@ class Access:
 
     # -- meets
     def principal(self, peer: Peer | None, claimed: str, papers: bytes,
-                  peer_address: str) -> Principal:
+                  peer_address: str, agent: str = "") -> Principal:
         """Whom a meet from `peer` that names principal `claimed` is for: `claimed`, if
         `peer` is a place of the cluster forwarding it with `claimed`'s passport (in
         `papers`; a meet naming none is its peer's: the session knows that one)."""
@@ -312,7 +312,7 @@ class Access:
         except TrustError:
             raise NotAuthorized(f"place {peer.name} names a principal that no identity can "
                                 f"have: {claimed[:80]!r}") from None
-        return self.passports.forwarded(peer, claimed, papers, peer_address)
+        return self.passports.forwarded(peer, claimed, papers, peer_address, agent)
 
     def side(self, peer: Peer | None) -> Side:
         """Which side a connection's meets come from: a place, if its certificate is a

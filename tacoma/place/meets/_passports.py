@@ -29,12 +29,19 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ...trust._passport import Line, Papers, Passport, Verifier, briefcase_digest
+from ...trust._passport import Line, Papers, Passport, PathStep, Verifier, briefcase_digest
 from ...trust._tls import Peer, RateLimitedLog
 from ...wire._address import canonical_address, parse_address
 from ...wire._briefcase import CODE, Briefcase
 from ...wire._errors import NotAuthorized, TrustError
-from ...wire._names import CABINET_AGENT, ECHO_AGENT, HOME_AGENT, LAZY_AGENT, STATUS_AGENT
+from ...wire._names import (
+    CABINET_AGENT,
+    ECHO_AGENT,
+    HOME_AGENT,
+    LAZY_AGENT,
+    MAILBOX_AGENT,
+    STATUS_AGENT,
+)
 from ...wire._program import code_digest
 from ...wire._text import shown
 from ._trips import Trip
@@ -51,7 +58,7 @@ log = logging.getLogger("tacoma.place")
 #: other agent is met ("meet"), and a hop moves ("move"). ag_echo does nothing for anyone;
 #: a trip's end (ag_home) is checked against the trip's own passport.
 _DOES = {STATUS_AGENT: "status", CABINET_AGENT: "cabinet", LAZY_AGENT: "lazy",
-         ECHO_AGENT: "", HOME_AGENT: ""}
+         ECHO_AGENT: "", HOME_AGENT: "", MAILBOX_AGENT: ""}
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,23 +75,10 @@ class Principal:
     serial: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One hand-over on the path a trip's result took, as the home checked it: `place` (the
-    identity that signed its line) handed the agent on from `came` to `went` at `at`,
-    with the briefcase whose digest is `sent`; `note` says what does not add up ("": all
-    does)."""
-
-    place: str
-    came: str
-    went: str
-    at: float
-    sent: str
-    ended: bool
-    note: str = ""
-
-    def to_wire(self) -> list[object]:
-        return [self.place, self.came, self.went, self.at, self.sent, self.ended, self.note]
+#: One hand-over on a trip's path, as the home checked its line (trust._passport).
+Step = PathStep
+#: The note of a line signed for another trip or passport than the one it comes with.
+_FOREIGN = "this line is for another trip or passport"
 
 
 class Passports:
@@ -136,9 +130,12 @@ class Passports:
                                 f"{shown(passport.agent, 80)}, not this one")
         return dataclasses.replace(own, passport=passport)
 
-    def forwarded(self, peer: Peer, claimed: str, raw: bytes, via: str) -> Principal:
+    def forwarded(self, peer: Peer, claimed: str, raw: bytes, via: str,
+                  agent: str = "") -> Principal:
         """The principal of a meet place `peer` names `claimed` for: under its passport
-        (NotAuthorized, logged, if there is none or it does not hold here)."""
+        (NotAuthorized, logged, if there is none or it does not hold here). A trip's end
+        (`agent` ag_home) comes home whatever the passport's places and deadline: it is
+        checked against the trip's own passport and lines (see BuiltIns.trip_ended)."""
         try:
             papers = Papers.read(raw)
             if not papers.passport:
@@ -152,7 +149,8 @@ class Passports:
                 raise NotAuthorized(f"place {peer.name} names principal "
                                     f"{shown(claimed, 80)} with a passport of "
                                     f"{shown(passport.principal, 80)}'s")
-            self.check_here(passport)
+            if agent != HOME_AGENT:
+                self.check_here(passport)
         except NotAuthorized as exc:
             self.refusals.log(via, f"place {peer.name} tried to act for "
                                    f"{shown(claimed, 80)}: {exc.message}")
@@ -172,7 +170,8 @@ class Passports:
 
     def check(self, principal: Principal, agent: str, mode: str) -> None:
         """NotAuthorized unless the passport of a meet another place made for `principal`
-        lets its agent do what meeting `agent` in `mode` does."""
+        (or an agent another place handed here makes) lets its agent do what meeting
+        `agent` in `mode` does."""
         passport = principal.passport
         if passport is None or not principal.via:
             return
@@ -242,7 +241,9 @@ class Passports:
         passport = principal.passport
         if passport is not None and (not trip.deadline or trip.deadline > passport.deadline):
             trip = dataclasses.replace(trip, deadline=passport.deadline)
-        return trip, got
+        # The rear guard this place answers is the place that signed the last line (HOME's
+        # own guard field is the sender's word only: trusted, it could name any address).
+        return dataclasses.replace(trip, guard=last.came), got
 
     def _checked(self, raw: bytes) -> tuple[Line, str]:
         assert self.seals is not None
@@ -270,6 +271,21 @@ class Passports:
                                       use_bin_type=True)
         return packed
 
+    def end_holds(self, trip_id: str, path: list[Step], sender: str) -> str:
+        """Why the end of trip `trip_id` that place `sender` brings home, along `path`, is
+        not to be taken ("" if it is): this place signed its first line, and the sender
+        its last, an end. A place that holds a trip's passport cannot end it unseen."""
+        if self.seals is None:
+            return ""
+        if not path:
+            return "it carries no lines"
+        first, last = path[0], path[-1]
+        if first.place != self.name or first.note == _FOREIGN:
+            return "its first line is not this place's"
+        if not last.ended or last.place != sender or last.note == _FOREIGN:
+            return f"its last line is not an end signed by {shown(sender, 80)}, which sent it"
+        return ""
+
     def path(self, trip_id: str, lines: tuple[bytes, ...], passport: Passport | None
              ) -> list[Step]:
         """The path the end of trip `trip_id` took, from its lines, each checked: a line
@@ -290,8 +306,6 @@ class Passports:
             elif previous is not None and line.hop > previous.hop + 1:
                 note = (f"{line.hop - previous.hop - 1} hand-overs before it are not carried "
                         "(a trip carries its home's line and its latest)")
-            elif previous is not None and previous.went != line.came:
-                note = f"{previous.went} was handed the agent, and {line.came} hands it on"
             elif previous is not None and previous.sent != line.got:
                 note = (f"{place} says it got another briefcase than {previous.came} says "
                         "it handed over")

@@ -614,6 +614,12 @@ class Journal:
             if not watcher.done():
                 watcher.set_result(None)
 
+    async def has_trip(self, trip: str) -> bool:
+        """Whether the journal has a meet whose agent went on trip `trip` from here."""
+        row = await self._read(lambda db: db.execute(
+            "SELECT 1 FROM meets WHERE trip = ? LIMIT 1", (trip,)).fetchone())
+        return row is not None
+
     async def get(self, meet_id: str, principal: str) -> Record | None:
         """Meet `meet_id` of `principal` (ids are per principal, for everyone: an
         administrator asks for another's meet by naming its principal)."""

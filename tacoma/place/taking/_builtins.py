@@ -99,15 +99,27 @@ class BuiltIns:
         self.passports = passports  # checks the lines of trips' ends (see _passports)
 
     async def trip_ended(self, briefcase: Briefcase, principal: str,
-                         passport: Passport | None = None, lines: tuple[bytes, ...] = ()
-                         ) -> None:
+                         passport: Passport | None = None, lines: tuple[bytes, ...] = (),
+                         sender: str = "") -> None:
         """ag_home: the end of a trip of `principal` that began here (from the place
-        where it ended, or this one), under the agent's `passport`, with the `lines` of the
-        places that handed it on: to its waiting caller, else to the journal; the path it
-        took goes with it (see _passports)."""
+        `sender` where it ended, or "": this one), under the agent's `passport`, with the
+        `lines` of the places that handed it on: to its waiting caller, else to the
+        journal; the path it took goes with it (see _passports). An end whose lines do not
+        show this place's first hand-over and the sender's own end is not taken: a place
+        that holds a trip's passport cannot end it unseen."""
         home = briefcase.folder(HOME)
         trip_id = home[0].decode("ascii", "replace") if home else ""
-        path = self.passports.path(trip_id, lines, passport) if lines else None
+        path = None
+        # Lines are checked only for a trip this place has (a flood of ends of made-up
+        # trips costs no signature checks).
+        if self.passports.seals is not None and (
+                trip_id in self.trips.owners or await self.journal.has_trip(trip_id)):
+            path = self.passports.path(trip_id, lines, passport)
+            why = self.passports.end_holds(trip_id, path, sender or self.passports.name)
+            if why:
+                log.warning("the end of trip %s from %s is not taken: %s", shown(trip_id, 40),
+                            shown(sender or "this place", 80), why)
+                return
         if path and any(step.note for step in path):
             log.warning("trip %s ended with a path that does not add up: %s",
                         shown(trip_id, 40), "; ".join(f"{step.place}: {step.note}"
@@ -144,8 +156,8 @@ class BuiltIns:
         if agent == LAZY_AGENT:
             return await self.lazy.serve(briefcase, principal, who is not None, self.max_wait,
                                          origins or set(), passport)
-        if agent == HOME_AGENT:
-            await self.trip_ended(briefcase, principal, passport, lines)
+        if agent == HOME_AGENT:  # from a place: the one that vouched, or the one itself
+            await self.trip_ended(briefcase, principal, passport, lines, via or principal)
             return Briefcase()
         if agent == ADMIN_AGENT:
             return await self._admin(briefcase, admin)

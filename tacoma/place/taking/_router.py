@@ -182,10 +182,11 @@ class Router:
         if event.mode != "go" and self.residents.get(agent) is not None:
             return Route(Kind.RESIDENT, agent)
         route = self._resolved(agent)
-        if meet is None and caller.principal.passport is not None and \
-                isinstance(route.found, PooledAgent) and route.found.installed is None:
-            # A program run for the principal is its passport's (the launch's, or the one
-            # another place hands on): whoever holds a passport runs that program only.
+        if (meet is None or caller.principal.via) and caller.principal.passport is not None \
+                and isinstance(route.found, PooledAgent) and route.found.installed is None:
+            # A program run for the principal is its passport's (the launch's, or one another
+            # place hands on, or one an agent another place handed here starts here):
+            # whoever holds a passport runs the programs it names only.
             self.access.passports.check_program(caller.principal, agent, event.briefcase)
         return route
 
@@ -256,7 +257,8 @@ class Router:
         assert meet is not None
         return self._answering(event.rid, functools.partial(
             self.builtins.serve, route.agent, event.briefcase, meet.identity,
-            principal=meet.principal, origins=meet.origins, passport=meet.passport), reply)
+            principal=meet.principal, origins=meet.origins, passport=meet.passport,
+            via=meet.via), reply)
 
     def _run_meet(self, caller: Caller, event: Meet, route: Route, reply: Reply,
                   accepted: int) -> Taken | None:
@@ -466,8 +468,10 @@ class Router:
                 meet.note_origins(reply.briefcase)
             worker.answer(reply)
 
-        taken = self.take(Caller(Principal(meet.principal, passport=meet.passport), Side.AGENT,
-                                 serial=meet.serial, meet=meet, worker=worker), event, hand)
+        # An agent another place handed here acts under its passport here too (via).
+        taken = self.take(Caller(Principal(meet.principal, meet.via, meet.passport),
+                                 Side.AGENT, serial=meet.serial, meet=meet, worker=worker),
+                          event, hand)
         if taken is None:
             return
         try:

@@ -160,7 +160,7 @@ class Session:
         try:
             if event.principal and event.principal != self.own.name:
                 principal = self.access.principal(peer, event.principal, event.papers,
-                                                  self.channel.peer)
+                                                  self.channel.peer, event.agent)
             elif event.papers:  # a client's passport, or a place's lines for its own hop
                 principal = self.access.passports.own(self.own, event.papers, event,
                                                       self.side is Side.CLIENT)

@@ -406,3 +406,31 @@ def test_papers_with_more_lines_than_a_trip_keeps_are_refused(a: RunningPlace,
     flood = Papers(b"", tuple(b"x" * 600 for _ in range(MAX_LINES + 1))).to_wire()
     with pytest.raises(tacoma.NotAuthorized, match="more than the"):
         as_place(place_b, a.address, "ag_home", {"HOME": [b"0" * 32]}, papers=flood)
+
+
+def test_a_clients_next_launch_takes_the_passport_signed_ahead(a: RunningPlace,
+                                                              alice: Path) -> None:
+    """A launch's passport is signed ahead, right after the launch before (off its path):
+    the next launch like it runs as that passport's meet, and the place takes it."""
+    credentials = Credentials(alice)
+    launch = Briefcase(CODE=[WHOAMI.encode()])
+
+    async def two() -> tuple[str, str, Any]:
+        client = await PlaceClient.connect(a.address, credentials=credentials)
+        try:
+            await client.meet("ag_python", Briefcase(launch), "sync", 30)
+            for _ in range(100):  # signed on a thread, a moment after the answer
+                if credentials._ahead:
+                    break
+                await asyncio.sleep(0.05)
+            (ahead_id, _, _), = credentials._ahead.values()
+            meet_id = credentials.launch_id(a.address, "ag_python", launch, 30)
+            answer = await client.meet("ag_python", Briefcase(launch), "sync", 30,
+                                       meet_id=meet_id)
+            return ahead_id, meet_id, answer
+        finally:
+            client.close()
+
+    ahead_id, meet_id, answer = asyncio.run(two())
+    assert meet_id == ahead_id
+    assert answer.text("WHO")[0] == name_of(alice)

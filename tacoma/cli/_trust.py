@@ -71,8 +71,8 @@ def init(trust_dir: Path | None) -> None:
 @trust.command()
 @click.argument("name")
 @click.option("--place", "is_place", is_flag=True,
-              help="A place's identity: it serves meets, and vouches for the principals of "
-                   "the agents it forwards and moves.")
+              help="A place's identity: it serves meets, and carries the passports of the "
+                   "agents it forwards and moves (it signs its own hand-overs).")
 @click.option("--address", "addresses", multiple=True, metavar="HOST",
               help="An address the place serves (IP or DNS name), checked by its clients "
                    "as a host name. Repeatable. [default: NAME]")

@@ -65,6 +65,8 @@ class Terms:
            programs: Iterable[str | bytes] | str | None = None) -> Terms:
         """Terms from what a caller gave (None: the default), checked. `programs`: the
         source of each program (str or bytes, a CODE folder's one element), or "*"."""
+        if places is None and may is None and programs is None:
+            return DEFAULT_TERMS  # every meet of a caller who says nothing: no work
         if isinstance(places, str) or isinstance(may, str):
             raise TypeError("places and may are lists of strings, not one string")
         if programs == "*":
@@ -87,8 +89,11 @@ class Terms:
 
 
 DEFAULT_TERMS = Terms()
-#: Seconds a passport signed ahead waits for its launch (see Credentials.sign_ahead).
+#: Seconds a passport signed ahead waits for its launch (see Credentials.sign_ahead), and
+#: how long after a launch's answer it is signed (on a thread: the signature holds the GIL,
+#: which the caller then has to take its answer and go on).
 AHEAD_SECONDS = 10.0
+AHEAD_PAUSE = 0.02
 #: What a launch's passport depends on: (the place's address if it has an identity of its
 #: own here, else ""; agent; program; timeout; terms).
 _Launch = tuple[str, str, str, float | None, Terms]
@@ -204,15 +209,21 @@ class Credentials:
         An ECDSA signature costs about 30 us with the CPU's caches warm, and ten times
         that after a pause (measured: 380 us between meets a third of a second apart),
         which a launch would wait for; signed right after a launch, the next one like it
-        takes it ready (within AHEAD_SECONDS, its deadline as far ahead as if signed then)."""
+        takes it ready (within AHEAD_SECONDS, its deadline as far ahead as if signed then).
+        Called on a thread (see PlaceClient.meet): dict updates are atomic."""
         if not self.signs_for(agent):
             return
         key = self._launch(address, agent, program, timeout, terms)
         if len(self._ahead) >= 64:
             self._ahead.clear()
         meet_id = new_meet_id()
-        self._ahead[key] = (meet_id, self._sign(key, meet_id, AHEAD_SECONDS),
-                            time.monotonic())
+        time.sleep(AHEAD_PAUSE)  # the GIL is its caller's meanwhile: it takes its answer
+        try:
+            papers = self._sign(key, meet_id, AHEAD_SECONDS)
+        except Exception as exc:  # noqa: BLE001 - the launch signs its own, and says why
+            log.debug("signing a passport ahead failed: %s", exc)
+            return
+        self._ahead[key] = (meet_id, papers, time.monotonic())
 
     def _launch(self, address: str, agent: str, program: str, timeout: float | None,
                 terms: Terms) -> _Launch:

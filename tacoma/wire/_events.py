@@ -291,7 +291,8 @@ class Meet(Event):
     `principal` is who the meet is made for: empty from a client (the place knows its
     peer's name from the peer's certificate), the launching identity's name when a place
     forwards an agent's meet or moves an agent to another place (honoured only from a peer
-    whose certificate says it is a place), and that name again from a place to the worker
+    whose certificate says it is a place, with that principal's passport in `papers`), and
+    that name again from a place to the worker
     that runs the agent (the agent API's `principal`).
 
     `meet_id` is the id the client chose for the meet ("": the place makes one). Knowing it

@@ -332,8 +332,8 @@ class Router:
 
     def _forward(self, caller: Caller, event: Meet, route: Route, reply: Reply,
                  accepted: int) -> Taken | None:
-        """An agent here meets an agent at another place: that place authorizes it, and
-        this place vouches for the principal."""
+        """An agent here meets an agent at another place: that place authorizes it under
+        the agent's passport, which this place carries (it vouches for nobody)."""
         assert caller.meet is not None
         passport = caller.meet.passport
         # Its passport goes with it; without one, this place meets as itself.

@@ -25,7 +25,7 @@ import pytest
 import tacoma
 from tacoma import Briefcase
 from tacoma.client import PlaceClient
-from tacoma.client._identity import Credentials
+from tacoma.client._identity import Credentials, program_of
 from tacoma.trust._passport import Papers
 
 from conftest import (
@@ -424,7 +424,7 @@ def test_a_clients_next_launch_takes_the_passport_signed_ahead(a: RunningPlace,
                     break
                 await asyncio.sleep(0.05)
             (ahead_id, _, _), = credentials._ahead.values()
-            meet_id = credentials.launch_id(a.address, "ag_python", launch, 30)
+            meet_id = credentials.launch_id(a.address, "ag_python", program_of(launch), 30)
             answer = await client.meet("ag_python", Briefcase(launch), "sync", 30,
                                        meet_id=meet_id)
             return ahead_id, meet_id, answer

@@ -25,7 +25,7 @@ from ..wire._address import split_target
 from ..wire._briefcase import CODE, Briefcase
 from ..wire._errors import ConnectionLost
 from ._client import connection, meet_deadline, place_of
-from ._identity import DEFAULT_TERMS, Terms, credentials
+from ._identity import DEFAULT_TERMS, Terms, credentials, program_of
 from ._trip_progress import TripBar, shows_trip, watch_trip
 
 __all__ = ["ameet", "arequest", "asend", "make_briefcase", "meet", "request",
@@ -120,7 +120,7 @@ async def _ameet(target: str, bc: Briefcase, mode: MeetMode, timeout: float | No
         # id (and an async meet sent again after a lost answer is taken once): the id of
         # the passport signed ahead for it, if there is one.
         meet_id = meet_id or (client.credentials or credentials()).launch_id(
-            client.address, agent, bc, timeout, terms)
+            client.address, agent, program_of(bc), timeout, terms)
         watching = (asyncio.ensure_future(watch_trip(meet_id, address, hop))
                     if hop is not None else None)
         try:

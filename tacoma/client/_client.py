@@ -155,26 +155,24 @@ class PlaceClient:
         transfer (the network, both frames' decoding and waiting to be scheduled: the send
         and the wait for the answer, less the place's own span).
         """
-        if papers is None:
-            credentials = self.credentials or process_credentials()
-            if self.channel is None or self.channel.identity is None:
-                papers = b""  # plaintext (an --insecure place): nobody is anybody there
-            else:
-                if not meet_id:
-                    meet_id = credentials.launch_id(self.address, agent, briefcase, timeout,
-                                                    terms)
-                papers = credentials.papers(self.address, agent, briefcase, meet_id,
-                                            timeout, terms)
-                if papers:  # once this one is answered, the next like it is signed ahead
-                    try:
-                        return await self._meet_named(agent, briefcase, mode, timeout,
-                                                      principal, meet_id, papers)
-                    finally:
-                        # On a thread: off the loop, and done while its caller waits or
-                        # sleeps (the signature holds the GIL, about 200 us made cold).
-                        asyncio.get_running_loop().run_in_executor(None, functools.partial(
-                            credentials.sign_ahead, self.address, agent,
-                            program_of(briefcase), timeout, terms))
+        credentials = self.credentials or process_credentials()
+        # Over TLS, a client's launch of an agent carries its passport (plaintext: nobody
+        # is anybody there).
+        if papers is None and self.channel is not None and self.channel.identity is not None \
+                and credentials.signs_for(agent):
+            program = program_of(briefcase)
+            if not meet_id:
+                meet_id = credentials.launch_id(self.address, agent, program, timeout, terms)
+            papers = credentials.papers(self.address, agent, program, meet_id, timeout, terms)
+            try:
+                return await self._meet_named(agent, briefcase, mode, timeout, principal,
+                                              meet_id, papers)
+            finally:  # once this one is answered, the next like it is signed ahead, on a
+                # thread: off the loop, while its caller waits or sleeps (the signature
+                # holds the GIL, about 200 us made cold)
+                asyncio.get_running_loop().run_in_executor(None, functools.partial(
+                    credentials.sign_ahead, self.address, agent, program, timeout, terms))
+        papers = papers or b""
         return await self._meet_named(agent, briefcase, mode, timeout, principal, meet_id,
                                       papers)
 

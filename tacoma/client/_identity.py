@@ -174,28 +174,27 @@ class Credentials:
         """Whether a launch of `agent` with these credentials carries a passport."""
         return not self.insecure and self.signs and agent not in _NO_PASSPORT
 
-    def launch_id(self, address: str, agent: str, briefcase: Briefcase,
-                  timeout: float | None, terms: Terms = DEFAULT_TERMS) -> str:
-        """The meet id for launching `agent` with `briefcase` at the place at `address`:
-        that of the passport signed ahead for it (see sign_ahead) if one is ready, else a
-        new one."""
+    def launch_id(self, address: str, agent: str, program: str, timeout: float | None,
+                  terms: Terms = DEFAULT_TERMS) -> str:
+        """The meet id for launching `agent` with `program` (its digest, program_of) at the
+        place at `address`: that of the passport signed ahead for it (see sign_ahead) if
+        one is ready, else a new one."""
         if self.signs_for(agent):
-            ahead = self._ahead.get(self._launch(address, agent, program_of(briefcase),
-                                                 timeout, terms))
+            ahead = self._ahead.get(self._launch(address, agent, program, timeout, terms))
             if ahead is not None and time.monotonic() - ahead[2] < AHEAD_SECONDS:
                 return ahead[0]
         return new_meet_id()
 
-    def papers(self, address: str, agent: str, briefcase: Briefcase, meet_id: str,
+    def papers(self, address: str, agent: str, program: str, meet_id: str,
                timeout: float | None, terms: Terms = DEFAULT_TERMS) -> bytes:
         """The papers (a Meet's, see trust._passport) that carry the passport for
-        launching `agent` with `briefcase` as meet `meet_id` at the place at `address`;
+        launching `agent` with `program` as meet `meet_id` at the place at `address`;
         b"" where none is needed: plaintext, a place's own agent, or credentials that do
         not sign. A passport signed ahead for it (see sign_ahead) is used, else one is
         signed now."""
         if not self.signs_for(agent):
             return b""
-        key = self._launch(address, agent, program_of(briefcase), timeout, terms)
+        key = self._launch(address, agent, program, timeout, terms)
         ahead = self._ahead.pop(key, None)
         if ahead is not None and ahead[0] == meet_id and \
                 time.monotonic() - ahead[2] < AHEAD_SECONDS:

@@ -30,13 +30,14 @@ import datetime
 import fnmatch
 import hashlib
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import msgpack
 
 from ..wire._briefcase import Briefcase
-from ..wire._errors import NotAuthorized
+from ..wire._errors import NotAuthorized, TrustError
 from ..wire._lazy import LAZY
 from ._store import serial_text
 
@@ -172,13 +173,15 @@ class Passport:
         return any(pattern == ANY_PLACE or fnmatch.fnmatchcase(address, pattern)
                    or (name and fnmatch.fnmatchcase(name, pattern)) for pattern in self.places)
 
-    def check_at(self, address: str, name: str, now: float | None = None) -> None:
-        """NotAuthorized unless it holds now at the place at `address` named `name`."""
+    def check_at(self, addresses: Collection[str], name: str,
+                 now: float | None = None) -> None:
+        """NotAuthorized unless it holds now at the place named `name` that is known by
+        `addresses` (its own, and on a wildcard listen those its certificate names)."""
         if (now if now is not None else time.time()) > self.deadline + SKEW:
             raise _fail(f"it expired at {_when(self.deadline)} (its deadline)")
-        if not self.admits(address, name):
+        if not any(self.admits(address, name) for address in addresses):
             raise _fail(f"its itinerary ({', '.join(self.places)}) does not admit place "
-                        f"{address}" + (f" ({name})" if name else ""))
+                        f"{', '.join(sorted(addresses))}" + (f" ({name})" if name else ""))
 
     def runs(self, program: str) -> bool:
         """Whether it lets the program whose digest is `program` run for its principal."""
@@ -222,6 +225,11 @@ class Line:
         packed: bytes = msgpack.packb([1, self.trip, self.hop, self.came, self.went, self.at,
                                        self.got, self.sent, self.passport, self.ended],
                                       use_bin_type=True)
+        return packed
+
+    def pack(self, seal: bytes) -> bytes:
+        """Its wire form, [statement, seal] (`seal`: its sealing place's, on statement())."""
+        packed: bytes = msgpack.packb([self.statement(), seal], use_bin_type=True)
         return packed
 
     @classmethod
@@ -381,8 +389,6 @@ class Verifier:
         from cryptography.hazmat.primitives import hashes
         from cryptography.hazmat.primitives.asymmetric import ec
         from cryptography.x509.oid import NameOID
-
-        from ..wire._errors import TrustError
 
         passport = Passport.read(raw)
         _, der, signature = _unpack(raw, "passport")

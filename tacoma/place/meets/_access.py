@@ -154,8 +154,7 @@ class Access:
                         "place can run code on it. For a closed test network only.")
             self.credentials = Credentials(insecure=True)
             self.seals: Seals | None = None
-            self.passports = Passports("", "", None, None,
-                                       self.refusals)
+            self.passports = Passports("", "", None, None, self.refusals)
             return
         store = TrustStore(settings.trust_dir)
         bundle = self._identity(store, host)
@@ -180,8 +179,7 @@ class Access:
         self.passports = Passports("", self.name,
                                    Verifier(bundle.ca, self.tls.deny_list,
                                             self.seals.issued), self.seals,
-                                   self.refusals)
-        self.passports.hosts = self.hosts
+                                   self.refusals, self.hosts)
 
     def _identity(self, store: TrustStore, host: str) -> Bundle:
         from ...trust import _certs  # cryptography: a place reads its own certificate once

@@ -46,9 +46,8 @@ from ...wire._trace import record
 from ._route import TRANSITIONS, BadTransition, Route, State
 
 if TYPE_CHECKING:
-    from ...trust._passport import Passport
+    from ...trust._passport import Passport, PathStep
     from ..workers._pool import Worker
-    from ._passports import Step
     from ._trips import Trip
 
 __all__ = ["ALWAYS_SERVED", "AtCapacity", "Meets", "RunningMeet", "failed"]
@@ -161,7 +160,7 @@ class RunningMeet:
         self.lines: tuple[bytes, ...] = ()
         self.got = ""
         #: The path its trip's end took, as this place (its home) checked the lines.
-        self.path: list[Step] | None = None
+        self.path: list[PathStep] | None = None
         self._identity: str | None = None
 
     def to(self, state: State) -> None:

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from ...trust._seal import Seals
     from ...wire._protocol import Meet
 
-__all__ = ["Carried", "Passports", "Principal", "Step"]
+__all__ = ["Carried", "Passports", "Principal"]
 
 log = logging.getLogger("tacoma.place")
 
@@ -75,8 +75,6 @@ class Principal:
     serial: str = ""
 
 
-#: One hand-over on a trip's path, as the home checked its line (trust._passport).
-Step = PathStep
 #: The note of a line signed for another trip or passport than the one it comes with.
 _FOREIGN = "this line is for another trip or passport"
 
@@ -85,12 +83,13 @@ class Passports:
     """The passports of the meets one place takes, and the lines it signs."""
 
     def __init__(self, address: str, name: str, verifier: Verifier | None,
-                 seals: Seals | None, refusals: RateLimitedLog) -> None:
+                 seals: Seals | None, refusals: RateLimitedLog,
+                 hosts: tuple[str, ...] = ()) -> None:
         self.address = address  # see here
         #: Every address this place is known by (its own, and on a wildcard listen those
         #: its certificate names, with its port).
         self.addresses: frozenset[str] = frozenset({address})
-        self.hosts: tuple[str, ...] = ()  # those its certificate names
+        self.hosts = hosts  # the addresses its certificate names
         self.name = name  # the place's own identity's
         self.verifier = verifier  # None: an --insecure place, where nobody is anybody
         self.seals = seals
@@ -142,31 +141,19 @@ class Passports:
                 raise NotAuthorized(f"place {peer.name} names principal {shown(claimed, 80)} "
                                     f"without a passport: a place acts for a principal only "
                                     f"with the passport that principal signed for its agent")
-            if self.verifier is None:
-                raise NotAuthorized("this place authenticates nobody: it takes no passports")
+            assert self.verifier is not None  # no place names a principal to an --insecure one
             passport, serial = self.verifier.verify(papers.passport)
             if passport.principal != claimed:
                 raise NotAuthorized(f"place {peer.name} names principal "
                                     f"{shown(claimed, 80)} with a passport of "
                                     f"{shown(passport.principal, 80)}'s")
             if agent != HOME_AGENT:
-                self.check_here(passport)
+                passport.check_at(self.addresses, self.name)
         except NotAuthorized as exc:
             self.refusals.log(via, f"place {peer.name} tried to act for "
                                    f"{shown(claimed, 80)}: {exc.message}")
             raise
         return Principal(claimed, peer.name, passport, papers.lines, serial)
-
-    def check_here(self, passport: Passport) -> None:
-        """NotAuthorized unless `passport` holds now, here (its deadline, its itinerary)."""
-        for address in sorted(self.addresses):
-            try:
-                passport.check_at(address, self.name)
-                return
-            except NotAuthorized:
-                if len(self.addresses) == 1:
-                    raise
-        passport.check_at(self.address, self.name)
 
     def check(self, principal: Principal, agent: str, mode: str) -> None:
         """NotAuthorized unless the passport of a meet another place made for `principal`
@@ -264,15 +251,10 @@ class Passports:
             return b""
         line = Line(trip.id, trip.hop, self.address, went, time.time(), got,
                     briefcase_digest(sent), passport.digest if passport else "", ended)
-        statement = line.statement()
-        import msgpack  # as trust._passport packs its lines
+        return line.pack(self.seals.seal(line.statement()))
 
-        packed: bytes = msgpack.packb([statement, self.seals.seal(statement)],
-                                      use_bin_type=True)
-        return packed
-
-    def end_holds(self, trip_id: str, path: list[Step], sender: str) -> str:
-        """Why the end of trip `trip_id` that place `sender` brings home, along `path`, is
+    def end_holds(self, path: list[PathStep], sender: str) -> str:
+        """Why the end of a trip that place `sender` brings home, along `path`, is
         not to be taken ("" if it is): this place signed its first line, and the sender
         its last, an end. A place that holds a trip's passport cannot end it unseen."""
         if self.seals is None:
@@ -287,10 +269,10 @@ class Passports:
         return ""
 
     def path(self, trip_id: str, lines: tuple[bytes, ...], passport: Passport | None
-             ) -> list[Step]:
+             ) -> list[PathStep]:
         """The path the end of trip `trip_id` took, from its lines, each checked: a line
         that does not hold, or a hand-over whose two sides disagree, is noted."""
-        steps: list[Step] = []
+        steps: list[PathStep] = []
         previous: Line | None = None
         digest = passport.digest if passport is not None else ""
         for raw in lines:
@@ -298,19 +280,19 @@ class Passports:
             try:
                 line, place = self._checked(raw)
             except NotAuthorized as exc:
-                steps.append(Step("?", "", "", 0.0, "", False, exc.message))
+                steps.append(PathStep("?", "", "", 0.0, "", False, exc.message))
                 previous = None
                 continue
             if line.trip != trip_id or line.passport != digest:
-                note = "this line is for another trip or passport"
+                note = _FOREIGN
             elif previous is not None and line.hop > previous.hop + 1:
                 note = (f"{line.hop - previous.hop - 1} hand-overs before it are not carried "
                         "(a trip carries its home's line and its latest)")
             elif previous is not None and previous.sent != line.got:
                 note = (f"{place} says it got another briefcase than {previous.came} says "
                         "it handed over")
-            steps.append(Step(place, line.came, line.went, line.at, line.sent, line.ended,
-                              note))
+            steps.append(PathStep(place, line.came, line.went, line.at, line.sent,
+                                  line.ended, note))
             previous = line
         return steps
 
@@ -324,11 +306,6 @@ class Carried:
     passport: Passport | None = None
     lines: tuple[bytes, ...] = ()
     got: str = ""
-
-    @property
-    def principal_named(self) -> bool:
-        """Whether a place handing it on names its principal (only under its passport)."""
-        return self.passport is not None
 
     def papers(self, line: bytes) -> Papers:
         """Its papers, with this place's `line` added (none on an --insecure place)."""

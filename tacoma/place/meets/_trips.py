@@ -190,7 +190,7 @@ class Trips:
 
     async def wait(self, trip: Trip, deadline: float) -> tuple[Briefcase, list[Any] | None]:
         """The final briefcase of a trip that started here, by the monotonic `deadline`,
-        and the path it took (see _passports.Step; None where nobody signs lines)."""
+        and the path it took (see trust._passport.PathStep; None where nobody signs lines)."""
         future = self.waiting[trip.id]
         try:
             async with asyncio.timeout_at(asyncio.get_running_loop().time()

@@ -166,7 +166,7 @@ class Hops:
             await self._home(end, principal, carried.passport, papers.lines)
             self._release_guard(trip)
             return
-        named = principal if carried.principal_named else ""  # else: as this place
+        named = principal if carried.passport is not None else ""  # else: as this place
         wire = papers.to_wire()
         left = trip.time_left()
         give_up = time.monotonic() + (max(0.0, left) if left is not None else 0.0) + 60.0

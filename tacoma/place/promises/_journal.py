@@ -122,7 +122,7 @@ class Record:
     error: tuple[str, str, str] | None
     papers: bytes = b""  # an async meet's passport, to hand on after a restart
     passport: str = ""  # the digest of its agent's passport ("": it had none)
-    path: list[list[Any]] | None = None  # a trip's, as its home checked it (Step.to_wire)
+    path: list[list[Any]] | None = None  # a trip's, as its home checked it (PathStep.to_wire)
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> Record:
@@ -552,7 +552,7 @@ class Journal:
                     result: Briefcase | None, error: tuple[str, str, str] | None,
                     path: bytes | None = None) -> None:
         """Record how a meet ended (for a sync meet not yet in the journal, its row too;
-        `path`: a trip's, see _passports.Step)."""
+        `path`: a trip's, see trust._passport.PathStep)."""
         state, packed, failure, before = self._keep(meet_id, principal, result, error)
 
         def write(db: sqlite3.Connection) -> None:

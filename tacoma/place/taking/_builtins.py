@@ -115,7 +115,7 @@ class BuiltIns:
         if self.passports.seals is not None and (
                 trip_id in self.trips.owners or await self.journal.has_trip(trip_id)):
             path = self.passports.path(trip_id, lines, passport)
-            why = self.passports.end_holds(trip_id, path, sender or self.passports.name)
+            why = self.passports.end_holds(path, sender or self.passports.name)
             if why:
                 log.warning("the end of trip %s from %s is not taken: %s", shown(trip_id, 40),
                             shown(sender or "this place", 80), why)

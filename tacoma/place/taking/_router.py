@@ -212,9 +212,12 @@ class Router:
             # An installed agent's program is this place's, which no passport can name: it
             # meets other places as this place, not as its principal.
             passport = None
-        elif passport is not None and not outside and CODE in event.briefcase and \
+        elif passport is not None and not outside and not caller.principal.via and \
+                CODE in event.briefcase and \
                 not passport.runs(code_digest(event.briefcase[CODE]).hex()):
-            passport = None  # another program its agent starts here: the passport stays
+            # Another program its agent starts at its launch place: the passport stays
+            # with its own (at a place another handed it to, _route refused it already).
+            passport = None
         meet.passport = passport
         meet.lines = caller.principal.lines
         return meet

@@ -124,6 +124,17 @@ class RunningPlace:
         return self.proc.wait(timeout)
 
 
+def tacoma_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120,
+               default_place: bool = True) -> subprocess.CompletedProcess[str]:
+    """The real command, as a person runs it: its exit status, stdout and stderr as text
+    (`env` added to the environment; without `default_place`, no $TACOMA_PLACE nor
+    $TACOMA_STATE_DIR of the caller's)."""
+    base = {k: v for k, v in os.environ.items()
+            if default_place or k not in ("TACOMA_PLACE", "TACOMA_STATE_DIR")}
+    return subprocess.run([sys.executable, "-m", "tacoma", *args], capture_output=True,
+                          text=True, timeout=timeout, check=False, env={**base, **(env or {})})
+
+
 def launch_place(state_dir: Path, *flags: str, timeout: float = 30,
                  quiet: bool = True, listen: str = "127.0.0.1:0",
                  env: dict[str, str] | None = None,

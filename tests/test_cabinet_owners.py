@@ -16,8 +16,6 @@ import hashlib
 import json
 import os
 import sqlite3
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -36,6 +34,7 @@ from conftest import (
     language_params,
     launch_place,
     small_disk,
+    tacoma_cli,
 )
 
 LANGUAGES = language_params()
@@ -204,11 +203,6 @@ def meet_as(identity: tuple[str, Path], place: RunningPlace, agent: str,
             client.close()
 
     return asyncio.run(meet())
-
-
-def tacoma_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tacoma", *args], capture_output=True,
-                          text=True, timeout=60, check=False)
 
 
 def fresh(base: str) -> str:

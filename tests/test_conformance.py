@@ -456,7 +456,7 @@ PROBES: dict[str, str | Callable[[list[str]], str]] = {
         '}\n'),
     "scheme": (
         '(for-each (lambda (name)\n'
-        '            (if (module-local-variable (current-module) (string->symbol name))\n'
+        '            (if (module-local-variable %prelude (string->symbol name))\n'
         '                (bc-append "FOUND" name)))\n'
         '          (bc-text "NAMES"))\n'),
     "c": _c_probe,

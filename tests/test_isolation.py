@@ -62,8 +62,9 @@ def test_workers_working_directories_are_in_their_own_tmpfs_not_on_disk(
 
 
 def test_each_meet_gets_a_fresh_process_never_the_places(tight: RunningPlace) -> None:
-    # A mark left in the interpreter by one meet is not there for the next: a new address
-    # space each time, never the place's (whose pid, as root, an agent cannot even see).
+    # A mark left in the interpreter by one meet is not there for another program's: a new
+    # address space each time, never the place's (whose pid, as root, an agent cannot even
+    # see). (The same program of the same principal may find it: tests/test_warm.py.)
     code = """
         import os, sys
         bc["SEEN"] = [str(hasattr(sys, "tacoma_mark"))]
@@ -71,9 +72,9 @@ def test_each_meet_gets_a_fresh_process_never_the_places(tight: RunningPlace) ->
         bc["PID"] = [str(os.getpid())]
         bc["PLACE"] = [str(os.path.exists("/proc/%d" % int(bc.text("PLACE_PID")[0])))]
     """
-    for _ in range(3):
+    for n in range(3):
         result = tacoma.meet(tight.target("ag_python"), {"PLACE_PID": [str(tight.proc.pid)]},
-                             code=textwrap.dedent(code))
+                             code=textwrap.dedent(code) + f"# program {n}\n")
         assert result["SEEN"] == [b"False"]
         assert result["PID"] != [str(tight.proc.pid).encode()]
         if is_root:  # the first process of a PID namespace of its own
@@ -376,7 +377,7 @@ def test_agents_run_under_uids_of_their_own(tight: RunningPlace) -> None:
             f.write(b"scratch")
         open("here.txt", "w").write("the working directory is the agent's")
     """
-    first, second = run(tight, code), run(tight, code)
+    first, second = run(tight, code), run(tight, textwrap.dedent(code) + "# another one\n")
     assert int(first["UID"][0]) >= 0x70000000
     assert first["UID"] == first["GID"]
     assert first["GROUPS"] == []

@@ -4,10 +4,8 @@ real place with a resident, a cabinet and meets that ran."""
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,17 +13,12 @@ import pytest
 import tacoma
 from tacoma.client import PlaceStatus, place_status
 
-from conftest import RunningPlace, issue_identity, launch_place, wait_until
+from conftest import RunningPlace, issue_identity, launch_place, tacoma_cli, wait_until
+
+#: The command as a person with no $TACOMA_PLACE of their own runs it.
+cli = functools.partial(tacoma_cli, default_place=False)
 
 RESIDENT = "reside clerk\nafter 120000\n"  # Tcl: resident as clerk, taking no message
-
-
-def tacoma_cli(*args: str, env: dict[str, str] | None = None
-               ) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if k not in ("TACOMA_PLACE",
-                                                               "TACOMA_STATE_DIR")}
-    return subprocess.run([sys.executable, "-m", "tacoma", *args], capture_output=True,
-                          text=True, timeout=60, check=False, env={**clean, **(env or {})})
 
 
 @pytest.fixture(scope="module")
@@ -70,20 +63,21 @@ def test_the_python_api_sums_the_place_up(busy: RunningPlace) -> None:
     assert status.mailbox_bytes == clerk.bytes and status.mailbox_max_bytes > clerk.bytes
     assert status.cabinets == 1
     # The layers are those the place applies, as doctor reports them for this user.
-    doctor = json.loads(tacoma_cli("doctor", "--json").stdout)["layers"]
+    doctor = json.loads(cli("doctor", "--json").stdout)["layers"]
     assert [(layer.name, layer.applied) for layer in status.layers] == [
         (row["layer"], row["applied"]) for row in doctor]
 
 
 def test_the_cli_prints_one_screen(busy: RunningPlace) -> None:
-    out = tacoma_cli("status", busy.address)
+    out = cli("status", busy.address)
     assert out.returncode == 0, out.stderr
     text = out.stdout
     for label in ("place", "up", "isolation", "meets", "mailboxes", "cabinets"):
         assert any(line.startswith(label + " ") for line in text.splitlines()), text
     assert f"tacoma {tacoma.__version__}" in text
     header = next(line for line in text.splitlines() if line.startswith("LANGUAGE"))
-    assert header.split() == ["LANGUAGE", "AGENT", "READY", "POOL", "MOST", "ENDED", "MISSED"]
+    assert header.split() == ["LANGUAGE", "AGENT", "READY", "POOL", "MOST", "ENDED", "MISSED",
+                              "WARM", "SERVED", "WARM", "FRESH"]
     python = next(line for line in text.splitlines() if line.startswith("python "))
     assert python.split()[1] == "ag_python" and python.split()[4] == "16"  # --pool-max
     clerk = next(line for line in text.splitlines() if line.startswith("clerk "))
@@ -91,7 +85,7 @@ def test_the_cli_prints_one_screen(busy: RunningPlace) -> None:
 
 
 def test_the_cli_json_and_the_default_place(busy: RunningPlace) -> None:
-    out = tacoma_cli("status", "--json", env={"TACOMA_PLACE": busy.address})
+    out = cli("status", "--json", env={"TACOMA_PLACE": busy.address})
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["address"] == busy.address
@@ -103,11 +97,11 @@ def test_the_cli_json_and_the_default_place(busy: RunningPlace) -> None:
 def test_a_status_needs_the_admin_role_or_the_token(busy: RunningPlace,
                                                     tmp_path: Path) -> None:
     clerk = str(issue_identity("status-clerk"))  # no admin role
-    refused = tacoma_cli("status", busy.address, "--identity", clerk, "--state-dir",
+    refused = cli("status", busy.address, "--identity", clerk, "--state-dir",
                          str(tmp_path))
     assert refused.returncode == 15, refused.stderr
     assert "NotAllowed" in refused.stderr
-    allowed = tacoma_cli("status", busy.address, "--identity", clerk, "--state-dir",
+    allowed = cli("status", busy.address, "--identity", clerk, "--state-dir",
                          str(busy.state_dir))
     assert allowed.returncode == 0, allowed.stderr
 
@@ -115,12 +109,12 @@ def test_a_status_needs_the_admin_role_or_the_token(busy: RunningPlace,
 def test_a_meet_id_is_still_a_meets_status(busy: RunningPlace) -> None:
     meet_id = tacoma.meet(busy.target("ag_python"), code="bc['X'] = [b'1']", mode="async")
     # "--": an id may begin with "-", and would be read as an option.
-    out = tacoma_cli("status", "--wait", "30s", "--json", "--", f"{meet_id}@{busy.address}")
+    out = cli("status", "--wait", "30s", "--json", "--", f"{meet_id}@{busy.address}")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["state"] == "done"
-    wait = tacoma_cli("status", busy.address, "--wait", "5")
+    wait = cli("status", busy.address, "--wait", "5")
     assert wait.returncode == 2 and "--wait waits for a meet" in wait.stderr
-    neither = tacoma_cli("status", "justanid")
+    neither = cli("status", "justanid")
     assert neither.returncode == 2 and "neither a place" in neither.stderr
 
 

@@ -51,6 +51,7 @@ from tacoma.wire._protocol import (
     Hello,
     Log,
     Meet,
+    Ready,
     Result,
     Role,
 )
@@ -73,6 +74,7 @@ SAMPLES: dict[type[Event], Event] = {
     Result: Result(1, Briefcase(OUT=[b"x"])),
     Failed: Failed(1, "agent-failed", "boom", "Traceback ..."),
     Log: Log("info", "hello"),
+    Ready: Ready(),
     Cancel: Cancel(1),
     Bye: Bye("done"),
 }
@@ -82,7 +84,7 @@ PERMITTED = {
     Role.CLIENT: {Hello, Meet, Result, Failed, Cancel, Bye},
     Role.PLACE: {Hello, Meet, Accepted, Result, Failed, Bye},
     Role.HOST: {Hello, Meet, Accepted, Result, Failed, Bye},
-    Role.WORKER: {Hello, Meet, Result, Failed, Log, Bye},
+    Role.WORKER: {Hello, Meet, Result, Failed, Log, Ready, Bye},
 }
 FORBIDDEN = [(role, kind) for role in Role for kind in SAMPLES if kind not in PERMITTED[role]]
 

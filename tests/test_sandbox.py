@@ -306,7 +306,8 @@ def test_an_emptied_cgroup_serves_the_next_worker_unless_memory_killed_its_agent
 
 @needs_root
 def test_a_busy_place_makes_few_cgroups(start_place: Callable[..., RunningPlace]) -> None:
-    place = start_place("--pool-max", "2")  # a pool that does not grow: counts as below
+    # A pool that does not grow, and no worker kept warm: counts as below.
+    place = start_place("--pool-max", "2", "--reuse", "never")
     token = (place.state_dir / "admin.token").read_text().strip()
 
     def pools_full() -> bool:  # every language's 2 workers started (a slow zygote is late)
@@ -351,7 +352,8 @@ def _a_plan() -> SandboxPlan:
         landlock=Landlock(rules=(("/usr", _landlock.RUN),
                                  ("/state/work/python-1", _landlock.WRITE)), deny_tcp=True),
         uid=60001, seccomp=bytes(range(16)), place="127.0.0.1:7707", max_frame=1 << 20,
-        prefetch=4, ahead=True, artifacts=Artifacts(directory="/state/cache/c", build_id="cc 1"),
+        prefetch=4, ahead=True, reuse=True,
+        artifacts=Artifacts(directory="/state/cache/c", build_id="cc 1"),
         argv=("cc", "-o", "agent", "agent.c"), namespaces=True, parent=1234, parent_pidfd=5,
         fd=6)
 
@@ -370,11 +372,11 @@ def test_a_plan_round_trips_through_its_wire_form() -> None:
     bare = dataclasses.replace(plan, mounts=None, landlock=None, seccomp=None, uid=None,
                                nproc=None, artifacts=None)
     assert SandboxPlan.from_wire(json.loads(json.dumps(bare.to_wire()))) == bare
-    optional = {"mounts", "landlock", "ahead", "artifacts", "argv", "namespaces", "parent",
-                "parent_pidfd", "fd"}
+    optional = {"mounts", "landlock", "ahead", "reuse", "artifacts", "argv", "namespaces",
+                "parent", "parent_pidfd", "fd"}
     assert SandboxPlan.from_wire({k: v for k, v in bare.to_wire().items()
                                   if k not in optional}) \
-        == dataclasses.replace(bare, ahead=False, argv=(), namespaces=False, parent=0,
+        == dataclasses.replace(bare, ahead=False, reuse=False, argv=(), namespaces=False, parent=0,
                                parent_pidfd=None, fd=-1)
     zygote = ZygotePlan(parent=1234, control_fd=7, namespaces=Namespaces(
         netns=True, pidns=True, userns=False, view=plan.mounts.view if plan.mounts else None))

@@ -14,8 +14,6 @@ from __future__ import annotations
 import io
 import json
 import socket
-import subprocess
-import sys
 import textwrap
 import unicodedata
 from collections.abc import Iterator
@@ -28,7 +26,7 @@ from tacoma.wire._briefcase import LAZY, Briefcase
 from tacoma.wire._lazy import Ref
 from tacoma.wire._text import escape
 
-from conftest import RunningPlace, issue_identity, wait_until
+from conftest import RunningPlace, issue_identity, tacoma_cli, wait_until
 
 LANGUAGES = ("ag_python", "ag_tcl", "ag_scheme", "ag_c")
 SOURCE = {"ag_python": "py", "ag_tcl": "tcl", "ag_scheme": "scm", "ag_c": "c"}
@@ -112,12 +110,6 @@ def program(tmp_path: Path, agent: str, source: str, stem: str = "agent") -> Pat
     path = tmp_path / f"{stem}.{SOURCE[agent]}"
     path.write_text(source)
     return path
-
-
-def tacoma_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """The real command, as a person runs it; its stdout and stderr as text."""
-    return subprocess.run([sys.executable, "-m", "tacoma", *args], capture_output=True,
-                          text=True, timeout=timeout, check=False)
 
 
 # ------------------------------------------------------------------------ tacoma meet

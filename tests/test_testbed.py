@@ -22,7 +22,7 @@ import pytest
 import tacoma
 import tacoma.testbed
 
-from conftest import RunningPlace, launch_place
+from conftest import RunningPlace, launch_place, tacoma_cli
 
 USABLE, WHY = tacoma.testbed.Testbed.available()
 pytestmark = [pytest.mark.root, pytest.mark.skipif(not USABLE, reason=WHY)]
@@ -200,11 +200,6 @@ def test_a_testbed_refuses_hosts_it_does_not_have() -> None:
         bed.namespace("h3")
     with pytest.raises(ValueError, match="1 to 253"):
         tacoma.testbed.Testbed(0)
-
-
-def tacoma_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tacoma", *args], capture_output=True,
-                          text=True, timeout=60)
 
 
 def test_the_cli_brings_a_testbed_up_shows_it_and_takes_it_down(tmp_path: Path) -> None:

@@ -1,9 +1,10 @@
-"""The ag_python worker process: runs one Python agent and exits.
+"""The ag_python worker process: runs a Python agent (a warm one, later meets of it too).
 
 Run by the place as this language's zygote (tacoma/agent/_zygote.py), which forks one worker per
 meet ahead of time: by the time a meet arrives the interpreter is up, msgpack imported, the
 code paths warmed and the sandbox entered, so the meet costs only compiling and running
-the agent's program.
+the agent's program. Each meet gets a new globals dict; a warm worker (`tacoma.agent._reuse`)
+keeps the compiled program for its next meets, which can only be of the same program.
 
 The program sees the agent API (tacoma/agent/_api.py) as Python spells it (the spellings in
 __init__.py): the briefcase calls are methods of `bc`, the others are globals, each the
@@ -87,15 +88,29 @@ def _format(exc: BaseException, source: str, filename: str, skip_frames: int) ->
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
-def run(meet: Meet, channel: AgentChannel) -> Briefcase:
-    started = time.perf_counter_ns() if channel.trace is not None else 0
-    source = program_text(meet, "Python")
-    filename = program_name(meet.briefcase)  # "hello.py": errors name the agent's own file
+#: The last program compiled, by its source and file name: a warm worker serves one
+#: program only, and compiles it once (each meet still gets new globals).
+_compiled: tuple[str, str, Any] | None = None
+
+
+def _compile(source: str, filename: str) -> Any:
+    global _compiled
+    if _compiled is not None and _compiled[0] == source and _compiled[1] == filename:
+        return _compiled[2]
     try:
         code = compile(source, filename, "exec")
     except SyntaxError as exc:
         raise AgentFailure(f"SyntaxError: {exc.msg} ({filename}, line {exc.lineno})",
                            _format(exc, source, filename, skip_frames=1)) from None
+    _compiled = (source, filename, code)
+    return code
+
+
+def run(meet: Meet, channel: AgentChannel) -> Briefcase:
+    started = time.perf_counter_ns() if channel.trace is not None else 0
+    source = program_text(meet, "Python")
+    filename = program_name(meet.briefcase)  # "hello.py": errors name the agent's own file
+    code = _compile(source, filename)
     if channel.trace is not None:  # a traced meet: compiling is this language's start
         channel.trace.append(("start", time.perf_counter_ns() - started))
 

@@ -3,7 +3,8 @@
 Run by the place as this language's zygote (tacoma/agent/_zygote.py). Guile is started in each
 forked worker by `prepare`, before the worker says it is ready (never in the zygote: Guile
 starts collector threads, which a fork would not carry), so a meet costs only evaluating
-the agent's code.
+the agent's code, in a fresh module each meet (so a warm worker's next meet finds no
+binding of the last).
 
 The agent API (tacoma/agent/_api.py), as Scheme procedures, spelled as __init__.py declares
 (the Scheme column of the README's agent API table); which procedures the prelude defines is
@@ -155,14 +156,22 @@ PRELUDE = r"""
   (%check (%tacoma-wait-ack handle (if seconds (number->string seconds) ""))) *unspecified*)
 (define* (request target #:optional (briefcase '()) #:key (timeout #f))
   (meet target briefcase #:timeout timeout))
+(define %prelude (current-module))
+(define (%agent-module)
+  ;; A fresh module for each meet, seeing the agent API: no binding of an earlier meet of a
+  ;; warm worker is left in it.
+  (let ((module (make-fresh-user-module)))
+    (module-use! module %prelude)
+    module))
 (define (%run-agent code name)
   ;; Each top-level form is read from a port named after the agent's file and evaluated in
-  ;; turn (what eval-string does), remembering the line where the form began. Guile's
+  ;; turn (what eval-string does) in a fresh module, remembering the line where the form
+  ;; began. Guile's
   ;; interpreter keeps no source positions in its own frames, so a backtrace of an agent's
   ;; error is the evaluator's machinery (ice-9/eval.scm, boot-9.scm): the agent is told its
   ;; file and the line of the form that raised, and only frames with a source in its own
   ;; file (none, unless it compiled code of its own) are shown.
-  (let ((port (open-input-string code)) (line 0) (frames ""))
+  (let ((port (open-input-string code)) (line 0) (frames "") (module (%agent-module)))
     (set-port-filename! port name)
     (catch #t
       (lambda ()
@@ -173,7 +182,7 @@ PRELUDE = r"""
                 (unless (eof-object? form)
                   (set! line (+ 1 (or (and (pair? form) (source-property form 'line))
                                       (port-line port))))
-                  (primitive-eval form)
+                  (eval form module)
                   (loop))))
             "OK")
           (lambda (key . args)

@@ -2,7 +2,7 @@
 
 Run by the place as this language's zygote (tacoma/agent/_zygote.py). Each forked worker creates
 its Tcl interpreter in `prepare`, before it says it is ready, so a meet costs only
-evaluating the agent's script.
+evaluating the agent's script; a warm worker makes a new one after each meet (`reset`).
 
 The agent API (tacoma/agent/_api.py), as Tcl procs, spelled as __init__.py declares (the Tcl
 column of the README's agent API table); which procs the prelude defines is checked against
@@ -183,6 +183,15 @@ def prepare() -> None:
     _tcl = tcl
 
 
+def reset() -> None:
+    """A new Tcl interpreter for a warm worker's next meet (the last one deleted): no proc,
+    variable or namespace of an earlier meet is left (made after the reply, off the next
+    meet's path)."""
+    global _tcl
+    _tcl = None  # its last reference: tkinter deletes the interpreter
+    prepare()
+
+
 class _Failed(Exception):
     """The agent called fail."""
 
@@ -346,4 +355,4 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
 
 
 if __name__ == "__main__":
-    zygote.main(run, prepare=prepare)
+    zygote.main(run, prepare=prepare, reset=reset)

@@ -1,9 +1,11 @@
 """The agent's side of the worker channel: what runs inside an agent's process.
 
-A worker is a one-shot process, forked by its language's zygote (`_zygote`): `serve_one`
-confines it (`_sandbox.enter`), says Hello to its place over the socket it was handed, blocks
-until the place hands it one Meet, lets the language run the agent, answers with Result or
-Failed, and returns; the process then exits and is never reused. Everything here is
+A worker is a process forked by its language's zygote (`_zygote`): `serve_one` confines it
+(`_sandbox.enter`), says Hello to its place over the socket it was handed, blocks until the
+place hands it a Meet, lets the language run the agent, answers with Result or Failed, and
+returns; the process then exits. A warm worker (its plan says `reuse`) instead makes itself
+clean (`_reuse`), says Ready, and serves the next meet the place hands it: only ever one of
+the same principal and program. Everything here is
 blocking and single-threaded on purpose: an agent is one sequential program, so reads and
 writes on the file descriptor it was handed and the sans-IO `Connection` are all it needs.
 
@@ -53,6 +55,7 @@ from ..wire._protocol import (
     Failed,
     Log,
     Meet,
+    Ready,
     Result,
     Role,
     unsendable,
@@ -143,7 +146,7 @@ class AgentChannel:
                 return event
 
     def finish(self, event: Result | Failed) -> None:
-        """Answer the place's meet: the worker's last word."""
+        """Answer the place's meet: the worker's last word (but a warm one's: `again`)."""
         try:
             data = self.conn.send(event)
         except LimitExceeded as exc:
@@ -151,6 +154,15 @@ class AgentChannel:
         except LocalProtocolError as exc:  # not encodable: the agent's own failure
             data = self.conn.send(unsendable(event, exc, AgentFailed.kind))
         self._write(data)
+
+    def again(self) -> None:
+        """Forget the meet served, and tell the place this worker is clean and waits for
+        the next."""
+        self.principal = ""
+        self.trace = None
+        self._unacked.clear()
+        self._early.clear()
+        self._write(self.conn.send(Ready()))
 
     # -- the agent API
     def meet(self, target: str, briefcase: Briefcase | None = None, mode: str = "sync",
@@ -426,8 +438,10 @@ def warm_up(run: Runner, meet: Meet) -> None:
 
 def serve_one(run: Runner, plan: SandboxPlan,
               prepare: Callable[[], None] | None = None,
-              warm: Meet | None = None) -> None:
-    """Confine this process as `plan` says, serve one meet with `run`, and return.
+              warm: Meet | None = None,
+              reset: Callable[[], None] | None = None) -> None:
+    """Confine this process as `plan` says, serve one meet with `run` (more, where the plan
+    says `reuse`), and return.
 
     `run` returns the result briefcase or raises AgentFailure (a message and the agent's
     traceback) or any exception (a bug, reported with its traceback). `prepare`, if given,
@@ -441,6 +455,11 @@ def serve_one(run: Runner, plan: SandboxPlan,
     take hundreds of copy-on-write page faults on its critical path. Taken here, they are
     off it. A worker started for a meet that waits for it skips this: there it would only
     add to the wait.
+
+    A worker whose plan says `reuse` goes on after a meet whose agent ended well (a Result,
+    and it did not move on): `_reuse.Baseline.clean`, then `reset` (the language's fresh
+    interpreter state, if it has one to make), then Ready, and it waits for the next meet;
+    one that cannot be made clean returns instead.
     """
     _sandbox.enter(plan)
     if prepare is not None:
@@ -453,11 +472,35 @@ def serve_one(run: Runner, plan: SandboxPlan,
     channel.place = plan.place
     channel.plan = plan
     attach_lazy(channel.lazy_fetch, channel.lazy_keep, plan.prefetch)
+    baseline = None
+    if plan.reuse:
+        from ._reuse import Baseline
+
+        baseline = Baseline(plan)
     channel.hello()
-    try:
-        meet = channel.wait_meet()
-    except ProtocolError as exc:
-        raise SystemExit(f"tacoma worker: protocol error from place: {exc}") from None
+    while True:
+        try:
+            meet = channel.wait_meet()
+        except ProtocolError as exc:
+            raise SystemExit(f"tacoma worker: protocol error from place: {exc}") from None
+        reply = _serve(run, channel, meet)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        channel.finish(reply)
+        if baseline is None or not isinstance(reply, Result) or channel.gone is not None:
+            return
+        del meet, reply  # nothing of the meet stays referenced here
+        unclean = baseline.clean()
+        if unclean is not None:  # the place destroys it, and says why in its debug log
+            channel.log(f"worker not reused: {unclean}", "debug")
+            return
+        if reset is not None:  # after: a new interpreter reads the environment made clean
+            reset()
+        channel.again()
+
+
+def _serve(run: Runner, channel: AgentChannel, meet: Meet) -> Result | Failed:
+    """Run one meet's agent: its Result, or Failed saying why it failed."""
     channel.principal = meet.principal
     if TRACE in meet.briefcase:  # a traced meet: the worker's steps go into its result
         decoded = time.perf_counter_ns()
@@ -479,6 +522,4 @@ def serve_one(run: Runner, plan: SandboxPlan,
 
         reply = Failed(meet.rid, AgentFailed.kind, f"{type(exc).__name__}: {exc}",
                        traceback.format_exc())
-    sys.stdout.flush()
-    sys.stderr.flush()
-    channel.finish(reply)
+    return reply

@@ -232,6 +232,8 @@ class SandboxPlan:
     prefetch: int  # chunks of a lazy folder fetched ahead of the one read
     # A worker's.
     ahead: bool = False  # started before its meet: it warms itself up (`serve_one`)
+    reuse: bool = False  # it may serve later meets (of one principal and program): it
+    #                      cleans itself after each and says Ready (`_reuse`)
     artifacts: Artifacts | None = None  # a compiled language's programs
     # A build's (`_sandbox.exec_plan`).
     argv: tuple[str, ...] = ()  # the program it runs, confined
@@ -252,7 +254,7 @@ class SandboxPlan:
             "uid": self.uid,
             "seccomp": self.seccomp.hex() if self.seccomp is not None else None,
             "place": self.place, "max_frame": self.max_frame, "prefetch": self.prefetch,
-            "ahead": self.ahead,
+            "ahead": self.ahead, "reuse": self.reuse,
             "artifacts": self.artifacts.to_wire() if self.artifacts is not None else None,
             "argv": list(self.argv), "namespaces": self.namespaces, "parent": self.parent,
             "parent_pidfd": self.parent_pidfd, "fd": self.fd,
@@ -289,6 +291,7 @@ class SandboxPlan:
             max_frame=_typed(w["max_frame"], (int,), f"{what}: max_frame"),
             prefetch=_typed(w["prefetch"], (int,), f"{what}: prefetch"),
             ahead=_typed(w.get("ahead", False), (bool,), f"{what}: ahead"),
+            reuse=_typed(w.get("reuse", False), (bool,), f"{what}: reuse"),
             artifacts=Artifacts.from_wire(artifacts) if artifacts is not None else None,
             argv=_strings(w.get("argv", ()), f"{what}: argv"),
             namespaces=_typed(w.get("namespaces", False), (bool,), f"{what}: namespaces"),

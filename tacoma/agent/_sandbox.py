@@ -81,6 +81,8 @@ _SYS_PIDFD_OPEN = 434
 CLONE_NEWNET = 0x40000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWUSER = 0x10000000
+#: How many meets at its CPU limit a warm worker's hard RLIMIT_CPU leaves room for.
+REUSE_CPU_MEETS = 4
 
 
 
@@ -201,7 +203,13 @@ def enter(plan: SandboxPlan) -> None:
     # One second between soft and hard limit: the kernel sends SIGXCPU at the soft limit
     # (reported as "CPU time limit reached") and SIGKILL at the hard one: where SIGXCPU is
     # blocked (Guile) or cannot kill (the first process of a PID namespace ignores it).
-    _setrlimit(resource.RLIMIT_CPU, spent + limits.cpu_seconds, slack=1)
+    # A warm worker (`plan.reuse`) serves several meets in one life: its hard limit leaves
+    # room for REUSE_CPU_MEETS meets at the limit, and it sets each meet's soft limit itself
+    # (`_reuse`; raising a hard limit needs a capability the place may not have). Each
+    # meet's CPU time, all its processes together, is bounded by the place (its cgroup).
+    lives = REUSE_CPU_MEETS if plan.reuse else 1
+    _setrlimit(resource.RLIMIT_CPU, spent + limits.cpu_seconds,
+               slack=1 + (lives - 1) * limits.cpu_seconds)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     mounts = plan.mounts
     if mounts is not None and mounts.view is not None:  # a build: no zygote prepared it

@@ -10,7 +10,8 @@ a minimal environment, then `_channel.serve_one`, which confines it and serves o
 
 The zygote never runs an agent and never sees a briefcase (those reach the child after the
 fork, over the channel it was handed), so every worker starts from the same clean image:
-a fresh address space per meet, with nothing of the place's memory, nor of another agent's.
+a fresh address space, with nothing of the place's memory, nor of another agent's (a warm
+worker serves later meets of the same principal and program only: `_reuse`).
 The zygote is the first layer of the sandbox (the rest is `_sandbox.enter`, in the child):
 before it forks anything it enters a network namespace of its own, empty, so that no worker
 has a network unless the place gives agents the host's (`--agent-network host`); as root it
@@ -122,8 +123,8 @@ def _kill_everything(live: dict[int, str | None]) -> None:
 
 def _become_worker(run: _channel.Runner, plan: SandboxPlan, fds: list[int],
                    zygote: int, zygote_fd: int, prepare: Callable[[], None] | None,
-                   warm: Meet | None) -> None:
-    """In the forked child: shed the zygote's state and serve one meet."""
+                   warm: Meet | None, reset: Callable[[], None] | None) -> None:
+    """In the forked child: shed the zygote's state and serve its meets."""
     channel_fd, output_fd = fds
     os.setsid()  # a session and process group of its own, for the place to kill whole
     os.dup2(output_fd, 1)
@@ -135,7 +136,8 @@ def _become_worker(run: _channel.Runner, plan: SandboxPlan, fds: list[int],
     os.environ.update(plan.env)
     sys.argv = ["tacoma-agent"]
     _channel.serve_one(run, dataclasses.replace(plan, fd=channel_fd, parent=zygote,
-                                                parent_pidfd=zygote_fd), prepare, warm)
+                                                parent_pidfd=zygote_fd), prepare, warm,
+                       reset)
 
 
 def _own_namespaces(plan: ZygotePlan) -> int | None:
@@ -164,11 +166,13 @@ def _new_pid_namespace(pidns: int) -> None:
 
 
 def main(run: _channel.Runner, warm_up: Meet | None = None,
-         prepare: Callable[[], None] | None = None) -> None:
+         prepare: Callable[[], None] | None = None,
+         reset: Callable[[], None] | None = None) -> None:
     """Run as a zygote until the place closes the control socket. Never returns.
 
     `warm_up` is a harmless meet run once here, and again in each worker started ahead of
-    its meet; `prepare` runs in each worker, confined, before it says it is ready (see
+    its meet; `prepare` runs in each worker, confined, before it says it is ready; `reset`
+    in a warm worker between two meets, to give the next a fresh interpreter state (see
     _channel.serve_one).
     """
     plan = _sandbox.plan_from_argv(ZygotePlan.from_wire)
@@ -249,7 +253,7 @@ def main(run: _channel.Runner, warm_up: Meet | None = None,
                     os.close(fd)
                 control.close()
                 _become_worker(run, worker_plan, fds, os.getppid(), zygote_fd, prepare,
-                               warm_up)
+                               warm_up, reset)
             except BaseException:  # noqa: BLE001 - whatever happens, never return to the loop
                 traceback.print_exc()
                 status = 71

@@ -126,7 +126,7 @@ def _rows(place: str, elements: list[bytes]) -> list[dict[str, Any]]:
                 raise ValueError(f"a row is not one of ps: {str(row)[:200]}")
             if not (row.get("mailbox") is None or isinstance(row["mailbox"], int)):
                 raise ValueError("a row's mailbox is not a count")
-            if not all(isinstance(row.get(k, ""), str) for k in ("principal", "via")):
+            if not all(isinstance(row.get(k, ""), str) for k in ("principal", "via", "worker")):
                 raise ValueError("a row's principal is not a name")
     except ValueError as exc:
         raise tacoma.RemoteProtocolError(f"place {place} answered ps with what tacoma cannot "
@@ -137,11 +137,11 @@ def _rows(place: str, elements: list[bytes]) -> list[dict[str, Any]]:
 def agents_table(rows: list[dict[str, Any]]) -> None:
     """`tacoma ps`'s table of the place's rows (its cells escaped, as every table's).
     Meet ids are per principal: each row says whose (and the place that vouched for it)."""
-    table(("MEET", "PRINCIPAL", "NAME", "AGENT", "LANGUAGE", "PID", "PROCS", "AGE", "CPU",
-           "MEMORY", "NET", "MAILBOX"), [(
-               r["meet"], _whose(r), r["name"] or "-", r["agent"], r["language"], r["pid"],
-               r["processes"], f"{r['age']:.1f}s", f"{r['cpu']:.2f}s",
-               f"{r['rss'] / 2**20:.1f}M", r.get("network", "-"),
+    table(("MEET", "PRINCIPAL", "NAME", "AGENT", "LANGUAGE", "WORKER", "PID", "PROCS", "AGE",
+           "CPU", "MEMORY", "NET", "MAILBOX"), [(
+               r["meet"], _whose(r), r["name"] or "-", r["agent"], r["language"],
+               r.get("worker", "-"), r["pid"], r["processes"], f"{r['age']:.1f}s",
+               f"{r['cpu']:.2f}s", f"{r['rss'] / 2**20:.1f}M", r.get("network", "-"),
                "-" if r["mailbox"] is None else r["mailbox"],
            ) for r in rows], right=("PID", "PROCS", "AGE", "CPU", "MEMORY", "MAILBOX"))
 

@@ -26,6 +26,7 @@ import tacoma
 
 from ..client._identity import Terms
 from ..wire._address import split_target
+from ..wire._briefcase import FRESH
 from ..wire._text import escape
 from ._common import (
     FOLDER_HELP,
@@ -125,9 +126,14 @@ def _cancelled(meet_id: str, place: str | None) -> None:
 @click.option("--may", "may", metavar="WHAT,...",
               help="What the agent's passport lets it do for you at other places, of meet, "
                    "move, cabinet, lazy and status (default: all).")
+@click.option("--fresh", is_flag=True,
+              help="Run the agent in a fresh worker process, never a warm one that served "
+                   "your same program before (puts a FRESH folder in the briefcase: every "
+                   "place it goes to does the same).")
 def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async: bool,
          timeout: float | None, as_json: bool, traced: bool, progress: bool | None,
-         places: tuple[str, ...], programs: tuple[str, ...], may: str | None) -> None:
+         places: tuple[str, ...], programs: tuple[str, ...], may: str | None,
+         fresh: bool) -> None:
     """Meet AGENT (at PLACE, HOST:PORT) with a briefcase and print the result.
 
     A bare AGENT meets at $TACOMA_PLACE if it is set, else at an embedded place started
@@ -152,6 +158,8 @@ def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async
                                "embedded place stops with it): give AGENT@HOST:PORT of a "
                                "place started with tacoma place (or set $TACOMA_PLACE)")
     bc = briefcase_from(folders, code_path)
+    if fresh:
+        bc[FRESH] = [b""]
     chosen = [m.strip() for m in may.split(",") if m.strip()] if may is not None else None
     files: list[str | bytes] = []
     for program in programs:

@@ -21,7 +21,7 @@ import click
 
 import tacoma
 
-from ..place._settings import DEFAULT_LISTEN, TripTimings, default_state_dir
+from ..place._settings import DEFAULT_LISTEN, REUSE, TripTimings, default_state_dir
 from ..wire._address import parse_address
 from ..wire._names import RESERVED_AGENTS
 from ..wire._protocol import MIN_IDLE_SECONDS
@@ -118,6 +118,19 @@ _TRIPS = _SETTINGS.trip_timings
 @click.option("--pool-max", type=click.IntRange(0, 256), default=None,
               help="The most workers a pool grows to under load. [default: 16, or "
                    "--pool-size if larger]")
+@click.option("--reuse", type=click.Choice(REUSE), default=_SETTINGS.reuse, show_default=True,
+              help="Keep a worker warm after a meet that ended well, for later meets of "
+                   "the same principal and the same program only (never anyone else's); "
+                   "'never': a fresh process for every meet. A meet with a FRESH folder "
+                   "always gets a fresh one.")
+@click.option("--warm-max", type=click.IntRange(0, 4096), default=_SETTINGS.warm_max,
+              show_default=True, help="The most idle warm workers kept, of all languages; "
+              "any one principal may keep half of them. Idle ones go after 5 s.")
+@click.option("--warm-meets", type=click.IntRange(min=1), default=_SETTINGS.warm_meets,
+              show_default=True, help="A warm worker is destroyed after this many meets.")
+@click.option("--warm-seconds", type=Duration(), default=f"{_SETTINGS.warm_seconds:g}s",
+              show_default=True, help="A warm worker is destroyed after its meet once it "
+              "has lived this long.")
 @click.option("--max-briefcase", "max_frame", type=ByteSize(65536),
               default=format_size(_SETTINGS.max_frame), show_default=True,
               help="Largest briefcase (frame) accepted or sent (256M, 1G).")
@@ -221,7 +234,7 @@ _TRIPS = _SETTINGS.trip_timings
 @click.option("-v", "--verbose", is_flag=True,
               help="Log every meet too (its agent, its principal, its peer).")
 def place(listen: str, state_dir: Path | None, pool_size: int, pool_max: int | None,
-          max_frame: int,
+          reuse: str, warm_max: int, warm_meets: int, warm_seconds: float, max_frame: int,
           max_meets: int, max_connections: int, grace_seconds: float, mailbox_messages: int,
           mailbox_bytes: int, mailbox_total_bytes: int, same_uid: bool,
           max_receiving: int, idle_seconds: float, max_queued: int, keep_results: float,
@@ -249,8 +262,9 @@ def place(listen: str, state_dir: Path | None, pool_size: int, pool_max: int | N
         parse_address(listen, listen=True)
         settings = tacoma.PlaceSettings(
             listen=listen, state_dir=state_dir or default_state_dir(), pool_size=pool_size,
-            pool_max=pool_max,
-            max_frame=max_frame, max_meets=max_meets, max_connections=max_connections,
+            pool_max=pool_max, reuse=reuse, warm_max=warm_max, warm_meets=warm_meets,
+            warm_seconds=warm_seconds, max_frame=max_frame, max_meets=max_meets,
+            max_connections=max_connections,
             grace_seconds=grace_seconds, mailbox_messages=mailbox_messages,
             mailbox_bytes=mailbox_bytes, mailbox_total_bytes=mailbox_total_bytes,
             limits=tacoma.Limits(**limits), separate_uids=not same_uid, identity=identity,

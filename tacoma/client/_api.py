@@ -22,7 +22,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Literal, TypeVar, overload
 
 from ..wire._address import split_target
-from ..wire._briefcase import CODE, Briefcase
+from ..wire._briefcase import CODE, FRESH, Briefcase
 from ..wire._errors import ConnectionLost
 from ._client import connection, meet_deadline, place_of
 from ._identity import DEFAULT_TERMS, Terms, credentials, program_of
@@ -39,11 +39,15 @@ T = TypeVar("T")
 CANCEL_SECONDS = 5.0
 
 
-def make_briefcase(briefcase: Folders, code: str | bytes | None) -> Briefcase:
-    """The briefcase of a meet: a copy of `briefcase`, with `code` in CODE if given."""
+def make_briefcase(briefcase: Folders, code: str | bytes | None,
+                   fresh: bool = False) -> Briefcase:
+    """The briefcase of a meet: a copy of `briefcase`, with `code` in CODE if given, and a
+    FRESH folder if `fresh`."""
     bc = Briefcase(briefcase) if briefcase is not None else Briefcase()
     if code is not None:
         bc[CODE] = [code]
+    if fresh:
+        bc[FRESH] = [b""]
     return bc
 
 
@@ -53,7 +57,8 @@ async def ameet(target: str, briefcase: Folders = ..., *, code: str | bytes | No
                 connect_timeout: float | None = ..., meet_id: str | None = ...,
                 progress: bool | None = ..., places: Sequence[str] | None = ...,
                 may: Sequence[str] | None = ...,
-                programs: Sequence[str | bytes] | str | None = ...) -> Briefcase: ...
+                programs: Sequence[str | bytes] | str | None = ...,
+                fresh: bool = ...) -> Briefcase: ...
 
 
 @overload
@@ -62,7 +67,8 @@ async def ameet(target: str, briefcase: Folders = ..., *, code: str | bytes | No
                 connect_timeout: float | None = ..., meet_id: str | None = ...,
                 progress: bool | None = ..., places: Sequence[str] | None = ...,
                 may: Sequence[str] | None = ...,
-                programs: Sequence[str | bytes] | str | None = ...) -> str: ...
+                programs: Sequence[str | bytes] | str | None = ...,
+                fresh: bool = ...) -> str: ...
 
 
 async def ameet(target: str, briefcase: Folders = None, *, code: str | bytes | None = None,
@@ -70,7 +76,8 @@ async def ameet(target: str, briefcase: Folders = None, *, code: str | bytes | N
                 connect_timeout: float | None = 10.0, meet_id: str | None = None,
                 progress: bool | None = None, places: Sequence[str] | None = None,
                 may: Sequence[str] | None = None,
-                programs: Sequence[str | bytes] | str | None = None) -> Briefcase | str:
+                programs: Sequence[str | bytes] | str | None = None,
+                fresh: bool = False) -> Briefcase | str:
     """Meet `agent@place` with a briefcase.
 
     Sync (the default) waits for the agent to end and returns its briefcase; async returns
@@ -90,8 +97,13 @@ async def ameet(target: str, briefcase: Folders = None, *, code: str | bytes | N
     what it may do there, of "meet", "move", "cabinet", "lazy" and "status" (default: all);
     `programs`: the programs (their source) that agents it starts elsewhere may run for
     you besides its own ("*": any program; default: none).
+
+    `fresh`: run the agent in a fresh worker process, never a warm one (a place keeps a
+    worker warm for later meets of the same program for the same principal, and only
+    those: see README, Isolation); it puts a FRESH folder in the briefcase, which asks the
+    same of every place the agent goes to.
     """
-    bc = make_briefcase(briefcase, code)
+    bc = make_briefcase(briefcase, code, fresh)
     terms = Terms.of(places, may, programs)
     if not shows_trip(progress, mode, bc):
         return await _ameet(target, bc, mode, timeout, connect_timeout, meet_id, None, terms)
@@ -141,7 +153,8 @@ def meet(target: str, briefcase: Folders = ..., *, code: str | bytes | None = ..
          connect_timeout: float | None = ..., meet_id: str | None = ...,
          progress: bool | None = ..., places: Sequence[str] | None = ...,
          may: Sequence[str] | None = ...,
-         programs: Sequence[str | bytes] | str | None = ...) -> Briefcase: ...
+         programs: Sequence[str | bytes] | str | None = ...,
+                fresh: bool = ...) -> Briefcase: ...
 
 
 @overload
@@ -150,7 +163,8 @@ def meet(target: str, briefcase: Folders = ..., *, code: str | bytes | None = ..
          connect_timeout: float | None = ..., meet_id: str | None = ...,
          progress: bool | None = ..., places: Sequence[str] | None = ...,
          may: Sequence[str] | None = ...,
-         programs: Sequence[str | bytes] | str | None = ...) -> str: ...
+         programs: Sequence[str | bytes] | str | None = ...,
+                fresh: bool = ...) -> str: ...
 
 
 def meet(target: str, briefcase: Folders = None, *, code: str | bytes | None = None,
@@ -158,12 +172,13 @@ def meet(target: str, briefcase: Folders = None, *, code: str | bytes | None = N
          connect_timeout: float | None = 10.0, meet_id: str | None = None,
          progress: bool | None = None, places: Sequence[str] | None = None,
          may: Sequence[str] | None = None,
-         programs: Sequence[str | bytes] | str | None = None) -> Briefcase | str:
+         programs: Sequence[str | bytes] | str | None = None,
+                fresh: bool = False) -> Briefcase | str:
     """Blocking `ameet`: usable from scripts and from notebook cells alike. Interrupted
     (KeyboardInterrupt), it cancels the meet at the place, which stops the agent. A trip's
     progress is drawn from the calling thread (a notebook's output belongs to the cell
     running there), while the meet runs on the background loop."""
-    bc = make_briefcase(briefcase, code)
+    bc = make_briefcase(briefcase, code, fresh)
     terms = Terms.of(places, may, programs)
     if not shows_trip(progress, mode, bc):
         return run_interruptible(lambda: _ameet(target, bc, mode, timeout, connect_timeout,

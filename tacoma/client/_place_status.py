@@ -45,7 +45,9 @@ class Layer:
 class Pool:
     """The workers of one language: ready now, kept ready now (from --pool-size, growing
     under load up to `most`, --pool-max), meets that ran in one and ended since the place
-    started, and meets that found none ready."""
+    started, and meets that found none ready; warm workers idle now (kept for later meets
+    of the same principal and program), and of the meets that ended, how many a warm
+    worker served and how many a fresh one."""
 
     agent: str
     language: str
@@ -54,6 +56,9 @@ class Pool:
     ended: int
     most: int = 0
     misses: int = 0
+    idle_warm: int = 0
+    warm: int = 0
+    fresh: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +124,9 @@ class PlaceStatus:
     agent_cpus: float = 1.0
     #: Lazy folders' data it keeps for its agents (folders, bytes) and relays for clients.
     lazy: dict[str, int] = field(default_factory=dict)
+    #: Whether it reuses workers (--reuse: "same-program" or "never"), whether it can here,
+    #: and its idle warm workers now and at most.
+    reuse: dict[str, Any] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @classmethod
@@ -141,7 +149,7 @@ class PlaceStatus:
             load=data.get("host", {}).get("load", 0.0),
             cpus=data.get("host", {}).get("cpus", 1),
             agent_cpus=data.get("host", {}).get("agent_cpus", 1.0),
-            lazy=data.get("lazy", {}), data=data)
+            lazy=data.get("lazy", {}), reuse=data.get("reuse", {}), data=data)
 
     # ------------------------------------------------------------------ for people
     def _facts(self) -> list[tuple[str, str]]:
@@ -161,6 +169,7 @@ class PlaceStatus:
         facts += [
             ("network", "none (agents reach only their place)" if self.agent_network == "none"
              else "the host's (--agent-network host)"),
+            ("workers", self._workers()),
             ("meets", f"{self.running} running (at most {self.max_meets}), {self.queued} "
                       f"queued (at most {self.max_queued}), {self.ended} ended since start"),
             ("mailboxes", f"{sum(r.messages for r in self.residents)} messages, "
@@ -188,12 +197,24 @@ class PlaceStatus:
                                                                        "why)"))
         return facts
 
-    POOL_HEADERS = ("LANGUAGE", "AGENT", "READY", "POOL", "MOST", "ENDED", "MISSED")
+    def _workers(self) -> str:
+        """Whether and how it reuses workers, in words."""
+        reuse = self.reuse
+        if reuse.get("setting") == "never":
+            return "a fresh process for every meet (--reuse never)"
+        if not reuse.get("applies"):
+            return ("a fresh process for every meet (reuse needs a PID namespace, a tmpfs "
+                    "and cgroups per worker: a place run as root)")
+        return (f"reused for later meets of the same principal and program only; "
+                f"{reuse.get('idle', 0)} warm idle (at most {reuse.get('most', 0)})")
+
+    POOL_HEADERS = ("LANGUAGE", "AGENT", "READY", "POOL", "MOST", "ENDED", "MISSED", "WARM",
+                    "SERVED WARM", "FRESH")
     RESIDENT_HEADERS = ("RESIDENT", "AGENT", "MEET", "MESSAGES", "BYTES", "RECEIVED", "AGE")
 
     def _pool_rows(self) -> list[tuple[object, ...]]:
-        return [(p.language, p.agent, p.ready, p.size, p.most, p.ended, p.misses)
-                for p in self.pools]
+        return [(p.language, p.agent, p.ready, p.size, p.most, p.ended, p.misses, p.idle_warm,
+                 p.warm, p.fresh) for p in self.pools]
 
     def _resident_rows(self) -> list[tuple[object, ...]]:
         return [(r.name, r.agent, r.meet, r.messages, human_size(r.bytes), r.received,
@@ -210,7 +231,8 @@ class PlaceStatus:
                   + "\n")
         out.flush()  # rich writes the tables past any buffer of ours
         table(self.POOL_HEADERS, self._pool_rows(),
-              right=("READY", "POOL", "MOST", "ENDED", "MISSED"), file=out)
+              right=("READY", "POOL", "MOST", "ENDED", "MISSED", "WARM", "SERVED WARM",
+                     "FRESH"), file=out)
         out.write("\n")
         if self.residents:
             table(self.RESIDENT_HEADERS, self._resident_rows(),

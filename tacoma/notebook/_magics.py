@@ -28,7 +28,7 @@ from IPython.core.magic import Magics, cell_magic, magics_class
 import tacoma
 from tacoma.wire import CODE, CODE_NAME, Briefcase
 from tacoma.wire._address import split_target
-from tacoma.wire._briefcase import ITINERARY
+from tacoma.wire._briefcase import FRESH, ITINERARY
 
 from ._views import register, safe_error
 
@@ -101,6 +101,9 @@ class TacomaMagics(Magics):
     @argument("--may", metavar="WHAT,...",
               help="what the passport lets it do for you there, of meet, move, cabinet, "
               "lazy and status, comma-separated (default: all)")
+    @argument("--fresh", action="store_true",
+              help="run the agent in a fresh worker process, never a warm one that served "
+              "the same cell before")
     @cell_magic  # type: ignore[untyped-decorator,unused-ignore]  # untyped in older IPython
     def meet(self, line: str, cell: str) -> Any:
         """Run the cell as an agent's program at a place: `%%meet ag_python@HOST:PORT`."""
@@ -117,6 +120,8 @@ class TacomaMagics(Magics):
             if not stops:
                 raise UsageError("--itinerary: give the places, comma-separated: A,B,C")
             bc[ITINERARY] = stops
+        if args.fresh:
+            bc[FRESH] = [b""]
         passport: dict[str, Any] = {"places": _listed(args.places, "--places"),
                                     "may": _listed(args.may, "--may")}
         try:

@@ -68,6 +68,7 @@ from .workers._containment import Containment
 from .workers._layers import probe
 from .workers._pool import LogBudget, WorkerPool
 from .workers._uids import AgentUids
+from .workers._warm import WarmWorkers
 
 __all__ = ["Place"]
 
@@ -213,7 +214,7 @@ class Place:
         residents: Residents
         agents = Agents(settings.agents_dir, interpreters, address,
                         lambda: list(residents.by_name), settings.trusted_dir,
-                        settings.max_frame)
+                        settings.max_frame, WarmWorkers(settings))
         share = settings.share if not settings.insecure else 1.0
         residents = Residents(settings.mailbox_messages, settings.mailbox_bytes,
                               settings.mailbox_total_bytes, agents.has, share)
@@ -376,6 +377,7 @@ class Place:
         await self.cabinets.close()
         await self.journal.close()
         if router is not None:
+            await router.agents.warm.close()
             await asyncio.gather(*(pool.close() for pool in router.agents.pools.values()),
                                  return_exceptions=True)
         for session in list(self.sessions):  # peers that did not take their last replies

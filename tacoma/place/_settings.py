@@ -15,12 +15,15 @@ import platformdirs
 
 from ..wire._protocol import DEFAULT_MAX_FRAME, HANDSHAKE_TIMEOUT, HELLO_TIMEOUT, IDLE_SECONDS
 
-__all__ = ["AGENT_NETWORKS", "DEFAULT_LISTEN", "Limits", "PlaceSettings", "TripTimings",
+__all__ = ["AGENT_NETWORKS", "DEFAULT_LISTEN", "REUSE", "Limits", "PlaceSettings", "TripTimings",
            "default_state_dir"]
 
 DEFAULT_LISTEN = "127.0.0.1:7707"
 #: What network agents get: none (an empty network namespace), or the host's.
 AGENT_NETWORKS = ("none", "host")
+#: Whether a place reuses a worker: for later meets of the same principal and program
+#: (warm workers, place.workers._warm), or never (a fresh process for every meet).
+REUSE = ("same-program", "never")
 #: The most workers a pool grows to under load, by default (a ready Python worker holds about
 #: 2.5 MB of its own memory, a Scheme one about 10 MB).
 POOL_MAX = 16
@@ -193,6 +196,15 @@ class PlaceSettings:
         principal whose meet wrote it), of which any one principal may write its share; a
         write that would pass either is refused whole (LimitExceeded). None: a quarter of
         the state directory's file system, at most 1 GiB.
+    reuse: "same-program" (the default): a worker whose meet ended well is kept warm and
+        serves later meets of the same principal and the same program, and only those
+        (place.workers._warm); "never": a fresh process for every meet. Reuse needs what
+        makes a worker clean between meets (as root: a PID namespace, a tmpfs and cgroups
+        of its own); without them every meet gets a fresh process.
+    warm_max: the most idle warm workers the place keeps, of all languages; any one
+        principal may keep half of them.
+    warm_meets: a warm worker that has served this many meets is destroyed after its last.
+    warm_seconds: a warm worker that has lived this long is destroyed after its meet.
     """
 
     listen: str = DEFAULT_LISTEN
@@ -227,6 +239,10 @@ class PlaceSettings:
     trip_timings: TripTimings = field(default_factory=TripTimings)
     handshake_seconds: float = HANDSHAKE_TIMEOUT
     hello_seconds: float = HELLO_TIMEOUT
+    reuse: str = "same-program"
+    warm_max: int = 64
+    warm_meets: int = 1000
+    warm_seconds: float = 60.0
 
     def __post_init__(self) -> None:
         # Absolute: agents' working directories are below it, and they start elsewhere.
@@ -249,6 +265,14 @@ class PlaceSettings:
                 raise ValueError(f"{name} must be above 0, got {value!r}")
         if not isinstance(self.idle_seconds, int | float) or not self.idle_seconds > 0:
             raise ValueError(f"idle_seconds must be above 0, got {self.idle_seconds!r}")
+        if self.reuse not in REUSE:
+            raise ValueError(f"reuse must be one of {', '.join(REUSE)}, got {self.reuse!r}")
+        for name in ("warm_max", "warm_meets"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be at least 0, got {value!r}")
+        if not isinstance(self.warm_seconds, int | float) or not self.warm_seconds > 0:
+            raise ValueError(f"warm_seconds must be above 0, got {self.warm_seconds!r}")
         if self.agent_network not in AGENT_NETWORKS:
             raise ValueError(f"agent_network must be one of {', '.join(AGENT_NETWORKS)}, got "
                              f"{self.agent_network!r}")

@@ -23,8 +23,8 @@ from ._errors import LazyFolderError
 from ._lazy import LAZY, Lazy, Ref
 from ._text import escape
 
-__all__ = ["CODE", "CODE_HASH", "CODE_NAME", "ENVELOPE", "HOME", "ITINERARY", "LAZY", "RECOVERY",
-           "RERUN", "RESERVED_FOLDERS", "TRACE", "Briefcase", "attach_lazy",
+__all__ = ["CODE", "CODE_HASH", "CODE_NAME", "ENVELOPE", "FRESH", "HOME", "ITINERARY", "LAZY",
+           "RECOVERY", "RERUN", "RESERVED_FOLDERS", "TRACE", "Briefcase", "attach_lazy",
            "check_folder_name"]
 
 #: The folder that carries an agent's program (source text for the interpreter agents).
@@ -57,10 +57,14 @@ RERUN = "RERUN"
 #: "fail" (the default: its home hears the failure), "retry" (hand it to that place again)
 #: or "skip" (on to the next place of its ITINERARY). See place.meets._trips.
 RECOVERY = "RECOVERY"
+#: Present in a meet's briefcase, asks for a fresh worker process for the meet (never a
+#: warm one, which served the same program of the same principal before: see
+#: place.workers._warm), wherever the agent goes with it.
+FRESH = "FRESH"
 #: LAZY (see _lazy) carries the references of the briefcase's lazy folders; an agent never
 #: sees it, only the folders it names.
 RESERVED_FOLDERS = frozenset({CODE, CODE_NAME, CODE_HASH, ITINERARY, HOME, ENVELOPE, TRACE,
-                              RERUN, RECOVERY, LAZY})
+                              RERUN, RECOVERY, FRESH, LAZY})
 
 #: The folders of a request to a place's ag_cabinet that say what to do, not what to store
 #: (see place.stores._cabinets); a cabinet cannot hold folders by these names.

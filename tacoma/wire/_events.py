@@ -57,7 +57,8 @@ else:
 
 __all__ = [
     "EVENTS", "FIELD_TYPES", "LOG_LEVELS", "MODES", "PIECE_BYTES", "PIECE_ELEMENTS", "Accepted",
-    "Bye", "Cancel", "Event", "Failed", "FieldType", "Hello", "Log", "Meet", "Result", "Role",
+    "Bye", "Cancel", "Event", "Failed", "FieldType", "Hello", "Log", "Meet", "Ready", "Result",
+    "Role",
     "decode", "encode", "encode_in_pieces",
 ]
 
@@ -256,11 +257,12 @@ def _event(cls: type[E]) -> type[E]:
         namespace[f"to_wire_{i}"] = kind.to_wire
         namespace[f"from_wire_{i}"] = kind.from_wire
     source = "\n".join([
-        "def __post_init__(self):", *checks,
+        "def __post_init__(self):", *(checks or ["    pass"]),
         "def fields(self):",
         f"    return [{', '.join(values)}]",
         "def build(cls, values):",
-        "    " + "".join(f"v{i}, " for i in range(len(wire_fields))) + "= values",
+        *(["    " + "".join(f"v{i}, " for i in range(len(wire_fields))) + "= values"]
+          if wire_fields else []),
         f"    return cls({', '.join(built)})",
     ])
     # The source is written above from field names (identifiers) and fixed text only.
@@ -368,6 +370,14 @@ class Cancel(Event):
 
     tag = 8
     rid: RidRef
+
+
+@_event
+class Ready(Event):
+    """From a worker that served a meet and may serve another (a warm worker, see
+    place.workers._warm): it has made itself clean and waits for the next Meet."""
+
+    tag = 9
 
 
 # ---------------------------------------------------------------------------------- codec

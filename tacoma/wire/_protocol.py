@@ -22,7 +22,8 @@ error rather than a confused caller.
 Roles: a *client* meets a *place*; on the channel between a place and an agent's worker
 process the place is the *host* and the agent is the *worker*. A worker can also send Meets
 to its host: that is how an agent meets other agents (the primitive for moving and
-messaging). A place meets its client for one thing only: the chunks of a lazy folder the
+messaging); a worker that may serve another meet (a warm one) says Ready when it is clean
+again. A place meets its client for one thing only: the chunks of a lazy folder the
 client sent (see _lazy). What each role may send is data, in `MAY_SEND`; the per-direction
 states and their transitions are data, in `TRANSITIONS`.
 """
@@ -43,6 +44,7 @@ from ._events import Failed as Failed
 from ._events import Hello as Hello
 from ._events import Log as Log
 from ._events import Meet as Meet
+from ._events import Ready as Ready
 from ._events import Result as Result
 from ._events import Role as Role
 
@@ -70,6 +72,7 @@ __all__ = [
     "Hello",
     "Log",
     "Meet",
+    "Ready",
     "Result",
     "Role",
     "body_of",
@@ -128,7 +131,7 @@ IDLE, OPEN, CLOSED, ERROR = "IDLE", "OPEN", "CLOSED", "ERROR"
 TRANSITIONS: Final[dict[tuple[str, type[Event]], str]] = {
     (IDLE, Hello): OPEN,
     (IDLE, Bye): CLOSED,  # refusing a connection before saying hello
-    **{(OPEN, cls): OPEN for cls in (Meet, Accepted, Result, Failed, Log, Cancel)},
+    **{(OPEN, cls): OPEN for cls in (Meet, Accepted, Result, Failed, Log, Cancel, Ready)},
     (OPEN, Bye): CLOSED,
 }
 
@@ -138,7 +141,7 @@ MAY_SEND: Final[dict[Role, frozenset[type[Event]]]] = {
     Role.CLIENT: frozenset({Hello, Meet, Result, Failed, Cancel, Bye}),
     Role.PLACE: frozenset({Hello, Meet, Accepted, Result, Failed, Bye}),
     Role.HOST: frozenset({Hello, Meet, Accepted, Result, Failed, Bye}),
-    Role.WORKER: frozenset({Hello, Meet, Result, Failed, Log, Bye}),
+    Role.WORKER: frozenset({Hello, Meet, Result, Failed, Log, Ready, Bye}),
 }
 
 #: Which replies end a meet of each mode.

@@ -314,8 +314,13 @@ class BuiltIns:
                        for layer in self.layers],
             "pools": [{"agent": agent, "language": pool.interpreter.language,
                        "ready": pool.ready, "size": pool.size, "most": pool.most,
-                       "ended": pool.ended, "misses": pool.misses}
+                       "ended": pool.ended, "misses": pool.misses,
+                       "idle_warm": self.agents.warm.idle_of(pool.interpreter.language),
+                       "warm": pool.warm, "fresh": pool.fresh}
                       for agent, pool in sorted(pools.items())],
+            "reuse": {"setting": self.settings.reuse,
+                      "applies": any(p.containment.reuses for p in pools.values()),
+                      "idle": self.agents.warm.idle, "most": self.agents.warm.most},
             "unavailable": sorted(set(self.agents.interpreters) - set(pools)),
             "installed": installed,
             "trusted": [{"name": a.name, "meets": a.meets, "problem": a.problem}
@@ -360,6 +365,7 @@ class BuiltIns:
                 "processes": processes, "age": round(now - meet.started, 3),
                 "cpu": round(cpu, 3), "rss": rss,
                 "network": worker.pool.settings.agent_network,
+                "worker": "warm" if worker.warm else "fresh",
                 "mailbox": len(resident.queue) if resident is not None else None,
             })
         return rows

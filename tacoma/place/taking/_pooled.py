@@ -5,7 +5,8 @@
     unmarshal, start (10)     in the worker, which is already running its interpreter
     return status (11, 12)    the worker's Result is sent back to whoever met
     terminate (13)            the connection stays open for the next meet; the used worker is
-                              destroyed in the background
+                              destroyed in the background, or kept warm for the next meet
+                              of the same principal and program (workers._warm)
 
 The program is the caller's (CODE) or the installed agent's, compiled first for a compiled
 language (`workers._builds`); the meet's time is the place's bound, and a hop's is its
@@ -22,16 +23,17 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
-from ...wire._briefcase import CODE, CODE_NAME, RERUN, TRACE, Briefcase
+from ...wire._briefcase import CODE, CODE_NAME, FRESH, RERUN, TRACE, Briefcase
 from ...wire._errors import MeetError, MeetTimeout
 from ...wire._program import program_bytes, program_name
-from ...wire._protocol import Meet
+from ...wire._protocol import Meet, Result
 from ..meets._meet import RunningMeet
 from ..meets._residents import Residents
 from ..meets._trips import Trips
 from ..workers._agents import PooledAgent
 from ..workers._builds import Builds
-from ..workers._pool import Moved, Worker
+from ..workers._pool import Moved, Worker, WorkerPool
+from ..workers._warm import WarmKey, WarmWorkers
 
 __all__ = ["PooledRuns"]
 
@@ -39,7 +41,7 @@ __all__ = ["PooledRuns"]
 class PooledRuns:
     """Runs meets' agents in workers (see the module)."""
 
-    def __init__(self, builds: Builds, residents: Residents, trips: Trips,
+    def __init__(self, builds: Builds, residents: Residents, trips: Trips, warm: WarmWorkers,
                  bounded: Callable[[float | None], float],
                  in_background: Callable[[Coroutine[Any, Any, Any]], None],
                  stop_trip: Callable[[str, Sequence[str | None]], Coroutine[Any, Any, None]],
@@ -47,10 +49,19 @@ class PooledRuns:
         self.builds = builds
         self.residents = residents
         self.trips = trips
+        self.warm = warm
         self._bounded = bounded
         self._in_background = in_background
         self._stop_trip = stop_trip
         self._agent_meet = agent_meet
+
+    async def _worker(self, pool: WorkerPool, key: WarmKey | None) -> Worker:
+        """A warm worker of `key` if one waits, else one of the pool's fresh ones."""
+        if key is not None:
+            worker = await self.warm.take(key)
+            if worker is not None:
+                return worker
+        return await pool.take()
 
     async def run(self, meet: RunningMeet, found: PooledAgent) -> Briefcase | Moved:
         """Run the agent of `meet` in a worker of its pool, and return its briefcase; if
@@ -81,7 +92,9 @@ class PooledRuns:
             if timeout <= 0:
                 raise MeetTimeout(f"compiling {meet.agent}'s program took the meet's whole "
                                   "time")
-        worker = await pool.take()
+        key = (WarmKey.of(pool.interpreter.language, meet.principal, program_bytes(briefcase))
+               if pool.containment.reuses and FRESH not in briefcase else None)
+        worker = await self._worker(pool, key)
         meet.step("take worker")
         if meet.trace is not None:
             briefcase[TRACE] = []  # the worker's signal to time its own steps
@@ -91,14 +104,18 @@ class PooledRuns:
         meet.worker = worker
         meet.note_origins(briefcase)
         hop = meet.trip is not None  # a hop of a trip that began elsewhere
+        outcome: Result | Moved | None = None
         try:
             try:
                 outcome = await worker.run(meet, timeout,
                                            functools.partial(self._agent_meet, meet))
             finally:
                 meet.worker = None
+                resided = meet.resident is not None
                 self.residents.leave(meet)
-                pool.release(worker)
+                # Kept warm only after a meet that ended well (not moved on, not resident).
+                pool.release(worker, kept=key is not None and isinstance(outcome, Result)
+                             and not resided and self.warm.offer(key, worker))
             if isinstance(outcome, Moved):  # the agent moved on: its trip goes on
                 if hop:
                     return outcome  # the next place has the trip now

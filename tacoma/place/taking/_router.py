@@ -123,8 +123,8 @@ class Router:
                          builtins.trip_ended, self.run, self.in_background, self.bounded,
                          self.reach, settings.trip_timings, access.passports)
         #: Running agents in workers (see _pooled).
-        self.pooled = PooledRuns(builds, residents, trips, self.bounded, self.in_background,
-                                 self.hops.stop_trip, self.agent_meet)
+        self.pooled = PooledRuns(builds, residents, trips, agents.warm, self.bounded,
+                                 self.in_background, self.hops.stop_trip, self.agent_meet)
         #: The one table's ways (meets._route.TAKE), one method each.
         self._ways: dict[Way, Callable[[Caller, Meet, Route, Reply, int], Taken | None]] = {
             Way.ECHO: self._echo, Way.CALL: self._call, Way.SERVE: self._serve,

@@ -1,7 +1,8 @@
 """Running agents: the worker processes and everything that confines them.
 
 What a name finds (`_agents`: a built-in, a trusted agent, a pooled one), pools of
-pre-started workers (`_pool`) forked by each language's zygote (`_zygotes`), the sandbox
+pre-started workers (`_pool`) forked by each language's zygote (`_zygotes`), workers kept
+warm for later meets of one principal's program (`_warm`), the sandbox
 plan each worker is started with (an `agent._plan.SandboxPlan`, built by `_containment`),
 and what the plan is made of: containment (`_containment`: uids, cgroups, the confined
 runner), `_cgroups`, `_uids`, `_seccomp`, the read-only layers (`_layers`), compiled builds

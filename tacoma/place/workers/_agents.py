@@ -21,6 +21,7 @@ from ...wire._errors import MeetError, PlaceUnavailable, UnknownAgent
 from ...wire._names import BUILT_IN
 from ._pool import WorkerPool
 from ._trusted import Trusted, TrustedAgent
+from ._warm import WarmWorkers
 
 __all__ = ["Agents", "BuiltInAgent", "Found", "PooledAgent", "TrustedRun"]
 
@@ -57,10 +58,11 @@ class Agents:
 
     def __init__(self, agents_dir: Path, interpreters: dict[str, Interpreter], address: str,
                  resident_names: Callable[[], list[str]], trusted_dir: Path,
-                 max_bytes: int) -> None:
+                 max_bytes: int, warm: WarmWorkers) -> None:
         self.agents_dir = agents_dir
         self.interpreters = interpreters  # by agent name, as discovered
         self.pools: dict[str, WorkerPool] = {}  # by agent name, for languages that run here
+        self.warm = warm  # their workers kept warm, for later meets of a principal's program
         self.address = address
         self.resident_names = resident_names
         #: Agents installed with --trusted, run in the place's own process.

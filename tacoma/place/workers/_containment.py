@@ -190,6 +190,15 @@ class Containment:
                             "directory and the Python installation elsewhere)", directory,
                             " and ".join(paths))
 
+    @property
+    def reuses(self) -> bool:
+        """Whether workers may be kept warm (`PlaceSettings.reuse`): only where each has a
+        PID namespace (its other processes can all be killed), a tmpfs (its files all
+        emptied) and cgroups (its CPU time counted per meet) of its own."""
+        layers = self.layers
+        return (self.settings.reuse != "never" and layers.pidns and layers.mounts
+                and not layers.userns and layers.cgroups is not None)
+
     def zygote_plan(self) -> Namespaces:
         """What a language's zygote enters and prepares once, for all its workers: its
         namespaces and the mount view they share. (Not their Landlock rules: a rule binds
@@ -254,6 +263,7 @@ class Containment:
             landlock=self._landlock(workdir, execute) if layers.landlock_abi else None,
             artifacts=artifacts,
             ahead=ahead,
+            reuse=not build and self.reuses,
         )
 
     @property

@@ -5,7 +5,9 @@ interpreter: steps 3, 8 and 10a of its Table 1) and proposed taking that off the
 path. So each interpreter has a `WorkerPool` of processes that are already started, already
 confined (agent._sandbox.enter) and already connected to the place over a socketpair; a
 meet takes one, hands it the briefcase, and the pool starts a replacement in the background.
-A worker serves exactly one meet and is then destroyed: a fresh address space per meet.
+A worker serves one meet and is then destroyed: a fresh address space per meet; or, where
+the place reuses workers, it is kept warm for later meets of the same principal and program
+only (_warm).
 
 Replacements are forked by the language's zygote (see _zygotes): a fork and the sandbox
 set-up cost a few milliseconds where an exec and an interpreter start cost tens. Each
@@ -49,7 +51,7 @@ from ...wire._errors import (
     TacomaError,
     error_from_wire,
 )
-from ...wire._protocol import Event, Failed, Log, Meet, Result, Role
+from ...wire._protocol import Event, Failed, Log, Meet, Ready, Result, Role
 from ._cgroups import Group
 from ._containment import Containment, private_output, tail
 from ._zygotes import START_TIMEOUT, ZygoteHandle
@@ -147,6 +149,14 @@ class Worker:
         self._tasks: set[asyncio.Task[None]] = set()
         self.destroyed = False
         self._logged_lines = self._logged_chars = self._dropped_lines = 0
+        #: Meets it served; when it started, and since when it waits idle, warm (_warm).
+        self.served = 0
+        self.born = time.monotonic()
+        self.idle_since = 0.0
+        #: Done when, after its last meet, it said Ready (clean again: a warm worker);
+        #: failed if its channel closed first. None before its first meet.
+        self.clean: asyncio.Future[None] | None = None
+        self._cpu_at_start = 0.0  # its cgroup's CPU time when its meet began
 
     @property
     def alive(self) -> bool:
@@ -169,16 +179,32 @@ class Worker:
             return self._moved  # it went on while its end here was being looked at
         return self._moved or answer
 
+    def clean_now(self) -> bool:
+        """Whether it said Ready after its last meet: clean, waiting for the next."""
+        clean = self.clean
+        return clean is not None and clean.done() and not clean.cancelled() \
+            and clean.exception() is None
+
+    async def until_clean(self) -> None:
+        """Wait for its Ready (ConnectionLost if its channel closes first)."""
+        assert self.clean is not None
+        await self.clean
+
     async def _run(self, meet: HandedMeet, timeout: float,
                    nested: NestedHandler) -> Result | Moved:
         assert self.exited is not None
         assert self.channel is not None
         loop = asyncio.get_running_loop()
+        self._end_meet()
         self.meet = meet
         self._nested = nested
+        self.served += 1
         reply: asyncio.Future[Result | Failed] = loop.create_future()
         self._reply = reply
         self._went = went = loop.create_future()
+        self.clean = loop.create_future()
+        if self.group is not None and self.group.accounts_cpu:
+            self._cpu_at_start = self.group.cpu_seconds()  # earlier meets' are not this one's
         exited = self.exited
         meet.mark()
 
@@ -187,8 +213,8 @@ class Worker:
                 reply.set_exception(exc)
 
         # A large briefcase is encoded on a thread (see Channel.send): others go on meanwhile.
-        self.channel.send(Meet(1, meet.agent, meet.briefcase, "sync", timeout, meet.principal),
-                          refused)
+        self.channel.send(Meet(self.served, meet.agent, meet.briefcase, "sync", timeout,
+                               meet.principal), refused)
         meet.step("hand to worker")
         waits: set[asyncio.Future[Any]] = {reply, exited, went}
         watch = self._watch_cpu() if self.group is not None and self.group.accounts_cpu \
@@ -216,7 +242,7 @@ class Worker:
             if isinstance(answer, Failed):
                 if answer.kind not in WORKER_KINDS:  # a worker cannot speak for the place
                     raise AgentFailed(f"agent failed: {answer.message}", answer.detail)
-                if answer.kind == AgentKilled.kind and self._killed_for_memory():
+                if answer.kind == AgentKilled.kind and self.killed_for_memory():
                     raise AgentKilled(self._memory_message(), answer.detail)
                 raise error_from_wire(answer.kind, answer.message, answer.detail)
             return answer
@@ -227,7 +253,7 @@ class Worker:
                     await asyncio.wait_for(asyncio.shield(exited), 2.0)
             if not exited.done():  # the channel failed but the process lives on
                 raise AgentKilled(f"agent broke the worker protocol: {reply.exception()}")
-            if self._killed_for_memory():
+            if self.killed_for_memory():
                 raise AgentKilled(self._memory_message(), self.output_tail())
             zygote = self.pool.zygote
             cpu_used = zygote.cpu_used.pop(self.pid, 0.0) if zygote is not None else 0.0
@@ -242,7 +268,7 @@ class Worker:
         cgroup is read only when the limit could have been reached, not polled."""
         assert self.group is not None
         group, limits = self.group, self.pool.settings.limits
-        start = group.cpu_seconds()  # the worker's own start-up is not the agent's
+        start = self._cpu_at_start  # the worker's start-up, and earlier meets, are not its
 
         async def watch() -> bool:
             while True:
@@ -254,7 +280,8 @@ class Worker:
 
         return asyncio.ensure_future(watch())
 
-    def _killed_for_memory(self) -> bool:
+    def killed_for_memory(self) -> bool:
+        """Whether the memory limit killed one of its processes (in any of its meets)."""
         return self.group is not None and self.group.oom_kills() > 0
 
     def _memory_message(self) -> str:
@@ -273,9 +300,15 @@ class Worker:
         """The end of what the agent wrote to stdout and stderr."""
         return tail(self.output)
 
+    @property
+    def warm(self) -> bool:
+        """Whether its meet is not its first: a warm worker (_warm)."""
+        return self.served > 1
+
     def usage(self) -> tuple[int, float, int]:
-        """(processes, CPU seconds, resident bytes) of the agent: every process in its
-        cgroup, or its worker process alone where there is none."""
+        """(processes, CPU seconds, resident bytes) of the agent's meet: every process in
+        its cgroup, or its worker process alone where there is none; the CPU time its meet
+        used where the cgroup counts it, else its processes' whole."""
         pids = [self.pid]
         if self.group is not None:
             with contextlib.suppress(OSError, ValueError):
@@ -293,6 +326,8 @@ class Worker:
             cpu += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
             rss += int(statm.split()[1]) * page
             alive += 1
+        if self.group is not None and self.group.accounts_cpu:
+            cpu = self.group.cpu_seconds() - self._cpu_at_start
         return alive, cpu, rss
 
     # -- EventHandler for the worker channel
@@ -300,12 +335,30 @@ class Worker:
         if isinstance(event, Result | Failed):
             if self._reply is not None and not self._reply.done():
                 self._reply.set_result(event)
+        elif isinstance(event, Ready):
+            self._ready()
         elif isinstance(event, Log):
             self._log(event)
         elif isinstance(event, Meet) and self._nested is not None:
             task = asyncio.ensure_future(self._nested(self, event))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def _ready(self) -> None:
+        """A warm worker is clean after its meet (`agent._reuse`): it may be taken again."""
+        if self.clean is not None and not self.clean.done():
+            self.clean.set_result(None)
+
+    def _end_meet(self) -> None:
+        """Its last meet is over: say what of its log was dropped, and start the counts
+        again for the next."""
+        if self._dropped_lines:
+            log.warning("[%s] %d more log lines from the agent were dropped (at most %d "
+                        "lines, %d characters a meet, and %d a second for all the agents of "
+                        "one principal)", self._meet_id, self._dropped_lines,
+                        LOG_LINES_PER_MEET, LOG_CHARS_PER_MEET, LogBudget.RATE)
+        self._logged_lines = self._logged_chars = self._dropped_lines = 0
+        self._moved = None
 
     def _log(self, event: Log) -> None:
         """Write an agent's line to the place's log, within the meet's budget and its
@@ -331,10 +384,11 @@ class Worker:
         return self.meet.id if self.meet is not None else ""
 
     def channel_closed(self, channel: Channel, exc: BaseException | None) -> None:
-        if self._reply is not None and not self._reply.done():
-            reason = channel.close_reason or "channel closed"
-            self._reply.set_exception(ConnectionLost(reason))
-            self._reply.exception()
+        reason = channel.close_reason or "channel closed"
+        for future in (self._reply, self.clean):
+            if future is not None and not future.done():
+                future.set_exception(ConnectionLost(reason))
+                future.exception()
 
     def answer(self, event: Result | Failed | Event) -> None:
         """Send the reply to a nested meet, if the worker is still there to get it (a large
@@ -347,11 +401,7 @@ class Worker:
         if self.destroyed:
             return
         self.destroyed = True
-        if self._dropped_lines:
-            log.warning("[%s] %d more log lines from the agent were dropped (at most %d "
-                        "lines, %d characters a meet, and %d a second for all the agents of "
-                        "one principal)", self._meet_id, self._dropped_lines,
-                        LOG_LINES_PER_MEET, LOG_CHARS_PER_MEET, LogBudget.RATE)
+        self._end_meet()
         for task in list(self._tasks):
             task.cancel()
         if self.channel is not None:
@@ -379,7 +429,8 @@ class Worker:
 
 
 class WorkerPool:
-    """Ready workers for one interpreter; each is used once, replacements start off-path.
+    """Ready workers for one interpreter; each is used once (or kept warm for its meet's
+    principal and program: _warm), replacements start off-path.
 
     The pool is sized by demand: it keeps `target` workers ready or starting, at least
     --pool-size. A meet that finds none ready (a miss) raises the target by one, up to
@@ -409,8 +460,12 @@ class WorkerPool:
         self.target = self.settings.pool_size
         self._last_miss = 0.0
         self._shrinking: asyncio.TimerHandle | None = None
-        #: Meets whose agent ran in one of its workers and ended, since the place started.
+        #: Meets whose agent ran in one of its workers and ended, since the place started;
+        #: of those, how many a warm worker served (one that had served the same program
+        #: of the same principal before: see _warm) and how many a fresh one.
         self.ended = 0
+        self.warm = 0
+        self.fresh = 0
         #: Meets that found no worker ready.
         self.misses = 0
 
@@ -529,15 +584,21 @@ class WorkerPool:
             wait = SHRINK_AFTER - quiet if quiet < SHRINK_AFTER else SHRINK_AFTER
             self._shrinking = asyncio.get_running_loop().call_later(wait, self._shrink)
 
-    def release(self, worker: Worker) -> None:
-        """Destroy a used worker and start its replacement, after the meet has its answer.
+    def release(self, worker: Worker, kept: bool = False) -> None:
+        """Count a used worker's meet as ended; unless it was `kept` warm (_warm), destroy
+        it and start its replacement, after the meet has its answer.
 
         Both happen here rather than in `take` so that the replacement's fork and set-up do
         not compete with the meet it replaces.
         """
         self.ended += 1
-        self._track(worker.destroy())
-        self.fill()
+        if worker.warm:
+            self.warm += 1
+        else:
+            self.fresh += 1
+        if not kept:
+            self._track(worker.destroy())
+            self.fill()
 
     async def _live_zygote(self) -> ZygoteHandle:
         async with self._zygote_lock:

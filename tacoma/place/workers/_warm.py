@@ -1,0 +1,175 @@
+"""Warm workers: a worker reused for later meets of one principal's one program.
+
+Forking and confining a worker costs a few milliseconds of CPU, most of it the kernel's
+(copy-on-write faults, exit, fork): with a fresh process per meet, two cores serve a few
+hundred isolated meets a second. AWS Lambda's answer is to reuse an execution environment
+for later invocations of the same function by the same tenant, and never across them; so
+does a place. A worker that served a meet well (a Result, no limit hit, its agent did not
+move on) is kept here under its key, the meet's
+
+    (language, principal, program hash)
+
+and only a meet with the same key takes it again. Whatever a meet leaves in the process's
+memory is then seen only by the same program run by the same principal, which could have
+kept it anyway (in a cabinet, in its briefcase): no new flow between principals or
+programs. Between two meets the worker makes itself clean (`agent._reuse`: its other
+processes killed, its files emptied, descriptors, environment and working directory reset)
+and says Ready (and sets its next meet's CPU time limit); the place counts CPU time per
+meet from the worker's cgroup, and the worker's output file starts anew with each meet.
+
+Idle warm workers are bounded, so they never starve fresh ones: at most `warm_max` in all,
+and half of them for any one principal (and so for any one of its programs: a smaller share
+per program made one busy program miss its own workers, with 32 meets in flight); past a
+bound the worker is destroyed instead. One idle for IDLE_SECONDS is destroyed, and so is
+one that has served `warm_meets` meets or lived `warm_seconds`. A place with `--reuse never`, a meet
+whose briefcase has a FRESH folder, and a place that cannot give each worker a PID
+namespace, a tmpfs and cgroups of its own (not root) always run a fresh worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import hashlib
+import logging
+import time
+from dataclasses import dataclass
+
+from .._settings import PlaceSettings
+from ._pool import Worker
+
+__all__ = ["IDLE_SECONDS", "WarmKey", "WarmWorkers"]
+
+log = logging.getLogger("tacoma.place")
+
+#: Seconds an idle warm worker is kept before it is destroyed.
+IDLE_SECONDS = 5.0
+#: Seconds a meet waits for a warm worker still making itself clean, rather than a fresh one.
+CLEAN_WAIT = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class WarmKey:
+    """Which meets may share a worker: one language, one principal, one program."""
+
+    language: str
+    principal: str
+    program: bytes  # the program's SHA-256
+
+    @classmethod
+    def of(cls, language: str, principal: str, program: bytes) -> WarmKey:
+        return cls(language, principal, hashlib.sha256(program).digest())
+
+
+class WarmWorkers:
+    """The place's idle warm workers, by key (see the module)."""
+
+    def __init__(self, settings: PlaceSettings) -> None:
+        self.settings = settings
+        self.most = settings.warm_max
+        self.per_principal = max(1, self.most // 2)
+        self._idle: dict[WarmKey, list[Worker]] = {}
+        self._principals: collections.Counter[str] = collections.Counter()
+        self._count = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._sweeping: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    @property
+    def idle(self) -> int:
+        """Warm workers waiting for a meet of their key now."""
+        return self._count
+
+    def idle_of(self, language: str) -> int:
+        return sum(len(workers) for key, workers in self._idle.items()
+                   if key.language == language)
+
+    async def take(self, key: WarmKey) -> Worker | None:
+        """A warm worker of `key`, clean and alive; None if there is none."""
+        workers = self._idle.get(key)
+        while workers:
+            ready = [w for w in workers if w.clean is not None and w.clean.done()]
+            worker = ready[-1] if ready else workers[-1]  # the one used last: its caches
+            self._remove(key, worker)
+            if not worker.clean_now():
+                try:
+                    await asyncio.wait_for(asyncio.shield(worker.until_clean()), CLEAN_WAIT)
+                except (TimeoutError, Exception):  # noqa: BLE001 - it failed to come clean
+                    self._destroy(worker)
+                    continue
+            if worker.alive and worker.clean_now():
+                return worker
+            self._destroy(worker)
+            workers = self._idle.get(key)
+        return None
+
+    def offer(self, key: WarmKey, worker: Worker) -> bool:
+        """Keep `worker`, whose meet of `key` just ended well, for the next meet of `key`;
+        False if it may not be kept (its caller then destroys it)."""
+        settings = self.settings
+        if (self._closed or not worker.alive or worker.served >= settings.warm_meets
+                or time.monotonic() - worker.born >= settings.warm_seconds
+                or worker.killed_for_memory()):
+            return False
+        if self._count >= self.most or self._principals[key.principal] >= self.per_principal:
+            return False
+        worker.idle_since = time.monotonic()
+        self._idle.setdefault(key, []).append(worker)
+        self._principals[key.principal] += 1
+        self._count += 1
+        if worker.clean is not None:
+            worker.clean.add_done_callback(lambda _: self._check(key, worker))
+        self._schedule_sweep()
+        return True
+
+    def _check(self, key: WarmKey, worker: Worker) -> None:
+        """Its Ready came, or its channel closed: one that will not be clean goes."""
+        if not worker.clean_now() and self._remove(key, worker):
+            self._destroy(worker)
+
+    def _remove(self, key: WarmKey, worker: Worker) -> bool:
+        workers = self._idle.get(key)
+        if workers is None or worker not in workers:
+            return False
+        workers.remove(worker)
+        if not workers:
+            del self._idle[key]
+        self._principals[key.principal] -= 1
+        if not self._principals[key.principal]:
+            del self._principals[key.principal]
+        self._count -= 1
+        return True
+
+    def _destroy(self, worker: Worker) -> None:
+        task = asyncio.ensure_future(worker.destroy())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _schedule_sweep(self) -> None:
+        if self._sweeping is None and not self._closed:
+            self._sweeping = asyncio.get_running_loop().call_later(IDLE_SECONDS, self._sweep)
+
+    def _sweep(self) -> None:
+        """Destroy the workers idle for IDLE_SECONDS or more."""
+        self._sweeping = None
+        now = time.monotonic()
+        for key, workers in list(self._idle.items()):
+            for worker in list(workers):
+                if now - worker.idle_since >= IDLE_SECONDS and self._remove(key, worker):
+                    self._destroy(worker)
+        if self._count:
+            self._schedule_sweep()
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._sweeping is not None:
+            self._sweeping.cancel()
+        workers = [w for ws in self._idle.values() for w in ws]
+        self._idle.clear()
+        self._principals.clear()
+        self._count = 0
+        await asyncio.gather(*(w.destroy() for w in workers), return_exceptions=True)
+        for task in list(self._tasks):
+            with contextlib.suppress(Exception):
+                await task

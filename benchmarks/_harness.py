@@ -144,11 +144,22 @@ def start_place(state_dir: Path, *extra_args: str) -> ServerProcess:
     return server
 
 
-def start_passive(log_dir: Path) -> ServerProcess:
-    """The passive msgpack echo server on a free loopback port, in its own process."""
-    argv = [sys.executable, str(HERE / "passive_echo.py"), "--listen", "127.0.0.1:0"]
+def start_passive(log_dir: Path, tls: bool = False) -> ServerProcess:
+    """The passive msgpack echo server on a free loopback port, in its own process: in
+    plaintext, or (`tls`) in mutual TLS 1.3 as the local places speak it (with this user's
+    local place identity)."""
+    identity: list[str] = []
+    if tls:
+        from tacoma.trust import TrustStore, _certs
+        from tacoma.trust._store import LOCAL_PLACE
+
+        store = TrustStore()
+        _certs.ensure_local(store)
+        identity = ["--tls", str(store.identity_file(LOCAL_PLACE))]
+    argv = [sys.executable, str(HERE / "passive_echo.py"), "--listen", "127.0.0.1:0",
+            *identity]
     return _start("passive echo server", argv, "passive echo listening on ",
-                  log_dir / "passive_echo.log")
+                  log_dir / f"passive_echo{'_tls' if tls else ''}.log")
 
 
 def close_meet_connections(loop: asyncio.AbstractEventLoop) -> None:

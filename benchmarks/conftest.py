@@ -6,24 +6,53 @@ memory and cold-start benchmarks get places of their own, so that nothing earlie
 session is measured with them) and stopped with SIGTERM; a non-zero exit status fails the
 session's teardown. The client side is one uvloop event loop per session, and each benchmarked
 call is driven with `loop.run_until_complete`.
+
+The benchmarks have a trust directory of their own (their places make its CA and local
+identities, as a user's first place does; the mixed-load benchmark issues its principals
+there), and their places' state directories lie outside /tmp (an agent has a private /tmp,
+which it may not write where a state directory lies below it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import platformdirs
 import pytest
-from tacoma.client._runtime import new_event_loop
 
-from _harness import (
+#: Set before tacoma reads it: every place and client of the session shares it.
+TRUST_DIR = Path(tempfile.mkdtemp(prefix="tacoma-bench-trust-"))
+os.environ["TACOMA_TRUST_DIR"] = str(TRUST_DIR / "trust")
+for _name in ("TACOMA_IDENTITY", "TACOMA_INSECURE", "TACOMA_PLACE", "TACOMA_STATE_DIR"):
+    os.environ.pop(_name, None)
+#: Where the places' state directories go: not below /tmp.
+RUNS = Path(platformdirs.user_cache_dir("tacoma", appauthor=False)) / "bench-runs"
+
+from tacoma.client._runtime import new_event_loop  # noqa: E402 - after the environment
+
+from _harness import (  # noqa: E402
     PassiveClient,
     ServerProcess,
     close_meet_connections,
     start_passive,
     start_place,
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.option.basetemp is None:
+        RUNS.mkdir(parents=True, exist_ok=True, mode=0o700)
+        config.option.basetemp = str(RUNS / f"run-{os.getpid()}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(TRUST_DIR, ignore_errors=True)
+    shutil.rmtree(RUNS / f"run-{os.getpid()}", ignore_errors=True)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
@@ -87,11 +116,20 @@ def plaintext_place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
     yield from _serve(server)
 
 
+@pytest.fixture(scope="session")
+def fresh_workers_place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A place with the default pool that keeps no worker warm (--reuse never): every
+    meet gets a new pre-started worker, as before warm workers."""
+    state = tmp_path_factory.mktemp("fresh_workers_place") / "state"
+    yield from _serve(start_place(state, "--reuse", "never"))
+
+
 @pytest.fixture
 def cold_place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """A place without a worker pool: every Python meet starts its worker on the path."""
+    """A place without a worker pool and no warm workers: every Python meet starts its
+    worker on the path."""
     state = tmp_path_factory.mktemp("cold_place") / "state"
-    yield from _serve(start_place(state, "--pool-size", "0"))
+    yield from _serve(start_place(state, "--pool-size", "0", "--reuse", "never"))
 
 
 @pytest.fixture
@@ -114,3 +152,24 @@ def passive_client(loop: asyncio.AbstractEventLoop,
     yield client
     client.close()
     loop.run_until_complete(asyncio.sleep(0))  # let the transport run its close
+
+
+@pytest.fixture(scope="session")
+def passive_tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The passive echo server speaking mutual TLS 1.3 as a place does: the baseline of the
+    meets over TLS (the default)."""
+    yield from _serve(start_passive(Path(tmp_path_factory.mktemp("passive_tls")), tls=True))
+
+
+@pytest.fixture(scope="session")
+def passive_tls_client(loop: asyncio.AbstractEventLoop,
+                       passive_tls_server: ServerProcess) -> Iterator[PassiveClient]:
+    """One TLS connection to the passive server, with the identity meets are made with."""
+    from tacoma.client._identity import credentials
+
+    address = passive_tls_server.address
+    client = loop.run_until_complete(
+        PassiveClient.connect(address, credentials().context(address)))
+    yield client
+    client.close()
+    loop.run_until_complete(asyncio.sleep(0))

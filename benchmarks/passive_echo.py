@@ -1,6 +1,6 @@
 """The passive baseline server (PAN's t_passive): tacoma.bench._passive, run as a script.
 
-    python benchmarks/passive_echo.py [--listen HOST:PORT]
+    python benchmarks/passive_echo.py [--listen HOST:PORT] [--tls IDENTITY_FILE]
 """
 
 from tacoma.bench._passive import FrameBuffer, decode, encode, main, set_nodelay

@@ -14,7 +14,11 @@ count. The first call of each is untimed: the first meet to a place also opens t
 from __future__ import annotations
 
 import asyncio
+import itertools
+import os
+import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -95,6 +99,25 @@ def test_passive_echo_round_trip(benchmark: Any, loop: asyncio.AbstractEventLoop
                  "echo server (separate process, one kept TCP connection)",
         payload_bytes=_payload_bytes(), folders=sorted(PAYLOAD))
     loop.run_until_complete(echo())  # untimed first call: see the header
+    benchmark.pedantic(lambda: loop.run_until_complete(echo()),
+                       rounds=ECHO_ROUNDS, warmup_rounds=ECHO_WARMUP, iterations=1)
+
+
+def test_passive_echo_round_trip_tls(benchmark: Any, loop: asyncio.AbstractEventLoop,
+                                     passive_tls_client: PassiveClient) -> None:
+    """t_passive over mutual TLS 1.3 (the place's own contexts and the local place
+    identity): the baseline of the meets over TLS, as the plaintext echo is of the
+    --insecure place's."""
+
+    async def echo() -> None:
+        reply = await passive_tls_client.request(PAYLOAD)
+        assert reply == PAYLOAD, reply
+
+    benchmark.extra_info.update(
+        measures="one msgpack request/reply with the briefcase-shaped payload to the passive "
+                 "echo server over mutual TLS 1.3 (one kept connection)",
+        payload_bytes=_payload_bytes(), tls=True)
+    loop.run_until_complete(echo())
     benchmark.pedantic(lambda: loop.run_until_complete(echo()),
                        rounds=ECHO_ROUNDS, warmup_rounds=ECHO_WARMUP, iterations=1)
 
@@ -190,14 +213,44 @@ def test_meet_python_agent_pooled(benchmark: Any, loop: asyncio.AbstractEventLoo
                        rounds=PYTHON_ROUNDS, warmup_rounds=2, iterations=1)
 
 
-def test_meet_python_agent_back_to_back(benchmark: Any, loop: asyncio.AbstractEventLoop,
-                                        place: ServerProcess, summary: Summary) -> None:
-    """The pooled Python meet again, one after another with no pause: each meet's worker
-    is replaced while the next meets run, so this is what a busy caller sees."""
+def test_meet_ag_echo_paced(benchmark: Any, loop: asyncio.AbstractEventLoop,
+                            place: ServerProcess) -> None:
+    """The null meet with the same untimed pause before each round as the paced Python
+    meets: the control for what an idle machine's wake-ups cost any paced meet."""
+
+    async def null_meet() -> None:
+        result = await tacoma.ameet(f"ag_echo@{place.address}", PAYLOAD)
+        assert result == PAYLOAD, result
+
+    benchmark.extra_info.update(
+        measures=f"one sync ag_echo meet after an untimed {POOL_REFILL_PAUSE} s pause",
+        target="ag_echo", pause_s=POOL_REFILL_PAUSE)
+    loop.run_until_complete(null_meet())
+    benchmark.pedantic(lambda: loop.run_until_complete(null_meet()),
+                       setup=lambda: loop.run_until_complete(asyncio.sleep(POOL_REFILL_PAUSE)),
+                       rounds=PYTHON_ROUNDS, warmup_rounds=2, iterations=1)
+
+
+def test_meet_python_agent_pooled_fresh(benchmark: Any, loop: asyncio.AbstractEventLoop,
+                                        fresh_workers_place: ServerProcess) -> None:
+    """The paced Python meet at a place that keeps no worker warm (--reuse never): a new
+    pre-started worker for every meet."""
+    python_meet = _pass_meet(fresh_workers_place)
+    benchmark.extra_info.update(
+        measures="one sync meet to ag_python with code 'pass' in a new pre-started worker "
+                 f"(--reuse never), after an untimed {POOL_REFILL_PAUSE} s pause",
+        target="ag_python", reuse="never", payload_bytes=_payload_bytes())
+    benchmark.pedantic(lambda: loop.run_until_complete(python_meet()),
+                       setup=lambda: loop.run_until_complete(asyncio.sleep(POOL_REFILL_PAUSE)),
+                       rounds=PYTHON_ROUNDS, warmup_rounds=2, iterations=1)
+
+
+def _back_to_back(benchmark: Any, loop: asyncio.AbstractEventLoop, place: ServerProcess,
+                  summary: Summary, what: str) -> None:
     python_meet = _pass_meet(place)
     benchmark.extra_info.update(
-        measures="one sync meet to ag_python with code 'pass', back to back (no pause for "
-                 "the pool to refill): p50 and p99 of a caller that never waits",
+        measures=f"one sync meet to ag_python with code 'pass', back to back ({what}): p50 "
+                 "and p99 of a caller that never waits",
         target="ag_python", payload_bytes=_payload_bytes())
     benchmark.pedantic(lambda: loop.run_until_complete(python_meet()),
                        rounds=BACK_TO_BACK_ROUNDS, warmup_rounds=10, iterations=1)
@@ -206,36 +259,141 @@ def test_meet_python_agent_back_to_back(benchmark: Any, loop: asyncio.AbstractEv
         times = sorted(data.data)
         p99 = times[min(len(times) - 1, round(0.99 * (len(times) - 1)))]
         benchmark.extra_info["p99_ms"] = round(p99 * 1e3, 2)
-        summary(f"back-to-back ag_python: p50 {data.median * 1e3:.2f} ms, "
+        summary(f"back-to-back ag_python ({what}): p50 {data.median * 1e3:.2f} ms, "
                 f"p99 {p99 * 1e3:.2f} ms")
 
 
-def test_sustained_isolated_meets(benchmark: Any, loop: asyncio.AbstractEventLoop,
-                                  place: ServerProcess, summary: Summary) -> None:
-    """Isolated Python meets as fast as the place runs them, IN_FLIGHT at once: each one a
-    new sandboxed worker process, as every pooled meet is."""
-    python_meet = _pass_meet(place)
+def test_meet_python_agent_back_to_back_fresh(benchmark: Any,
+                                              loop: asyncio.AbstractEventLoop,
+                                              fresh_workers_place: ServerProcess,
+                                              summary: Summary) -> None:
+    """Back to back at a place that keeps no worker warm: each meet's worker is replaced
+    while the next meets run."""
+    _back_to_back(benchmark, loop, fresh_workers_place, summary, "fresh workers")
+
+
+def test_meet_python_agent_back_to_back(benchmark: Any, loop: asyncio.AbstractEventLoop,
+                                        place: ServerProcess, summary: Summary) -> None:
+    """The Python meet again, one after another with no pause: the same program of the
+    same principal, so a warm worker serves each."""
+    _back_to_back(benchmark, loop, place, summary, "warm workers")
+
+
+def _machine_cpu_seconds() -> float:
+    """CPU time the whole machine spent busy so far (every core, /proc/stat)."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _served(place: ServerProcess) -> tuple[int, int]:
+    """(warm, fresh): the meets a warm and a fresh Python worker served at `place` so far."""
+    assert place.state_dir is not None
+    token = (place.state_dir / "admin.token").read_text().strip()
+    status = tacoma.place_status(place.address, token=token)
+    pool = next(p for p in status.pools if p.agent == "ag_python")
+    return pool.warm, pool.fresh
+
+
+def _sustained(benchmark: Any, loop: asyncio.AbstractEventLoop, place: ServerProcess,
+               summary: Summary, meet: Callable[[int], Awaitable[None]], what: str,
+               **info: Any) -> None:
+    """SUSTAINED_ROUNDS rounds of SUSTAINED_MEETS meets (`meet(n)`), IN_FLIGHT at once:
+    the rate, the machine's CPU time per meet and the share a warm worker served."""
+    cpu: list[float] = []
 
     async def round_of_meets() -> None:
         todo = iter(range(SUSTAINED_MEETS))
 
         async def caller() -> None:
-            for _ in todo:
-                await python_meet()
+            for n in todo:
+                await meet(n)
 
+        started = _machine_cpu_seconds()
         await asyncio.gather(*(caller() for _ in range(IN_FLIGHT)))
+        cpu.append(_machine_cpu_seconds() - started)
 
     benchmark.extra_info.update(
-        measures=f"one round = {SUSTAINED_MEETS} sync meets to ag_python (code 'pass'), "
-                 f"{IN_FLIGHT} in flight at once over one connection; each meet runs in a "
-                 "new sandboxed worker", in_flight=IN_FLIGHT, meets=SUSTAINED_MEETS)
+        measures=f"one round = {SUSTAINED_MEETS} sync meets to ag_python, {IN_FLIGHT} in "
+                 f"flight at once; {what}", in_flight=IN_FLIGHT, meets=SUSTAINED_MEETS,
+        **info)
+    warm, fresh = _served(place)
     benchmark.pedantic(lambda: loop.run_until_complete(round_of_meets()),
                        rounds=SUSTAINED_ROUNDS, warmup_rounds=1, iterations=1)
+    warm, fresh = (n - before for n, before in zip(_served(place), (warm, fresh), strict=True))
     median = _median_seconds(benchmark)
-    if median is not None:
-        benchmark.extra_info["meets_per_s"] = round(SUSTAINED_MEETS / median)
-        summary(f"{benchmark.extra_info['meets_per_s']:,} isolated ag_python meets/s "
-                f"sustained, {IN_FLIGHT} in flight")
+    if median is not None and warm + fresh:
+        rate = round(SUSTAINED_MEETS / median)
+        per_meet = sorted(cpu)[len(cpu) // 2] / SUSTAINED_MEETS * 1e3
+        share = warm / (warm + fresh)
+        benchmark.extra_info.update(meets_per_s=rate, warm_share=round(share, 3),
+                                    machine_cpu_ms_per_meet=round(per_meet, 2))
+        summary(f"{rate:,} isolated ag_python meets/s, {IN_FLIGHT} in flight ({what}); "
+                f"{share:.0%} served warm; {per_meet:.2f} ms of CPU per meet (machine)")
+
+
+def test_sustained_isolated_meets(benchmark: Any, loop: asyncio.AbstractEventLoop,
+                                  place: ServerProcess, summary: Summary) -> None:
+    """Isolated Python meets as fast as the place runs them, IN_FLIGHT at once, all of one
+    program and one principal: warm workers serve them."""
+    python_meet = _pass_meet(place)
+    _sustained(benchmark, loop, place, summary, lambda _: python_meet(),
+               "one program, one principal: warm workers")
+
+
+def test_sustained_fresh_meets(benchmark: Any, loop: asyncio.AbstractEventLoop,
+                               place: ServerProcess, summary: Summary) -> None:
+    """The same, with a new program every meet (a comment differs): no worker may be
+    reused, so each meet gets a fresh sandboxed process."""
+    target = f"ag_python@{place.address}"
+    tag = uuid.uuid4().hex
+
+    async def new_program(n: int) -> None:
+        code = f"pass  # {tag} {n}"
+        result = await tacoma.ameet(target, PAYLOAD, code=code, timeout=60)
+        assert result == {**PAYLOAD, "CODE": [code.encode()]}, result
+
+    counter = itertools.count()
+    _sustained(benchmark, loop, place, summary, lambda _: new_program(next(counter)),
+               "a new program each meet: fresh workers")
+
+
+#: The mixed load: principals, and programs each runs in turn.
+MIXED_PRINCIPALS = 8
+MIXED_PROGRAMS = 4
+
+
+def test_sustained_mixed_load(benchmark: Any, loop: asyncio.AbstractEventLoop,
+                              place: ServerProcess, summary: Summary) -> None:
+    """What a shared place sees: MIXED_PRINCIPALS principals (identities of their own,
+    each its own connection) running MIXED_PROGRAMS programs each in turn, IN_FLIGHT meets
+    at once: the rate, and the share of meets a warm worker served."""
+    from tacoma.client._identity import Credentials
+    from tacoma.trust import TrustStore, _certs
+
+    store = TrustStore()
+    _certs.ensure_local(store)
+    tag = uuid.uuid4().hex[:8]
+    clients = [loop.run_until_complete(PlaceClient.connect(
+        place.address, credentials=Credentials(_certs.issue(store, f"mixed-{tag}-{i}",
+                                                            ("client",), ()))))
+        for i in range(MIXED_PRINCIPALS)]
+    programs = [f"pass  # program {p}".encode() for p in range(MIXED_PROGRAMS)]
+
+    async def meet(n: int) -> None:
+        client = clients[n % MIXED_PRINCIPALS]
+        code = programs[(n // MIXED_PRINCIPALS) % MIXED_PROGRAMS]
+        result = await client.meet("ag_python", Briefcase({**PAYLOAD, "CODE": [code]}),
+                                   "sync", 60)
+        assert result == {**PAYLOAD, "CODE": [code]}, result
+
+    try:
+        _sustained(benchmark, loop, place, summary, meet,
+                   f"{MIXED_PRINCIPALS} principals x {MIXED_PROGRAMS} programs",
+                   principals=MIXED_PRINCIPALS, programs=MIXED_PROGRAMS)
+    finally:
+        for client in clients:
+            client.close()
 
 
 #: The program of the code-by-hash benchmarks: 100 KB, most of it comment.

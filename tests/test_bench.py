@@ -160,18 +160,34 @@ def test_the_parameters_language_sizes_and_isolation(tmp_path) -> None:
         assert result["parameters"]["isolation"] == "same-uid"
 
 
+@pytest.mark.parametrize("tls", [False, True], ids=["plaintext", "mutual-tls"])
 def test_the_passive_server_is_the_installed_tacoma_whatever_the_directory(
-        tmp_path, monkeypatch) -> None:
+        tmp_path, monkeypatch, tls: bool) -> None:
     """A folder named tacoma in the current directory (a checkout, a user's own) must not
-    stand in for the installed package in the passive echo server's process."""
+    stand in for the installed package in the passive echo server's process; and the
+    server echoes, in plaintext or over mutual TLS as a place speaks it."""
+    import asyncio
+
     from tacoma.bench._overhead import _start_passive
+    from tacoma.bench._passive import PassiveClient
+    from tacoma.client._identity import credentials
 
     (tmp_path / "tacoma").mkdir()
     (tmp_path / "tacoma" / "__init__.py").write_text("raise SystemExit('the wrong tacoma')\n")
     monkeypatch.chdir(tmp_path)
-    proc, address = _start_passive()
+    proc, address = _start_passive(tls)
     try:
         assert address.startswith("127.0.0.1:")
+
+        async def echo() -> object:
+            client = await PassiveClient.connect(
+                address, credentials().context(address) if tls else None)
+            try:
+                return await client.request({"DATA": [b"x"]})
+            finally:
+                client.close()
+
+        assert asyncio.run(echo()) == {"DATA": [b"x"]}
     finally:
         proc.terminate()
         proc.wait(30)

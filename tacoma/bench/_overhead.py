@@ -13,8 +13,10 @@ pooled, confined worker). Each is the median of its round trips; the agent meets
 Settings are the place's: as root, agents under uids of their own (the default) and
 `--same-uid`; the pool (default) against `--pool-size 0`, where each meet forks and confines
 its worker inside the meet; and mutual TLS (the default) against `--insecure` (plaintext),
-the cost of authentication and encryption on a warm connection. The passive echo is always
-plaintext: it is the bare transport.
+the cost of authentication and encryption on a warm connection; and workers kept warm for
+the same program (the default) against `--reuse never`, a fresh worker for every meet. The
+passive echo speaks the same transport as the place it is compared with: mutual TLS 1.3
+with the local place identity, or plaintext beside an --insecure place.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import IO
 
 from .. import Briefcase, ameet, local_places
 from ..agent._interpreter import discover_interpreters
-from ..client._identity import register_place
+from ..client._identity import credentials, register_place
 from ..client._runtime import run_blocking
 from ..display import Progress
 from ..display import table as show_table
@@ -78,17 +80,32 @@ def settings() -> list[tuple[str, tuple[str, ...]]]:
         else [("place's user, pooled", ())])
     if os.geteuid() == 0:
         pooled.append(("same uid (--same-uid), pooled", ("--same-uid",)))
-    return [*pooled, ("own uid per agent, no pool (--pool-size 0)" if os.geteuid() == 0
-                      else "place's user, no pool (--pool-size 0)", ("--pool-size", "0")),
+    if os.geteuid() == 0:
+        pooled.append(("own uid per agent, fresh workers (--reuse never)", ("--reuse", "never")))
+    return [*pooled, ("own uid per agent, no pool (--pool-size 0 --reuse never)"
+                      if os.geteuid() == 0 else
+                      "place's user, no pool (--pool-size 0 --reuse never)",
+                      ("--pool-size", "0", "--reuse", "never")),
             ("plaintext (--insecure), pooled", ("--insecure",))]
 
 
-def _start_passive() -> tuple[subprocess.Popen[str], str]:
-    # This interpreter running tacoma's own passive server, with fixed arguments.
-    proc = subprocess.Popen(
+def _start_passive(tls: bool) -> tuple[subprocess.Popen[str], str]:
+    """The passive echo in a process of its own: plaintext, or (`tls`) mutual TLS with this
+    user's local place identity, as the local places it is compared with speak."""
+    identity: list[str] = []
+    if tls:
+        from ..trust import TrustStore, _certs
+        from ..trust._store import LOCAL_PLACE
+
+        store = TrustStore()
+        _certs.ensure_local(store)
+        identity = ["--tls", str(store.identity_file(LOCAL_PLACE))]
+    # This interpreter running tacoma's own passive server, with fixed arguments and the
+    # path of this user's own identity file.
+    proc = subprocess.Popen(  # noqa: S603
         # -P: the installed tacoma, not a checkout in the current directory
-        [sys.executable, "-P", "-m", "tacoma.bench._passive", "--listen", "127.0.0.1:0"],
-        stdout=subprocess.PIPE, text=True)
+        [sys.executable, "-P", "-m", "tacoma.bench._passive", "--listen", "127.0.0.1:0",
+         *identity], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     match = re.match(r"passive echo listening on (\S+)", proc.stdout.readline())
     if match is None:
@@ -127,11 +144,12 @@ async def _timed(count: int, meet: Callable[[], Awaitable[Briefcase | str]],
 
 
 async def _round_trips(passive: str, place: str, size: int, quick: bool,
-                       trusted: bool) -> tuple[float, ...]:
+                       trusted: bool, tls: bool) -> tuple[float, ...]:
     payload = Briefcase(DATA=[b"x" * size])
     wire = [2, 1, "ag_echo", payload.to_wire(), "sync", None]  # a Meet's shape
     fast, paced = (200, 15) if quick else (1000, 40)
-    client = await PassiveClient.connect(passive)
+    client = await PassiveClient.connect(passive, credentials().context(passive)
+                                         if tls else None)
     try:
         passive_times = []
         for _ in range(fast):
@@ -165,7 +183,7 @@ def measure_overhead(quick: bool, progress: Progress | None = None) -> list[Over
     every = settings()
     bar = progress or Progress(len(every) * len(sizes), "overhead")
     bar.update(total=len(every) * len(sizes))
-    proc, passive = _start_passive()
+    servers = {tls: _start_passive(tls) for tls in (False, True)}
     try:
         with bar if progress is None else contextlib.nullcontext():
             for setting, flags in every:
@@ -175,14 +193,16 @@ def measure_overhead(quick: bool, progress: Progress | None = None) -> list[Over
                     trusted = install_trusted_null(places.state_dirs[0])
                     for size in sizes:
                         bar.update(description=f"{setting}: {size} bytes")
-                        p, e, a, t = run_blocking(_round_trips(passive, places.addresses[0],
-                                                               size, quick, trusted))
+                        tls = "--insecure" not in flags  # the passive on the same transport
+                        p, e, a, t = run_blocking(_round_trips(
+                            servers[tls][1], places.addresses[0], size, quick, trusted, tls))
                         rows.append(OverheadRow(setting, size, p, e, a,
                                                 t if trusted else None))
                         bar.advance()
     finally:
-        proc.terminate()
-        proc.wait(30)
+        for proc, _ in servers.values():
+            proc.terminate()
+            proc.wait(30)
     return rows
 
 

@@ -9,11 +9,14 @@ loopback TCP), and answers each request with its decoded-and-re-encoded body. It
 Hello, no event checking, no briefcase validation and no meet bookkeeping: exactly what the
 "active" path adds.
 
-Run as a separate process: `python -m tacoma.bench._passive [--listen HOST:PORT]` (or
-`benchmarks/passive_echo.py`). It prints one line, `passive echo listening on HOST:PORT`,
-once it accepts connections, and exits with status 0 on SIGTERM or SIGINT. Standard
-library, msgpack and uvloop only. `PassiveClient` is its client, for `tacoma bench overhead`
-and benchmarks/report.py.
+Run as a separate process: `python -m tacoma.bench._passive [--listen HOST:PORT] [--tls
+IDENTITY_FILE]` (or `benchmarks/passive_echo.py`). It prints one line, `passive echo
+listening on HOST:PORT`, once it accepts connections, and exits with status 0 on SIGTERM or
+SIGINT. With `--tls` it speaks mutual TLS 1.3 as a place does (the same contexts,
+trust._tls, with a place's identity file): the baseline of a meet over TLS, as plaintext is
+of a meet with an --insecure place. Standard library, msgpack and uvloop only (and
+tacoma.trust with --tls). `PassiveClient` is its client, for `tacoma bench overhead` and
+benchmarks/report.py.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ import argparse
 import asyncio
 import signal
 import socket
+import ssl
 import sys
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -98,10 +103,15 @@ class PassiveClient(asyncio.Protocol):
         self.reply: asyncio.Future[Any] | None = None
 
     @classmethod
-    async def connect(cls, address: str) -> PassiveClient:
+    async def connect(cls, address: str, context: ssl.SSLContext | None = None
+                      ) -> PassiveClient:
+        """Connect to the server at `address`: over TLS with `context` (a client's, as
+        trust._tls.client_context makes it), else plaintext."""
         host, _, port = address.rpartition(":")
         loop = asyncio.get_running_loop()
-        _, client = await loop.create_connection(cls, host, int(port))
+        _, client = await loop.create_connection(
+            cls, host, int(port), ssl=context,
+            server_hostname=host if context is not None else None)
         return client
 
     async def request(self, obj: object) -> Any:
@@ -131,9 +141,16 @@ class PassiveClient(asyncio.Protocol):
             self.reply.set_exception(ConnectionError(f"passive server hung up: {exc}"))
 
 
-async def serve(host: str, port: int) -> None:
+async def serve(host: str, port: int, identity: str | None = None) -> None:
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(EchoProtocol, host, port, reuse_address=True)
+    context = None
+    if identity is not None:  # as a place does: its identity, the cluster's CA, TLS 1.3
+        from ..trust._store import Bundle
+        from ..trust._tls import server_context
+
+        context = server_context(Bundle.read(Path(identity)))
+    server = await loop.create_server(EchoProtocol, host, port, reuse_address=True,
+                                      ssl=context)
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
@@ -147,6 +164,8 @@ async def serve(host: str, port: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--listen", default="127.0.0.1:0", metavar="HOST:PORT")
+    parser.add_argument("--tls", metavar="IDENTITY_FILE",
+                        help="speak mutual TLS 1.3 with this place identity file")
     args = parser.parse_args()
     host, _, port = args.listen.rpartition(":")
     try:
@@ -156,7 +175,7 @@ def main() -> None:
     else:
         runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
     with runner:
-        runner.run(serve(host, int(port)))
+        runner.run(serve(host, int(port), args.tls))
     sys.exit(0)
 
 

@@ -271,12 +271,13 @@ class Worker:
         start = self._cpu_at_start  # the worker's start-up, and earlier meets, are not its
 
         async def watch() -> bool:
+            used = 0.0  # nothing yet: the first look is when the limit could be reached
             while True:
+                await asyncio.sleep(max(0.05, (limits.cpu_seconds - used) / limits.cpus))
                 used = group.cpu_seconds() - start
                 if used >= limits.cpu_seconds:
                     _sandbox.kill_cgroup(group.kill_dir)
                     return True
-                await asyncio.sleep(max(0.05, (limits.cpu_seconds - used) / limits.cpus))
 
         return asyncio.ensure_future(watch())
 

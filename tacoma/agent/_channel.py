@@ -62,6 +62,7 @@ from ..wire._protocol import (
 )
 from ..wire._trace import record
 from . import _sandbox
+from ._reuse import Baseline  # in the zygote's image: a worker imports nothing on its own
 
 __all__ = ["AgentChannel", "AgentFailure", "program_text", "serve_one"]
 
@@ -472,11 +473,7 @@ def serve_one(run: Runner, plan: SandboxPlan,
     channel.place = plan.place
     channel.plan = plan
     attach_lazy(channel.lazy_fetch, channel.lazy_keep, plan.prefetch)
-    baseline = None
-    if plan.reuse:
-        from ._reuse import Baseline
-
-        baseline = Baseline(plan)
+    baseline = Baseline(plan) if plan.reuse else None
     channel.hello()
     while True:
         try:

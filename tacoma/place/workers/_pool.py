@@ -587,7 +587,8 @@ class WorkerPool:
 
     def release(self, worker: Worker, kept: bool = False) -> None:
         """Count a used worker's meet as ended; unless it was `kept` warm (_warm), destroy
-        it and start its replacement, after the meet has its answer.
+        it; and start a replacement where the pool lacks one, after the meet has its
+        answer (a worker kept warm waits for its own program's meets, not the pool's).
 
         Both happen here rather than in `take` so that the replacement's fork and set-up do
         not compete with the meet it replaces.
@@ -599,7 +600,7 @@ class WorkerPool:
             self.fresh += 1
         if not kept:
             self._track(worker.destroy())
-            self.fill()
+        self.fill()
 
     async def _live_zygote(self) -> ZygoteHandle:
         async with self._zygote_lock:

@@ -44,7 +44,8 @@ ASYNC_ROUNDS = 50
 #: time.
 MEMORY_MEETS = 100_000
 MEMORY_WARMUP = 1_000
-MEMORY_PYTHON_MEETS = 1_000
+MEMORY_PYTHON_MEETS = 10_000  # of one program: warm workers serve them
+MEMORY_FRESH_MEETS = 1_000  # a new program each: fresh workers, and the warm book's churn
 MEMORY_PYTHON_IN_FLIGHT = 8
 #: Pause before each paced Python meet, not timed: long enough for the place to have
 #: destroyed the last worker and forked its replacement (a few ms; see
@@ -508,33 +509,44 @@ def test_meet_async_submission_rate(benchmark: Any, loop: asyncio.AbstractEventL
 def test_place_memory_over_100k_meets(benchmark: Any, loop: asyncio.AbstractEventLoop,
                                       fresh_place: ServerProcess, summary: Summary) -> None:
     """The place's resident memory before and after MEMORY_MEETS null meets and
-    MEMORY_PYTHON_MEETS pooled Python meets (issue 15's goal: no more than 20 MB of growth
-    over 10^5 meets)."""
+    MEMORY_PYTHON_MEETS Python meets of one program (warm workers) and MEMORY_FRESH_MEETS of
+    a new program each (the goal: no more than 20 MB of growth over 10^5 meets)."""
     target = f"ag_echo@{fresh_place.address}"
     python_meet = _pass_meet(fresh_place)
+    numbers = itertools.count()
 
-    async def meets(count: int, python: int) -> int:
+    async def new_program() -> None:
+        code = f"pass  # {next(numbers)}"
+        result = await tacoma.ameet(f"ag_python@{fresh_place.address}", PAYLOAD, code=code,
+                                    timeout=60)
+        assert result == {**PAYLOAD, "CODE": [code.encode()]}, result
+
+    async def meets(count: int, python: int, fresh: int) -> int:
         done = 0
         for _ in range(count):
             result = await tacoma.ameet(target, PAYLOAD)
             done += result == PAYLOAD
-        for _ in range(python // MEMORY_PYTHON_IN_FLIGHT):
-            await asyncio.gather(*(python_meet() for _ in range(MEMORY_PYTHON_IN_FLIGHT)))
+        for meet, n in ((python_meet, python), (new_program, fresh)):
+            for _ in range(n // MEMORY_PYTHON_IN_FLIGHT):
+                await asyncio.gather(*(meet() for _ in range(MEMORY_PYTHON_IN_FLIGHT)))
         return done
 
-    assert loop.run_until_complete(meets(MEMORY_WARMUP, 16)) == MEMORY_WARMUP
+    assert loop.run_until_complete(meets(MEMORY_WARMUP, 16, 16)) == MEMORY_WARMUP
     before = rss_kib(fresh_place.pid)
     done = benchmark.pedantic(
-        lambda: loop.run_until_complete(meets(MEMORY_MEETS, MEMORY_PYTHON_MEETS)),
+        lambda: loop.run_until_complete(meets(MEMORY_MEETS, MEMORY_PYTHON_MEETS,
+                                              MEMORY_FRESH_MEETS)),
         rounds=1, iterations=1)
     after = rss_kib(fresh_place.pid)
     assert done == MEMORY_MEETS, f"only {done} of {MEMORY_MEETS} null meets returned the payload"
     benchmark.extra_info.update(
         measures=f"wall time of {MEMORY_MEETS} sequential sync ag_echo meets and "
-                 f"{MEMORY_PYTHON_MEETS} pooled ag_python meets, {MEMORY_PYTHON_IN_FLIGHT} at "
+                 f"{MEMORY_PYTHON_MEETS} ag_python meets of one program and "
+                 f"{MEMORY_FRESH_MEETS} of a new program each, {MEMORY_PYTHON_IN_FLIGHT} at "
                  f"a time (after {MEMORY_WARMUP} warm-up meets), and the place process's "
                  "VmRSS around them",
-        meets=MEMORY_MEETS, python_meets=MEMORY_PYTHON_MEETS, warmup_meets=MEMORY_WARMUP,
+        meets=MEMORY_MEETS, python_meets=MEMORY_PYTHON_MEETS,
+        fresh_meets=MEMORY_FRESH_MEETS, warmup_meets=MEMORY_WARMUP,
         rss_before_kib=before,
         rss_after_kib=after, rss_growth_kib=after - before,
         rss_growth_bytes_per_meet=round((after - before) * 1024 / MEMORY_MEETS, 2))
@@ -542,7 +554,7 @@ def test_place_memory_over_100k_meets(benchmark: Any, loop: asyncio.AbstractEven
     if median is not None:
         benchmark.extra_info["seconds"] = round(median, 2)
     summary(f"place VmRSS {before:,} KiB -> {after:,} KiB over {MEMORY_MEETS:,} null meets "
-            f"and {MEMORY_PYTHON_MEETS:,} Python meets "
+            f"and {MEMORY_PYTHON_MEETS:,} warm and {MEMORY_FRESH_MEETS:,} fresh Python meets "
             f"({after - before:+,} KiB, "
             f"{benchmark.extra_info['rss_growth_bytes_per_meet']:+} bytes/meet)")
 

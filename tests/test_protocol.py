@@ -49,6 +49,7 @@ from tacoma.wire._protocol import (
     Event,
     Failed,
     Hello,
+    Keep,
     Log,
     Meet,
     Ready,
@@ -75,6 +76,7 @@ SAMPLES: dict[type[Event], Event] = {
     Failed: Failed(1, "agent-failed", "boom", "Traceback ..."),
     Log: Log("info", "hello"),
     Ready: Ready(),
+    Keep: Keep(),
     Cancel: Cancel(1),
     Bye: Bye("done"),
 }
@@ -83,7 +85,7 @@ SAMPLES: dict[type[Event], Event] = {
 PERMITTED = {
     Role.CLIENT: {Hello, Meet, Result, Failed, Cancel, Bye},
     Role.PLACE: {Hello, Meet, Accepted, Result, Failed, Bye},
-    Role.HOST: {Hello, Meet, Accepted, Result, Failed, Bye},
+    Role.HOST: {Hello, Meet, Accepted, Result, Failed, Keep, Bye},
     Role.WORKER: {Hello, Meet, Result, Failed, Log, Ready, Bye},
 }
 FORBIDDEN = [(role, kind) for role in Role for kind in SAMPLES if kind not in PERMITTED[role]]

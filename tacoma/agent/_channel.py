@@ -3,9 +3,9 @@
 A worker is a process forked by its language's zygote (`_zygote`): `serve_one` confines it
 (`_sandbox.enter`), says Hello to its place over the socket it was handed, blocks until the
 place hands it a Meet, lets the language run the agent, answers with Result or Failed, and
-returns; the process then exits. A warm worker (its plan says `reuse`) instead makes itself
-clean (`_reuse`), says Ready, and serves the next meet the place hands it: only ever one of
-the same principal and program. Everything here is
+returns; the process then exits. A warm worker (its plan says `reuse`, and its place said
+Keep) instead makes itself clean (`_reuse`), says Ready, and serves the next meet the place
+hands it: only ever one of the same principal and program. Everything here is
 blocking and single-threaded on purpose: an agent is one sequential program, so reads and
 writes on the file descriptor it was handed and the sans-IO `Connection` are all it needs.
 
@@ -53,6 +53,7 @@ from ..wire._protocol import (
     Connection,
     Event,
     Failed,
+    Keep,
     Log,
     Meet,
     Ready,
@@ -68,6 +69,8 @@ __all__ = ["AgentChannel", "AgentFailure", "program_text", "serve_one"]
 
 #: Acknowledged sends an agent may have outstanding at once.
 MAX_UNACKED = 1024
+#: Seconds a worker waits, after its meet, for the Keep sent with it (see `kept`).
+KEEP_WAIT = 5.0
 
 _READ = 256 * 1024
 
@@ -110,6 +113,7 @@ class AgentChannel:
         self.read_at = 0  # perf_counter_ns() after the last read (for traced meets)
         self.trace: list[tuple[str, int]] | None = None  # this meet's steps, if traced
         self._early: dict[int, Event] = {}  # their answers, come while waiting for another
+        self.keep = False  # the place keeps this worker warm after its meet (Keep)
 
     def hello(self) -> None:
         """Tell the place this worker is ready."""
@@ -140,11 +144,12 @@ class AgentChannel:
             self.conn.receive_data(data)
 
     def wait_meet(self) -> Meet:
-        """Block until the place hands over this worker's one meet."""
+        """Block until the place hands over this worker's next meet."""
         while True:
             event = self._next()
             if isinstance(event, Meet):
                 return event
+            self.keep = self.keep or isinstance(event, Keep)
 
     def finish(self, event: Result | Failed) -> None:
         """Answer the place's meet: the worker's last word (but a warm one's: `again`)."""
@@ -155,6 +160,23 @@ class AgentChannel:
         except LocalProtocolError as exc:  # not encodable: the agent's own failure
             data = self.conn.send(unsendable(event, exc, AgentFailed.kind))
         self._write(data)
+
+    def kept(self) -> bool:
+        """Whether the place keeps this worker warm for another meet: it said Keep with the
+        meet (the program was met before: see place.workers._warm). The Keep was sent just
+        after the Meet, so it has come, or is about to; a worker the place does not keep is
+        destroyed by it meanwhile."""
+        deadline = time.monotonic() + KEEP_WAIT
+        while not self.keep:
+            try:
+                event = self._next(deadline)
+            except SystemExit:  # the place closed the channel: it destroys this worker
+                return False
+            if event is None:
+                break
+            self.keep = isinstance(event, Keep)
+        kept, self.keep = self.keep, False
+        return kept
 
     def again(self) -> None:
         """Forget the meet served, and tell the place this worker is clean and waits for
@@ -221,6 +243,7 @@ class AgentChannel:
             if event is None:
                 raise _NoAnswer
             if not isinstance(event, Result | Accepted | Failed):
+                self.keep = self.keep or isinstance(event, Keep)  # see `kept`
                 continue
             if event.rid != rid:
                 if event.rid in self._unacked:
@@ -458,9 +481,11 @@ def serve_one(run: Runner, plan: SandboxPlan,
     add to the wait.
 
     A worker whose plan says `reuse` goes on after a meet whose agent ended well (a Result,
-    and it did not move on): `_reuse.Baseline.clean`, then `reset` (the language's fresh
-    interpreter state, if it has one to make), then Ready, and it waits for the next meet;
-    one that cannot be made clean returns instead.
+    and it did not move on) if its place said Keep with the meet: `_reuse.Baseline.clean`,
+    then `reset`
+    (the language's fresh interpreter state, if it has one to make), then Ready, and it
+    waits for the next meet; one that is not kept (its channel closes), or cannot be made
+    clean, returns instead.
     """
     _sandbox.enter(plan)
     if prepare is not None:
@@ -487,6 +512,8 @@ def serve_one(run: Runner, plan: SandboxPlan,
         if baseline is None or not isinstance(reply, Result) or channel.gone is not None:
             return
         del meet, reply  # nothing of the meet stays referenced here
+        if not channel.kept():
+            return  # not to be kept: the place destroys it
         unclean = baseline.clean()
         if unclean is not None:  # the place destroys it, and says why in its debug log
             channel.log(f"worker not reused: {unclean}", "debug")

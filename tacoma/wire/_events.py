@@ -57,8 +57,8 @@ else:
 
 __all__ = [
     "EVENTS", "FIELD_TYPES", "LOG_LEVELS", "MODES", "PIECE_BYTES", "PIECE_ELEMENTS", "Accepted",
-    "Bye", "Cancel", "Event", "Failed", "FieldType", "Hello", "Log", "Meet", "Ready", "Result",
-    "Role",
+    "Bye", "Cancel", "Event", "Failed", "FieldType", "Hello", "Keep", "Log", "Meet", "Ready",
+    "Result", "Role",
     "decode", "encode", "encode_in_pieces",
 ]
 
@@ -378,6 +378,16 @@ class Ready(Event):
     place.workers._warm): it has made itself clean and waits for the next Meet."""
 
     tag = 9
+
+
+@_event
+class Keep(Event):
+    """To a worker, just after its Meet: if that meet ends well, the place keeps the
+    worker warm for a later meet of the same principal and program (a program it met
+    before), so the worker makes itself clean and says Ready. A worker that hears none
+    ends after its meet."""
+
+    tag = 10
 
 
 # ---------------------------------------------------------------------------------- codec

@@ -22,8 +22,8 @@ error rather than a confused caller.
 Roles: a *client* meets a *place*; on the channel between a place and an agent's worker
 process the place is the *host* and the agent is the *worker*. A worker can also send Meets
 to its host: that is how an agent meets other agents (the primitive for moving and
-messaging); a worker that may serve another meet (a warm one) says Ready when it is clean
-again. A place meets its client for one thing only: the chunks of a lazy folder the
+messaging); a worker its place keeps warm for another meet hears Keep, and says Ready
+when it is clean again. A place meets its client for one thing only: the chunks of a lazy folder the
 client sent (see _lazy). What each role may send is data, in `MAY_SEND`; the per-direction
 states and their transitions are data, in `TRANSITIONS`.
 """
@@ -42,6 +42,7 @@ from ._events import Cancel as Cancel
 from ._events import Event as Event
 from ._events import Failed as Failed
 from ._events import Hello as Hello
+from ._events import Keep as Keep
 from ._events import Log as Log
 from ._events import Meet as Meet
 from ._events import Ready as Ready
@@ -70,6 +71,7 @@ __all__ = [
     "Event",
     "Failed",
     "Hello",
+    "Keep",
     "Log",
     "Meet",
     "Ready",
@@ -131,7 +133,8 @@ IDLE, OPEN, CLOSED, ERROR = "IDLE", "OPEN", "CLOSED", "ERROR"
 TRANSITIONS: Final[dict[tuple[str, type[Event]], str]] = {
     (IDLE, Hello): OPEN,
     (IDLE, Bye): CLOSED,  # refusing a connection before saying hello
-    **{(OPEN, cls): OPEN for cls in (Meet, Accepted, Result, Failed, Log, Cancel, Ready)},
+    **{(OPEN, cls): OPEN for cls in (Meet, Accepted, Result, Failed, Log, Cancel, Ready,
+                                     Keep)},
     (OPEN, Bye): CLOSED,
 }
 
@@ -140,7 +143,7 @@ TRANSITIONS: Final[dict[tuple[str, type[Event]], str]] = {
 MAY_SEND: Final[dict[Role, frozenset[type[Event]]]] = {
     Role.CLIENT: frozenset({Hello, Meet, Result, Failed, Cancel, Bye}),
     Role.PLACE: frozenset({Hello, Meet, Accepted, Result, Failed, Bye}),
-    Role.HOST: frozenset({Hello, Meet, Accepted, Result, Failed, Bye}),
+    Role.HOST: frozenset({Hello, Meet, Accepted, Result, Failed, Keep, Bye}),
     Role.WORKER: frozenset({Hello, Meet, Result, Failed, Log, Ready, Bye}),
 }
 

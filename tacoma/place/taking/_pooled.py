@@ -108,7 +108,8 @@ class PooledRuns:
         try:
             try:
                 outcome = await worker.run(meet, timeout,
-                                           functools.partial(self._agent_meet, meet))
+                                           functools.partial(self._agent_meet, meet),
+                                           keep=key is not None and self.warm.wants(key))
             finally:
                 meet.worker = None
                 resided = meet.resident is not None

@@ -51,7 +51,7 @@ from ...wire._errors import (
     TacomaError,
     error_from_wire,
 )
-from ...wire._protocol import Event, Failed, Log, Meet, Ready, Result, Role
+from ...wire._protocol import Event, Failed, Keep, Log, Meet, Ready, Result, Role
 from ._cgroups import Group
 from ._containment import Containment, private_output, tail
 from ._zygotes import START_TIMEOUT, ZygoteHandle
@@ -157,22 +157,24 @@ class Worker:
         #: failed if its channel closed first. None before its first meet.
         self.clean: asyncio.Future[None] | None = None
         self._cpu_at_start = 0.0  # its cgroup's CPU time when its meet began
+        self.told_keep = False  # whether it heard Keep with its last meet
 
     @property
     def alive(self) -> bool:
         return (self.exited is not None and not self.exited.done()
                 and self.channel is not None and not self.channel.is_closing)
 
-    async def run(self, meet: HandedMeet, timeout: float,
-                  nested: NestedHandler) -> Result | Moved:
+    async def run(self, meet: HandedMeet, timeout: float, nested: NestedHandler,
+                  keep: bool = False) -> Result | Moved:
         """Hand this worker its meet and wait for the answer, the process's end or timeout:
         the agent's Result, or Moved once its agent went on to another place (however its
-        process here ends after that).
+        process here ends after that). `keep`: tell the worker, with its meet, that the
+        place means to keep it warm after it (Keep: it makes itself clean and says Ready).
 
         A traced meet gets the steps "hand to worker" (writing the Meet) and "_waited" (from
         the Meet written to the answer taken; see wire._trace)."""
         try:
-            answer = await self._run(meet, timeout, nested)
+            answer = await self._run(meet, timeout, nested, keep)
         except Exception:
             if self._moved is None:
                 raise
@@ -190,8 +192,8 @@ class Worker:
         assert self.clean is not None
         await self.clean
 
-    async def _run(self, meet: HandedMeet, timeout: float,
-                   nested: NestedHandler) -> Result | Moved:
+    async def _run(self, meet: HandedMeet, timeout: float, nested: NestedHandler,
+                   keep: bool) -> Result | Moved:
         assert self.exited is not None
         assert self.channel is not None
         loop = asyncio.get_running_loop()
@@ -215,6 +217,9 @@ class Worker:
         # A large briefcase is encoded on a thread (see Channel.send): others go on meanwhile.
         self.channel.send(Meet(self.served, meet.agent, meet.briefcase, "sync", timeout,
                                meet.principal), refused)
+        self.told_keep = keep
+        if keep:  # read after its meet, not a round trip later
+            self.channel.send(Keep())
         meet.step("hand to worker")
         waits: set[asyncio.Future[Any]] = {reply, exited, went}
         watch = self._watch_cpu() if self.group is not None and self.group.accounts_cpu \

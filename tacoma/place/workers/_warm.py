@@ -12,10 +12,11 @@ move on) is kept here under its key, the meet's
 and only a meet with the same key takes it again. Whatever a meet leaves in the process's
 memory is then seen only by the same program run by the same principal, which could have
 kept it anyway (in a cabinet, in its briefcase): no new flow between principals or
-programs. Between two meets the worker makes itself clean (`agent._reuse`: its other
-processes killed, its files emptied, descriptors, environment and working directory reset)
-and says Ready (and sets its next meet's CPU time limit); the place counts CPU time per
-meet from the worker's cgroup, and the worker's output file starts anew with each meet.
+programs. Told with its meet that it is to be kept (Keep), the worker makes itself clean
+after it (`agent._reuse`: its other processes killed, its files emptied, descriptors,
+environment and working directory reset) and says Ready (and sets its next meet's CPU
+time limit); the place counts CPU time per meet from the worker's cgroup, and the
+worker's output file starts anew with each meet.
 
 Idle warm workers are bounded, so they never starve fresh ones: at most `warm_max` in all,
 and half of them for any one principal (and so for any one of its programs: a smaller share
@@ -116,12 +117,17 @@ class WarmWorkers:
             workers = self._idle.get(key)
         return None
 
+    def wants(self, key: WarmKey) -> bool:
+        """Whether a worker of `key` is to be kept after its meet (told so with it): only
+        for a program met twice or more lately, not for one met once."""
+        return self._seen.get(key, 0) >= 2
+
     def offer(self, key: WarmKey, worker: Worker) -> bool:
         """Keep `worker`, whose meet of `key` just ended well, for the next meet of `key`;
         False if it may not be kept (its caller then destroys it)."""
         settings = self.settings
-        if self._seen.get(key, 0) < 2:
-            return False  # a program met once, so far: keeping its worker would be a waste
+        if not worker.told_keep:
+            return False  # a program met once, so far: its worker was not told to stay
         if (self._closed or not worker.alive or worker.served >= settings.warm_meets
                 or time.monotonic() - worker.born >= settings.warm_seconds
                 or worker.killed_for_memory()):

@@ -272,7 +272,19 @@ class AgentChannel:
         `try`, `catch` or `except` in the agent can keep it running here."""
         sys.stdout.flush()
         sys.stderr.flush()
+        self.drain()
         os._exit(0)
+
+    def drain(self) -> None:
+        """Read what the place sent that nobody will now (a Keep), before this worker ends:
+        a Unix socket closed with unread data resets its peer, which may then lose what
+        this end wrote last (its answer)."""
+        try:
+            while select.select([self.fd], [], [], 0)[0]:
+                if not os.read(self.fd, _READ):
+                    return
+        except (OSError, ValueError):
+            return
 
     def go_next(self, briefcase: Briefcase, leave: bool = True) -> bool:
         """Take the first place off the briefcase's ITINERARY and go there. False if the
@@ -510,6 +522,7 @@ def serve_one(run: Runner, plan: SandboxPlan,
         sys.stderr.flush()
         channel.finish(reply)
         if baseline is None or not isinstance(reply, Result) or channel.gone is not None:
+            channel.drain()
             return
         del meet, reply  # nothing of the meet stays referenced here
         if not channel.kept():
@@ -517,6 +530,7 @@ def serve_one(run: Runner, plan: SandboxPlan,
         unclean = baseline.clean()
         if unclean is not None:  # the place destroys it, and says why in its debug log
             channel.log(f"worker not reused: {unclean}", "debug")
+            channel.drain()
             return
         if reset is not None:  # after: a new interpreter reads the environment made clean
             reset()

@@ -87,21 +87,28 @@ def _payload_bytes() -> int:
     return int(Briefcase(PAYLOAD).size())
 
 
+def _passive_echoes(benchmark: Any, loop: asyncio.AbstractEventLoop, client: PassiveClient,
+                    **info: Any) -> None:
+    """Time ECHO_ROUNDS request/replies of the payload to the passive server over `client`,
+    after one untimed (see the header); `info` goes into extra_info."""
+
+    async def echo() -> None:
+        reply = await client.request(PAYLOAD)
+        assert reply == PAYLOAD, reply
+
+    benchmark.extra_info.update(payload_bytes=_payload_bytes(), folders=sorted(PAYLOAD), **info)
+    loop.run_until_complete(echo())
+    benchmark.pedantic(lambda: loop.run_until_complete(echo()),
+                       rounds=ECHO_ROUNDS, warmup_rounds=ECHO_WARMUP, iterations=1)
+
+
 def test_passive_echo_round_trip(benchmark: Any, loop: asyncio.AbstractEventLoop,
                                  passive_client: PassiveClient) -> None:
     """PAN's t_passive: a msgpack request/reply over the same loopback transport, no meet."""
-
-    async def echo() -> None:
-        reply = await passive_client.request(PAYLOAD)
-        assert reply == PAYLOAD, reply
-
-    benchmark.extra_info.update(
-        measures="one msgpack request/reply with the briefcase-shaped payload to the passive "
-                 "echo server (separate process, one kept TCP connection)",
-        payload_bytes=_payload_bytes(), folders=sorted(PAYLOAD))
-    loop.run_until_complete(echo())  # untimed first call: see the header
-    benchmark.pedantic(lambda: loop.run_until_complete(echo()),
-                       rounds=ECHO_ROUNDS, warmup_rounds=ECHO_WARMUP, iterations=1)
+    _passive_echoes(benchmark, loop, passive_client, tls=False,
+                    measures="one msgpack request/reply with the briefcase-shaped payload to "
+                             "the passive echo server (separate process, one kept TCP "
+                             "connection)")
 
 
 def test_passive_echo_round_trip_tls(benchmark: Any, loop: asyncio.AbstractEventLoop,
@@ -109,18 +116,10 @@ def test_passive_echo_round_trip_tls(benchmark: Any, loop: asyncio.AbstractEvent
     """t_passive over mutual TLS 1.3 (the place's own contexts and the local place
     identity): the baseline of the meets over TLS, as the plaintext echo is of the
     --insecure place's."""
-
-    async def echo() -> None:
-        reply = await passive_tls_client.request(PAYLOAD)
-        assert reply == PAYLOAD, reply
-
-    benchmark.extra_info.update(
-        measures="one msgpack request/reply with the briefcase-shaped payload to the passive "
-                 "echo server over mutual TLS 1.3 (one kept connection)",
-        payload_bytes=_payload_bytes(), tls=True)
-    loop.run_until_complete(echo())
-    benchmark.pedantic(lambda: loop.run_until_complete(echo()),
-                       rounds=ECHO_ROUNDS, warmup_rounds=ECHO_WARMUP, iterations=1)
+    _passive_echoes(benchmark, loop, passive_tls_client, tls=True,
+                    measures="one msgpack request/reply with the briefcase-shaped payload to "
+                             "the passive echo server over mutual TLS 1.3 (one kept "
+                             "connection)")
 
 
 def _null_meets(benchmark: Any, loop: asyncio.AbstractEventLoop, target: str,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -371,3 +372,90 @@ def test_the_meet_cli_and_api_take_fresh(warm_place: RunningPlace, tmp_path: Pat
         out = tacoma_cli("meet", target, "--code", str(program), "--json", *flags)
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["folders"].get("SEEN", []) == seen, (flags, out.stdout)
+
+
+#: An agent that makes a System V shared memory segment anyone may attach (mode 0666) under
+#: KEY, and reports the keys of the segments it can see.
+SYSV = {
+    "python": textwrap.dedent("""
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        if "MAKE" in bc:
+            shmid = libc.shmget(int(bc.text("KEY")[0]), 4096, 0o1000 | 0o666)  # IPC_CREAT
+            bc["MADE"] = [str(shmid)]
+        lines = open("/proc/sysvipc/shm").read().splitlines()[1:]
+        bc["SEEN"] = [line.split()[0] for line in lines]
+    """),
+    "c": textwrap.dedent("""
+        #include <tacoma.h>
+        #include <stdio.h>
+        #include <stdlib.h>
+        #include <sys/shm.h>
+
+        int main(void) {
+            tc_list key, make;
+            if (tc_folder(TC_SELF, "KEY", &key) == 0 && key.count > 0 &&
+                    tc_folder(TC_SELF, "MAKE", &make) == 0 && make.count > 0) {
+                int id = shmget((key_t)atol((const char *)key.items[0].data), 4096,
+                                IPC_CREAT | 0666);
+                tc_append_textf(TC_SELF, "MADE", "%d", id);
+            }
+            FILE *f = fopen("/proc/sysvipc/shm", "r");
+            char line[512];
+            if (f && fgets(line, sizeof line, f))
+                while (fgets(line, sizeof line, f)) {
+                    long k;
+                    if (sscanf(line, "%ld", &k) == 1)
+                        tc_append_textf(TC_SELF, "SEEN", "%ld", k);
+                }
+            if (f) fclose(f);
+            return 0;
+        }
+    """),
+}
+
+
+@pytest.mark.parametrize("language", ["python", "c"])
+def test_shared_memory_stays_with_its_worker(warm_place: RunningPlace, alice: Path,
+                                             mallory: Path, language: str) -> None:
+    """System V IPC lives in a namespace of each worker's own: a segment an agent makes
+    (even one anyone may attach) is seen by no other principal's agent, and not by the
+    host, and goes with the worker."""
+    key = str(0x7AC0 + secrets.randbelow(1 << 20))
+    agent, code = AGENTS[language], SYSV[language]
+    made = meet_as(alice, warm_place.address, agent, {"KEY": [key], "MAKE": [b"1"]},
+                   code=code)
+    assert int(made.text("MADE")[0]) >= 0, made
+    assert key in made.text("SEEN")  # its own, in its own namespace
+    theirs = meet_as(mallory, warm_place.address, agent, {"KEY": [key]}, code=code)
+    assert key not in (theirs.text("SEEN") if "SEEN" in theirs else [])
+    host = Path("/proc/sysvipc/shm").read_text().split("\n")[1:]
+    assert not any(line.split() and line.split()[0] == key for line in host)
+
+
+def test_a_worker_that_subverts_its_cleaning_is_not_kept(warm_place: RunningPlace,
+                                                         alice: Path) -> None:
+    """A Python agent can replace its own worker's cleaning, which then says Ready with a
+    child still running: the place sees the child in the worker's cgroup and does not keep
+    it, so even the next meet of the same program gets a fresh worker."""
+    code = PLANTER["python"] + textwrap.dedent("""
+        import tacoma.agent._reuse as reuse
+        reuse.Baseline.clean = lambda self: None
+    """)
+    warm = _pool(warm_place, "ag_python").warm
+    for _ in range(3):
+        assert _seen(alice, warm_place, "ag_python", code) == []
+    assert _pool(warm_place, "ag_python").warm == warm
+
+
+def test_an_insecure_place_never_reuses(start_place: Any) -> None:
+    """An --insecure place authenticates nobody: its meets have no principal to keep a
+    worker for, so each gets a fresh process."""
+    from tacoma.client._identity import register_place
+
+    place = start_place("--insecure")
+    register_place(place.address, None)
+    code = 'import builtins\nbc["SEEN"] = ["memory"] if hasattr(builtins, "M") else []\n' \
+           'builtins.M = True\n'
+    for _ in range(3):
+        assert tacoma.meet(place.target("ag_python"), code=code).text("SEEN") == []

@@ -223,6 +223,7 @@ class SandboxPlan:
     nproc: int | None  # RLIMIT_NPROC (None where root or the cgroups bound processes)
     mounts: Mounts | None = None  # its tmpfs, where the mount layer applies
     userns: bool  # a user namespace of its own (not root): its own RLIMIT_NPROC count
+    ipcns: bool = False  # a System V IPC namespace of its own: its segments die with it
     landlock: Landlock | None = None  # where the kernel offers Landlock
     uid: int | None  # the agent's own uid and gid (as root; None: stays as it is)
     seccomp: bytes | None  # the filter program (struct sock_filter[]), built by the place
@@ -249,7 +250,7 @@ class SandboxPlan:
             "workdir": self.workdir, "env": dict(self.env), "cgroups": list(self.cgroups),
             "limits": self.limits.to_wire(), "nproc": self.nproc,
             "mounts": self.mounts.to_wire() if self.mounts is not None else None,
-            "userns": self.userns,
+            "userns": self.userns, "ipcns": self.ipcns,
             "landlock": self.landlock.to_wire() if self.landlock is not None else None,
             "uid": self.uid,
             "seccomp": self.seccomp.hex() if self.seccomp is not None else None,
@@ -284,6 +285,7 @@ class SandboxPlan:
             nproc=_typed(w["nproc"], (int, _NONE), f"{what}: nproc"),
             mounts=Mounts.from_wire(mounts) if mounts is not None else None,
             userns=_typed(w["userns"], (bool,), f"{what}: userns"),
+            ipcns=_typed(w.get("ipcns", False), (bool,), f"{what}: ipcns"),
             landlock=Landlock.from_wire(landlock) if landlock is not None else None,
             uid=_typed(w["uid"], (int, _NONE), f"{what}: uid"),
             seccomp=program,

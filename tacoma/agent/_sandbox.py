@@ -18,10 +18,10 @@ doctor` say which apply on this host, and why not):
    processes (where no cgroup counts them), and CPU time counted from now (start-up costs
    are not charged to the agent); SIGXFSZ ignored, so writing past the file-size limit is an
    OSError the agent can report rather than a silent death;
-3. a mount namespace (`_mounts`): the place's state directory and trust directory covered
-   but for the agent's own working directory, the data directory and the compile cache; one
-   private tmpfs of the agent's disk quota for its working directory, /tmp, /var/tmp and
-   /dev/shm; a /proc of its own PID namespace;
+3. a System V IPC namespace of its own; a mount namespace (`_mounts`): the place's state
+   directory and trust directory covered but for the agent's own working directory, the
+   data directory and the compile cache; one private tmpfs of the agent's disk quota for
+   its working directory, /tmp, /var/tmp and /dev/shm; a /proc of its own PID namespace;
 4. no_new_privs: nothing exec'd later can gain privileges (set-uid binaries, file caps);
 5. Landlock (`_landlock`): reads the system, the interpreter and the data directory, writes
    only its scratch tmpfs, runs only the system's programs (and, for C, the cached binary);
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
     P = TypeVar("P")
 
-__all__ = ["CLONE_NEWNET", "CLONE_NEWPID", "CLONE_NEWUSER", "become_subreaper",
+__all__ = ["CLONE_NEWIPC", "CLONE_NEWNET", "CLONE_NEWPID", "CLONE_NEWUSER", "become_subreaper",
            "cgroup_members", "children", "close_inherited", "describe_exit",
            "die_with_parent", "enter", "enter_user_namespace", "exec_plan", "kill_cgroup",
            "pidfd_open", "plan_from_argv", "setns", "unshare"]
@@ -78,6 +78,7 @@ _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _SECCOMP_MODE_FILTER = 2
 _SYS_CAPSET = 126  # x86-64; the place builds no seccomp filter elsewhere either
 _SYS_PIDFD_OPEN = 434
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWUSER = 0x10000000
@@ -211,6 +212,11 @@ def enter(plan: SandboxPlan) -> None:
     _setrlimit(resource.RLIMIT_CPU, spent + limits.cpu_seconds,
                slack=1 + (lives - 1) * limits.cpu_seconds)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    if plan.ipcns:
+        # System V shared memory, queues and semaphores of its own, gone with its last
+        # process: in the host's, a segment outlived the agent (counted to no cgroup) and
+        # could be read by the next agent given its uid, or by anyone, made 0666.
+        unshare(CLONE_NEWIPC)
     mounts = plan.mounts
     if mounts is not None and mounts.view is not None:  # a build: no zygote prepared it
         _mounts.enter_namespace(_mount_spec(mounts))

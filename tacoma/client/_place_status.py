@@ -204,7 +204,8 @@ class PlaceStatus:
             return "a fresh process for every meet (--reuse never)"
         if not reuse.get("applies"):
             return ("a fresh process for every meet (reuse needs a PID namespace, a tmpfs "
-                    "and cgroups per worker: a place run as root)")
+                    "and cgroups per worker, and principals: a place run as root, not "
+                    "--insecure)")
         return (f"reused for later meets of the same principal and program only; "
                 f"{reuse.get('idle', 0)} warm idle (at most {reuse.get('most', 0)})")
 

@@ -200,7 +200,8 @@ class PlaceSettings:
         serves later meets of the same principal and the same program, and only those
         (place.workers._warm); "never": a fresh process for every meet. Reuse needs what
         makes a worker clean between meets (as root: a PID namespace, a tmpfs and cgroups
-        of its own); without them every meet gets a fresh process.
+        of its own), and principals (not `insecure`); without them every meet gets a fresh
+        process.
     warm_max: the most idle warm workers the place keeps, of all languages; any one
         principal may keep half of them.
     warm_meets: a warm worker that has served this many meets is destroyed after its last.

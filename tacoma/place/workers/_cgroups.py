@@ -77,14 +77,10 @@ class Group:
         as the next agent's), and little memory stays charged to it."""
         if self.oom_kills():
             return False
-        memory = self.dirs.get("memory")
-        if memory is None:
+        if "memory" not in self.dirs:
             return True
-        name = "memory.current" if self.v2 else "memory.usage_in_bytes"
-        try:
-            return int(self._read("memory", name)) < REUSE_CHARGE
-        except (OSError, ValueError):
-            return False
+        charged = self.memory_bytes()
+        return charged is not None and charged < REUSE_CHARGE
 
     @property
     def procs_dirs(self) -> list[str]:
@@ -109,6 +105,16 @@ class Group:
             return int(self._read("cpuacct", "cpuacct.usage")) / 1e9
         except (OSError, ValueError, KeyError):
             return 0.0
+
+    def memory_bytes(self) -> int | None:
+        """The memory charged to the group now (None without a memory cgroup)."""
+        if "memory" not in self.dirs:
+            return None
+        name = "memory.current" if self.v2 else "memory.usage_in_bytes"
+        try:
+            return int(self._read("memory", name))
+        except (OSError, ValueError):
+            return None
 
     @property
     def accounts_cpu(self) -> bool:

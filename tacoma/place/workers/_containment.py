@@ -194,10 +194,13 @@ class Containment:
     def reuses(self) -> bool:
         """Whether workers may be kept warm (`PlaceSettings.reuse`): only where each has a
         PID namespace (its other processes can all be killed), a tmpfs (its files all
-        emptied) and cgroups (its CPU time counted per meet) of its own."""
+        emptied) and cgroups (its CPU time counted per meet) of its own, and where meets
+        have principals (an --insecure place authenticates nobody: its meets would all
+        share workers)."""
         layers = self.layers
-        return (self.settings.reuse != "never" and layers.pidns and layers.mounts
-                and not layers.userns and layers.cgroups is not None)
+        return (self.settings.reuse != "never" and not self.settings.insecure
+                and layers.pidns and layers.mounts and not layers.userns
+                and layers.cgroups is not None)
 
     def zygote_plan(self) -> Namespaces:
         """What a language's zygote enters and prepares once, for all its workers: its
@@ -250,6 +253,7 @@ class Containment:
             cgroups=tuple(group.procs_dirs) if group is not None else (),
             uid=uid,
             userns=layers.userns,
+            ipcns=layers.mounts,  # the same privilege: root, or the zygote's user namespace
             # Counted per uid and user namespace: an agent's own uid, or its own user
             # namespace (`_sandbox.enter`), has no other processes; else the user's count.
             nproc=(limits.processes if uid is not None or layers.userns

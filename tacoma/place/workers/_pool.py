@@ -98,6 +98,13 @@ class LogBudget:
         self._buckets[principal] = (tokens - chars, now)
         return True
 
+#: The most memory a warm worker's cgroup may hold when it says Ready (or a quarter of the
+#: agent's memory limit, if less): more is not kept idle.
+WARM_MEMORY = 256 * 1024 * 1024
+#: CPU seconds a warm worker may use between its Ready and its next meet (reading its
+#: channel): more means something of its last meet runs on, and it is not taken.
+IDLE_CPU = 0.05
+
 #: Seconds without a meet that found no worker ready before a grown pool halves its size.
 SHRINK_AFTER = 5.0
 
@@ -158,6 +165,7 @@ class Worker:
         self.clean: asyncio.Future[None] | None = None
         self._cpu_at_start = 0.0  # its cgroup's CPU time when its meet began
         self.told_keep = False  # whether it heard Keep with its last meet
+        self._cpu_at_ready = 0.0  # its cgroup's CPU time when it said Ready
 
     @property
     def alive(self) -> bool:
@@ -179,6 +187,8 @@ class Worker:
             if self._moved is None:
                 raise
             return self._moved  # it went on while its end here was being looked at
+        finally:
+            self._nested = None  # its meet is over: no meet of its agent is taken after
         return self._moved or answer
 
     def clean_now(self) -> bool:
@@ -349,11 +359,45 @@ class Worker:
             task = asyncio.ensure_future(self._nested(self, event))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+        elif isinstance(event, Meet):  # from a worker with no meet: nobody's, and not kept
+            channel.close("a meet from a worker between meets")
 
     def _ready(self) -> None:
-        """A warm worker is clean after its meet (`agent._reuse`): it may be taken again."""
-        if self.clean is not None and not self.clean.done():
-            self.clean.set_result(None)
+        """A warm worker says it is clean after its meet (`agent._reuse`). The place does
+        not take its word for what it can see itself: its cgroup must hold the worker alone
+        (an agent that subverted the cleaning left no process behind) and little memory;
+        from now on it must use no CPU until its next meet (`quiet`)."""
+        clean = self.clean
+        if clean is None or clean.done():
+            return
+        why = self._not_clean()
+        if why is not None:
+            clean.set_exception(ConnectionLost(f"not kept warm: {why}"))
+            clean.exception()
+            return
+        if self.group is not None and self.group.accounts_cpu:
+            self._cpu_at_ready = self.group.cpu_seconds()
+        clean.set_result(None)
+
+    def _not_clean(self) -> str | None:
+        """What of the worker, seen from outside, is not as a clean warm worker's is."""
+        if self.group is None:
+            return None
+        members = _sandbox.cgroup_members(self.group.kill_dir)
+        if members != [self.pid]:
+            return f"its cgroup holds {len(members)} processes"
+        memory = self.group.memory_bytes()
+        most = min(WARM_MEMORY, self.pool.settings.limits.memory_bytes // 4)
+        if memory is not None and memory > most:
+            return f"it holds {memory / 2**20:.0f} MiB (at most {most / 2**20:.0f})"
+        return None
+
+    def quiet(self) -> bool:
+        """Whether a warm worker used (nearly) no CPU since it said Ready: nothing of its
+        last meet runs on."""
+        if self.group is None or not self.group.accounts_cpu:
+            return True
+        return self.group.cpu_seconds() - self._cpu_at_ready < IDLE_CPU
 
     def _end_meet(self) -> None:
         """Its last meet is over: say what of its log was dropped, and start the counts

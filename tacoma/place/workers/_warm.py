@@ -111,7 +111,7 @@ class WarmWorkers:
                 except (TimeoutError, Exception):  # noqa: BLE001 - it failed to come clean
                     self._destroy(worker)
                     continue
-            if worker.alive and worker.clean_now():
+            if worker.alive and worker.clean_now() and worker.quiet():
                 return worker
             self._destroy(worker)
             workers = self._idle.get(key)

@@ -163,9 +163,9 @@ class AgentChannel:
 
     def kept(self) -> bool:
         """Whether the place keeps this worker warm for another meet: it said Keep with the
-        meet (the program was met before: see place.workers._warm). The Keep was sent just
-        after the Meet, so it has come, or is about to; a worker the place does not keep is
-        destroyed by it meanwhile."""
+        meet (the program was met before: see place.workers._warm). The Keep is sent just
+        before the Meet, so it has come (a large Meet is encoded on a thread: it comes
+        soon); a worker the place does not keep is destroyed by it meanwhile."""
         deadline = time.monotonic() + KEEP_WAIT
         while not self.keep:
             try:

@@ -382,7 +382,7 @@ class Ready(Event):
 
 @_event
 class Keep(Event):
-    """To a worker, just after its Meet: if that meet ends well, the place keeps the
+    """To a worker, just before its Meet: if that meet ends well, the place keeps the
     worker warm for a later meet of the same principal and program (a program it met
     before), so the worker makes itself clean and says Ready. A worker that hears none
     ends after its meet."""

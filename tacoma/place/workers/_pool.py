@@ -224,12 +224,13 @@ class Worker:
             if not reply.done():
                 reply.set_exception(exc)
 
+        self.told_keep = keep
+        if keep:  # before the Meet: a worker whose meet ends at once may be gone after it,
+            # and writing to its closed channel would lose the answer it left there
+            self.channel.send(Keep())
         # A large briefcase is encoded on a thread (see Channel.send): others go on meanwhile.
         self.channel.send(Meet(self.served, meet.agent, meet.briefcase, "sync", timeout,
                                meet.principal), refused)
-        self.told_keep = keep
-        if keep:  # read after its meet, not a round trip later
-            self.channel.send(Keep())
         meet.step("hand to worker")
         waits: set[asyncio.Future[Any]] = {reply, exited, went}
         watch = self._watch_cpu() if self.group is not None and self.group.accounts_cpu \

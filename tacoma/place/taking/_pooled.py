@@ -84,22 +84,23 @@ class PooledRuns:
         elif not briefcase.get(CODE):
             raise MeetError(f"{meet.agent} needs its program in the CODE folder "
                             f"(tacoma meet {meet.agent} --code FILE)")
+        program = program_bytes(briefcase)
         if pool.interpreter.build is not None:
             started = time.monotonic()
-            await self.builds.ensure(pool.interpreter, program_bytes(briefcase), timeout,
+            await self.builds.ensure(pool.interpreter, program, timeout,
                                      program_name(briefcase))
             timeout -= time.monotonic() - started
             if timeout <= 0:
                 raise MeetTimeout(f"compiling {meet.agent}'s program took the meet's whole "
                                   "time")
-        key = (WarmKey.of(pool.interpreter.language, meet.principal, program_bytes(briefcase))
+        key = (WarmKey.of(pool.interpreter.language, meet.principal, briefcase[CODE])
                if pool.containment.reuses and FRESH not in briefcase else None)
         worker = await self._worker(pool, key)
         meet.step("take worker")
         if meet.trace is not None:
             briefcase[TRACE] = []  # the worker's signal to time its own steps
         meet.installed_as = meet.agent if installed_code is not None else None
-        meet.program = program_bytes(briefcase)
+        meet.program = program
         meet.started, meet.deadline = time.time(), time.monotonic() + timeout
         meet.worker = worker
         meet.note_origins(briefcase)

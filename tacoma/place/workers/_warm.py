@@ -35,11 +35,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import hashlib
 import logging
 import time
 from dataclasses import dataclass
 
+from ...wire._program import code_digest
 from .._settings import PlaceSettings
 from ._pool import Worker
 
@@ -63,11 +63,12 @@ class WarmKey:
 
     language: str
     principal: str
-    program: bytes  # the program's SHA-256
+    program: bytes  # the program's hash, as passports and CODE_HASH name it
 
     @classmethod
-    def of(cls, language: str, principal: str, program: bytes) -> WarmKey:
-        return cls(language, principal, hashlib.sha256(program).digest())
+    def of(cls, language: str, principal: str, code: list[bytes]) -> WarmKey:
+        """The key of a meet of `language` for `principal` with CODE folder `code`."""
+        return cls(language, principal, code_digest(code))
 
 
 class WarmWorkers:

@@ -77,8 +77,8 @@ def issue_identity(name: str, *roles: str, addresses: tuple[str, ...] = ()) -> P
 
 
 #: Where the tests' temporary directories (and so their places' state directories) go: not
-#: below /tmp, which each agent has a private one of, and which agents may not write where
-#: a place's state directory lies below it (see tacoma/place/_containment.py).
+#: below /tmp, which each agent has a private one of (a place whose state directory lies
+#: there works too, and is tested: tests/test_hostile.py).
 RUNS = Path(platformdirs.user_cache_dir("tacoma", appauthor=False)) / "test-runs"
 
 

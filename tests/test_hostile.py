@@ -1061,11 +1061,9 @@ def host_files_named(token: str) -> list[Path]:
 
 
 def writable_scratch(place: RunningPlace) -> list[str]:
-    """The scratch directories the place lets agents write: all, unless a path agents need
-    (a checkout or state directory below /tmp) lies below one, as its log then says."""
-    refused = [line.split("agents may not write ", 1)[1].split(",", 1)[0]
-               for line in place.log().splitlines() if "agents may not write " in line]
-    return [d for d in ("/tmp", "/dev/shm", "/var/tmp") if d not in refused]
+    """The scratch directories the place lets agents write: all of them, wherever the
+    place's state directory and installation lie (see `test_tmp_is_the_agents_own...`)."""
+    return ["/tmp", "/dev/shm", "/var/tmp"]
 
 
 @pytest.mark.parametrize("language", LANGUAGES)
@@ -1092,6 +1090,107 @@ def test_filling_the_disk_stops_at_the_quota_for_all_scratch_directories_togethe
     # state directory, say): no file.
     assert all(kind == "dir" for _, kind in after["/tmp"]), after["/tmp"]
     still_serves(hostile_place, language)
+
+
+#: Write a file of the agent's in /tmp and read it back, then try to write into the state
+#: directory shown below /tmp (STATE) and into its working directory's parent.
+TMP_BELOW = {
+    "python": """
+token, state = arg("TOKEN"), arg("STATE")
+def write_and_read(path):
+    with open(path, "w") as f:
+        f.write(token)
+    with open(path) as f:
+        return f.read()
+attempt("tmp", lambda: write_and_read(f"/tmp/{token}"))
+attempt("cwd", lambda: write_and_read(f"{token}-here"))
+attempt("state", lambda: write_and_read(f"{state}/{token}"))
+attempt("data", lambda: write_and_read(f"{state}/data/{token}"))
+""",
+    "tcl": """
+set token [arg TOKEN]; set state [arg STATE]
+proc write_and_read {path} {
+    set f [open $path w]; puts -nonewline $f $::token; close $f
+    return [slurp $path]
+}
+attempt tmp { write_and_read /tmp/$token }
+attempt cwd { write_and_read $token-here }
+attempt state { write_and_read $state/$token }
+attempt data { write_and_read $state/data/$token }
+""",
+    "scheme": """
+(define token (arg "TOKEN"))
+(define state (arg "STATE"))
+(define (write-and-read path)
+  (call-with-output-file path (lambda (port) (display token port)))
+  (call-with-input-file path get-string-all))
+(attempt "tmp" (write-and-read (string-append "/tmp/" token)))
+(attempt "cwd" (write-and-read (string-append token "-here")))
+(attempt "state" (write-and-read (string-append state "/" token)))
+(attempt "data" (write-and-read (string-append state "/data/" token)))
+""",
+    "c": """
+static void write_and_read(const char *label, const char *path, const char *token) {
+    char got[256] = {0};
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 || write(fd, token, strlen(token)) < 0) { err(label, errno); return; }
+    close(fd);
+    fd = open(path, O_RDONLY);
+    if (fd < 0 || read(fd, got, sizeof got - 1) < 0) { err(label, errno); return; }
+    close(fd);
+    ok(label, got);
+}
+int main(void) {
+    const char *token = arg("TOKEN"), *state = arg("STATE");
+    char path[4096];
+    snprintf(path, sizeof path, "/tmp/%s", token);
+    write_and_read("tmp", path, token);
+    snprintf(path, sizeof path, "%s-here", token);
+    write_and_read("cwd", path, token);
+    snprintf(path, sizeof path, "%s/%s", state, token);
+    write_and_read("state", path, token);
+    snprintf(path, sizeof path, "%s/data/%s", state, token);
+    write_and_read("data", path, token);
+    return 0;
+}
+""",
+}
+
+
+@pytest.fixture(scope="module")
+def place_below_tmp() -> Iterator[RunningPlace]:
+    """A place whose state directory lies below the host's /tmp (a clone, a venv or a
+    state directory there): what an agent needs from it is shown in the agent's /tmp."""
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="tacoma-below-tmp-", dir="/tmp"))
+    try:
+        running = launch_place(root / "state", "--disk", str(DISK), "--meet-seconds", "30")
+        yield running
+        assert running.stop() == 0, running.log()
+    finally:
+        subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_tmp_is_the_agents_own_even_where_the_place_lies_below_it(
+        place_below_tmp: RunningPlace, language: str) -> None:
+    """With the state directory below /tmp, an agent still writes and reads its own /tmp
+    (bubblewrap's way: a fresh tmpfs there, what the agent needs bound into it read-only),
+    while the state directory shown there, its data directory included, stays read-only;
+    and the place warns of nothing."""
+    token = f"below-tmp-{uuid.uuid4().hex[:12]}"
+    state = str(place_below_tmp.state_dir)
+    result = outcomes(meet(place_below_tmp, language, TMP_BELOW[language], TOKEN=[token],
+                           STATE=[state]))
+    assert result["tmp"] == ("ok", token), result
+    assert result["cwd"] == ("ok", token), result
+    assert result["state"][0] == "err", result
+    assert result["data"][0] == "err", result
+    assert not host_files_named(token)
+    assert not list(place_below_tmp.state_dir.rglob(f"{token}*"))
+    assert "may not write" not in place_below_tmp.log()
+    still_serves(place_below_tmp, language)
 
 
 HUGE_OUTPUT = {

@@ -15,7 +15,11 @@ covers below) is prepared once, by its zygote, in a mount namespace of the zygot
   /dev/null;
 - one private tmpfs, of the agent's disk quota, mounted on the place's work directory,
   holds its working directory (the only one it can see there) and its /tmp, /var/tmp and
-  /dev/shm: whatever it writes counts against one total and vanishes with it;
+  /dev/shm: whatever it writes counts against one total and vanishes with it. What the
+  agent needs from below the host's /tmp (an installation, a state directory placed there)
+  is bound into its /tmp read-only, as bubblewrap's --ro-bind does, and its own working
+  directory bound writable over that: its /tmp stays its own to write wherever tacoma is
+  installed;
 - a new /proc, where the agent has a PID namespace of its own: it shows the agent's
   processes and nothing else.
 
@@ -25,6 +29,8 @@ Standard library only: this runs inside agent processes.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import os
 import stat
 
@@ -35,11 +41,22 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["TMP_DIRS", "enter_namespace", "enter_scratch", "is_below", "prepare_view"]
+__all__ = ["TMP_DIRS", "enter_namespace", "enter_scratch", "is_below", "prepare_view",
+           "read_only"]
 
 _CLONE_NEWNS = 0x00020000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+# mount_setattr(2) (Linux 5.12): the one call that makes a whole tree of mounts read-only;
+# a remount with MS_RDONLY changes only the top one. Its number is the same on every
+# architecture (the new system calls share one table).
+_SYS_MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE = 442, -100, 0x8000
+_MOUNT_ATTR_RDONLY, _MOUNT_ATTR_NOSUID, _MOUNT_ATTR_NODEV = 0x1, 0x2, 0x4
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
 
 #: The shared scratch directories every agent gets a private one of, and the name of each
 #: in the agent's tmpfs.
@@ -81,6 +98,19 @@ def _show(originals: list[tuple[str, int]]) -> None:
             _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC)
         finally:
             os.close(fd)
+
+
+def read_only(path: str) -> None:
+    """Make the mount at `path` and every mount below it read-only (and nosuid, nodev)."""
+    attr = _MountAttr(_MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV, 0, 0, 0)
+    if _libc.syscall(_SYS_MOUNT_SETATTR, _AT_FDCWD, os.fsencode(path), _AT_RECURSIVE,
+                     ctypes.byref(attr), ctypes.sizeof(attr)) == 0:
+        return
+    if ctypes.get_errno() != errno.ENOSYS:
+        check(-1, f"mount_setattr {path}")
+    # Before Linux 5.12: the top mount only (what lies below an installation is rarely a
+    # mount of its own).
+    _mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
 
 
 def cover(directory: str, keep: list[str]) -> None:
@@ -143,10 +173,20 @@ def enter_scratch(spec: dict[str, Any]) -> None:
         os.chown(path, *owner)
     staged = os.open(at, os.O_PATH | os.O_CLOEXEC)
     try:
+        shown: list[str] = []
         for directory, scratch in TMP_DIRS:
             if directory in originals:
                 _mount(f"/proc/self/fd/{staged}/{scratch}", directory, None, _MS_BIND)
+                shown += [path for path, _ in originals[directory]]
                 _show(originals[directory])
+        # What shows through is the host's, to read: read-only, the mounts below it too,
+        # so that the agent may be given its /tmp to write (Landlock allows what lies
+        # beneath a path, whatever is mounted there). Its own tmpfs, if it lies below
+        # (a state directory under /tmp), is bound over its read-only copy, writable.
+        for path in shown:
+            read_only(path)
+        if any(is_below(at, path) for path in shown):
+            _mount(f"/proc/self/fd/{staged}", at, None, _MS_BIND)
     finally:
         os.close(staged)
     if spec.get("proc"):

@@ -165,30 +165,19 @@ class Containment:
                            if os.path.exists(p)})
         self.run_paths = [p for p in existing
                           if not any(p != q and is_below(p, q) for q in existing)]
-        # A scratch directory (/tmp, ...) with a needed path below it cannot be one the
-        # agent may write: a Landlock rule allows what it allows beneath, and the needed
-        # paths (the state directory, its cache and data) are shown below it. The agent
-        # may then only read it, and writes in its working directory ($TMPDIR).
-        kept = sorted({os.path.realpath(p) for p in self.keep})
-        below = {d: [k for k in kept if k != real and is_below(k, real)]
-                 for d, _ in TMP_DIRS for real in [os.path.realpath(d)]}
-        self.scratch = [d for d, _ in TMP_DIRS if not below[d]]
+        # The scratch directories (/tmp, ...) are the agent's own tmpfs, which it may
+        # write: what it needs from below the host's (the installation, the state
+        # directory) is shown there read-only (`_mounts.enter_scratch`).
+        self.scratch = [d for d, _ in TMP_DIRS]
         # The Landlock rules every agent of the place gets: read and run the system and
         # the installation, read the data directory and /proc, use the harmless devices,
-        # write the scratch directories (reading those it may not write).
+        # write the scratch directories.
         readable = [*SYSTEM_READ, str(settings.data_dir)]
-        if layers.mounts:
-            readable += [d for d, _ in TMP_DIRS if d not in self.scratch]
         self.rules: list[Rule] = [
             *((p, _landlock.RUN) for p in self.run_paths),
             *((p, _landlock.READ) for p in readable),
             *((p, _landlock.DEVICE) for p in DEVICES),
             *((p, _landlock.WRITE) for p in (self.scratch if layers.mounts else []))]
-        for directory, paths in below.items():
-            if layers.mounts and paths:
-                log.warning("agents may not write %s, as %s lies below it (keep the state "
-                            "directory and the Python installation elsewhere)", directory,
-                            " and ".join(paths))
 
     @property
     def reuses(self) -> bool:

@@ -185,6 +185,14 @@ def _default_to_embedded_place() -> None:
     set_default_place(_embedded_address, replace=False)
 
 
+def _embedded_running() -> bool:
+    """Whether this process's embedded place has started (the notebook asks, after an
+    interrupted meet, whether anything can have run)."""
+    from .place._embedded import embedded_running
+
+    return embedded_running()
+
+
 async def _embedded_address() -> str:
     from .place._embedded import embedded_address
 

@@ -128,6 +128,40 @@ def test_a_cells_agent_goes_where_its_passport_lets_it(shell: InteractiveShell, 
                    f"meet('ag_python@{other.address}', Briefcase(CODE=['pass']))\n")
 
 
+def test_an_interrupted_cell_says_so_in_one_line(shell: InteractiveShell, place,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Kernel > Interrupt during a `%%meet` cell: the meet is cancelled at the place and the
+    cell says so in one line, as `tacoma meet` does on Ctrl-C; no traceback through tacoma."""
+    import _thread
+    import re
+    import threading
+
+    from tacoma.notebook._magics import MeetCancelled
+
+    from conftest import wait_until
+
+    shell.user_ns["target"] = place.address
+
+    def interrupt() -> None:  # as the kernel does: SIGINT, a KeyboardInterrupt in the cell
+        wait_until(lambda: tacoma.place_status(place.address).running >= 1, timeout=60,
+                   what="the cell's agent running")
+        _thread.interrupt_main()
+
+    interrupter = threading.Thread(target=interrupt)
+    interrupter.start()
+    try:
+        with pytest.raises(MeetCancelled):
+            run(shell, "%%meet ag_python@{target}\nimport time\ntime.sleep(120)\n")
+    finally:
+        interrupter.join()
+    shown = capsys.readouterr()
+    lines = [line for line in (shown.out + shown.err).splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    assert re.fullmatch(r"Cancelled: meet \S+ cancelled; the agent was stopped", lines[0])
+    wait_until(lambda: tacoma.place_status(place.address).running == 0, timeout=30,
+               what="the cancelled agent gone")
+
+
 def test_at_the_embedded_place(shell: InteractiveShell) -> None:
     value = run(shell, "%%meet ag_python --timeout 60\nbc['PLACE'] = [place]\n")
     assert isinstance(value, Briefcase) and value.text("PLACE")

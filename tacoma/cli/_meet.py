@@ -8,7 +8,8 @@ embedded place, as `tacoma.meet` does (the README's first command relies on it).
 
 Ctrl-C during a sync meet cancels it at the place and says so (exit 130): the CLI names the
 meet itself (`meet_id=`), and then asks the place whether the meet still runs, so that what
-it says of the agent is what the place says.
+it says of the agent is what the place says (`client._status.cancelled`, which the
+notebook's `%%meet` says too).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +45,6 @@ from ._trust import identity_options
 
 __all__ = ["meet", "send"]
 
-#: How long a cancelled meet's place is asked whether its agent stopped.
-CONFIRM_SECONDS = 5.0
-
-
 def _meet_target(target: str) -> str:
     """The target to meet: AGENT@PLACE as given; a bare AGENT at $TACOMA_PLACE if set, else
     (None) at the embedded place."""
@@ -56,41 +52,17 @@ def _meet_target(target: str) -> str:
     return placed if "@" in target or os.environ.get(PLACE_ENV, "").strip() else target
 
 
-def _stopped(meet_id: str, place: str | None) -> bool:
-    """Whether the place confirms that meet `meet_id` no longer runs (within
-    CONFIRM_SECONDS). Asked again until it does: a Cancel is acted on at once, but the
-    place has no way to say so to a client that gave up on the meet's answer."""
-    if place is None:
-        from ..place._embedded import embedded_running
-
-        if not embedded_running():
-            return True  # interrupted before the embedded place started: nothing ran
-    where = f"{meet_id}@{place}" if place else meet_id  # bare: at the embedded place
-    deadline = time.monotonic() + CONFIRM_SECONDS
-    while True:
-        try:
-            state = tacoma.status(where, connect_timeout=CONFIRM_SECONDS).state
-        except tacoma.TacomaError:
-            return False
-        if state not in ("queued", "running"):
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-
-
 def _cancelled(meet_id: str, place: str | None) -> None:
     """Say that an interrupted meet was cancelled, and whether its agent is known stopped;
     exit 130."""
-    if _stopped(meet_id, place):
-        message = f"meet {meet_id} cancelled; the agent was stopped"
-        hint = ""
-    else:
-        at = place or "the embedded place"
-        message = (f"meet {meet_id} cancelled, but {at} did not confirm that its agent "
-                   "stopped")
-        hint = (f"`tacoma ps {place}` shows whether it runs; `tacoma kill {meet_id}@{place}` "
-                "stops it" if place else "")
+    from ..client._status import cancelled
+
+    started = True
+    if place is None:
+        from ..place._embedded import embedded_running
+
+        started = embedded_running()  # interrupted before it started: nothing ran
+    message, hint = cancelled(meet_id, place, started=started)
     report("Cancelled", message, hint=hint, status=INTERRUPTED_STATUS)
 
 

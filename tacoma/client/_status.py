@@ -33,8 +33,8 @@ from ..wire._names import STATUS_AGENT
 from ..wire._text import escape
 from ._client import connection, place_of
 
-__all__ = ["MeetStatus", "PathStep", "aresult", "aresults", "astatus", "result", "results",
-           "status"]
+__all__ = ["MeetStatus", "PathStep", "aresult", "aresults", "astatus", "cancelled", "result",
+           "results", "status"]
 
 #: How long one ag_status meet waits at the place before the client asks again.
 _WAIT_SLICE = 60.0
@@ -195,6 +195,43 @@ def result(target: str, *, wait: bool = True, timeout: float | None = None,
     answer: Briefcase = run_blocking(aresult(target, wait=wait, timeout=timeout,
                                              connect_timeout=connect_timeout))
     return answer
+
+
+#: How long a caller that interrupted a meet asks its place whether the agent stopped.
+CONFIRM_SECONDS = 5.0
+
+
+def _stopped(where: str) -> bool:
+    """Whether the place confirms that meet `where` (ID@PLACE, or a bare id at the embedded
+    place) no longer runs, within CONFIRM_SECONDS. Asked again until it does: a Cancel is
+    acted on at once, but the place has no way to say so to a client that gave up on the
+    meet's answer."""
+    deadline = time.monotonic() + CONFIRM_SECONDS
+    while True:
+        try:
+            state = status(where, connect_timeout=CONFIRM_SECONDS).state
+        except MeetError:
+            return False
+        if state not in ("queued", "running"):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
+def cancelled(meet_id: str, place: str | None, *, started: bool = True) -> tuple[str, str]:
+    """What to tell a person who interrupted the sync meet `meet_id` (which `meet` then
+    cancelled) at `place` (None: the embedded place): a message, and a hint (or "").
+
+    `started`: whether the place can have run it at all (false for the embedded place when
+    it had not started yet: nothing ran, and asking would start it)."""
+    if not started or _stopped(f"{meet_id}@{place}" if place else meet_id):
+        return f"meet {meet_id} cancelled; the agent was stopped", ""
+    at = place or "the embedded place"
+    hint = (f"`tacoma ps {place}` shows whether it runs; `tacoma kill {meet_id}@{place}` "
+            "stops it" if place else "")
+    return (f"meet {meet_id} cancelled, but {at} did not confirm that its agent stopped",
+            hint)
 
 
 # ---------------------------------------------------------------------------- many meets

@@ -4,8 +4,8 @@
     for name in bc.text("NAME"):
         bc.append("GREETING", "hello, " + name)
 
-The only package of tacoma that imports IPython (an optional dependency, `pip install
-'tacoma[notebook]'`): `import tacoma` never loads it, and `tacoma.load_ipython_extension`
+The only package of tacoma that imports IPython (an optional dependency: `pip install -e
+'.[notebook]'` in a clone): `import tacoma` never loads it, and `tacoma.load_ipython_extension`
 imports this package only when a notebook loads the extension. The rich displays
 (briefcases, traced meets, local places, meet statuses, errors) are methods of those
 values themselves (`_repr_html_`, `_render_traceback_`); loading the extension makes

@@ -13,7 +13,9 @@ ipyparallel's `%%px`), so `%%meet?` shows the same help. Notebook variables beco
 `cell[12]`; the result is bound with `-o` or shown as the cell's value. A failed meet fails
 the cell with the tacoma error, which IPython shows through its `_render_traceback_`:
 the agent's own traceback, not tacoma's frames, escaped (see _views: an agent's message is
-the agent's to choose, escape sequences included).
+the agent's to choose, escape sequences included). An interrupted cell (Kernel >
+Interrupt) cancels its meet at the place and says so in one line, as `tacoma meet` does
+on Ctrl-C: `Cancelled: meet ... cancelled; the agent was stopped`.
 """
 
 from __future__ import annotations
@@ -26,13 +28,16 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
 
 import tacoma
+from tacoma.client._identity import new_meet_id
+from tacoma.client._status import cancelled
 from tacoma.wire import CODE, CODE_NAME, Briefcase
 from tacoma.wire._address import split_target
 from tacoma.wire._briefcase import FRESH, ITINERARY
+from tacoma.wire._text import escape
 
 from ._views import register, safe_error
 
-__all__ = ["TacomaMagics", "load_ipython_extension"]
+__all__ = ["MeetCancelled", "TacomaMagics", "load_ipython_extension"]
 
 # IPython's magic_arguments ships no type information; these are its functions, typed.
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -42,6 +47,21 @@ parse_argstring = cast(Callable[[Callable[..., Any], str], Any], arguments.parse
 
 #: The values a notebook variable may hold to become a folder's one element.
 _ELEMENT_TYPES = (bytes, bytearray, memoryview, str)
+
+
+class MeetCancelled(KeyboardInterrupt):
+    """A `%%meet` cell interrupted: its meet was cancelled at the place. Still an interrupt
+    (the cells queued after it do not run), shown as the one line the CLI prints."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message, self.hint = message, hint
+
+    def _render_traceback_(self) -> list[str]:
+        lines = [f"Cancelled: {escape(self.message)}"]
+        if self.hint:
+            lines.append(f"Hint: {escape(self.hint)}")
+        return lines
 
 
 def folder_elements(spec: str, value: object) -> list[bytes | str]:
@@ -130,7 +150,13 @@ class TacomaMagics(Magics):
                                       **passport)
                 value: Any = f"{meet_id}@{place}" if place else meet_id
             else:
-                value = tacoma.meet(args.target, bc, timeout=args.timeout, **passport)
+                meet_id = new_meet_id()  # named here, to be named if it is interrupted
+                try:
+                    value = tacoma.meet(args.target, bc, timeout=args.timeout,
+                                        meet_id=meet_id, **passport)
+                except KeyboardInterrupt:  # cancelled at the place by tacoma.meet
+                    started = place is not None or tacoma._embedded_running()
+                    raise MeetCancelled(*cancelled(meet_id, place, started=started)) from None
         except tacoma.TacomaError as exc:
             safe_error(exc)  # the agent's message and traceback, shown escaped
             raise

@@ -568,8 +568,43 @@ def test_a_trip_shows_its_progress(three: list[RunningPlace]) -> None:
     lines = [line for line in out.stderr.splitlines() if line.startswith("trip: hop ")]
     assert lines and lines[0] == f"trip: hop 1, at {b}", out.stderr
     assert len(lines) >= 2, out.stderr
-    assert out.stderr.splitlines()[-1].startswith("trip: "), out.stderr  # the final count
+    # The last line: the trip home, and its time counted from the meet's start (the bar
+    # shows only from a second in): at least the 9 stops' 0.3 s each.
+    last = out.stderr.splitlines()[-1]
+    assert last.startswith("trip: home after 8 hops, "), out.stderr
+    assert float(last.rsplit(", ", 1)[1].rstrip("s")) >= 9 * 0.3, last
     assert "SEEN (9 elements)" in out.stdout
+
+
+def test_a_meet_that_does_not_move_shows_its_progress_when_asked(
+        three: list[RunningPlace]) -> None:
+    """`--progress` shows any sync meet: one that stays shows where it runs, then its end."""
+    a = three[0].address
+    out = subprocess.run([sys.executable, "-m", "tacoma", "meet", f"ag_python@{a}",
+                          "--progress", "-f", "CODE=import time\ntime.sleep(2.5)",
+                          "--timeout", "60"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    lines = out.stderr.splitlines()
+    assert f"meet: running at {a}" in lines, out.stderr
+    assert lines[-1].startswith("meet: ended, "), out.stderr
+    assert float(lines[-1].rsplit(", ", 1)[1].rstrip("s")) >= 2.5, lines[-1]
+
+
+def test_a_trips_bar_is_full_only_once_it_is_home(capsys: pytest.CaptureFixture[str]) -> None:
+    """At the last place of its ITINERARY the trip still has its work there and the way
+    home before it: its bar is not shown done until the result is in."""
+    from tacoma.client._trip_progress import TripBar
+
+    bar = TripBar(Briefcase(ITINERARY=["b", "c"]), show=True)
+    bar.hop(1, "b")
+    bar.hop(2, "c")
+    assert bar.bar is not None and bar.bar.completed < bar.bar.total  # type: ignore[operator]
+    bar.hop(3, "d")  # further than planned
+    assert bar.bar.completed < bar.bar.total  # type: ignore[operator]
+    bar.close(ended=True)
+    assert bar.bar.completed == bar.bar.total
+    assert capsys.readouterr().err.splitlines()[-1].startswith("trip: home after 3 hops, ")
 
 
 def test_a_hop_taken_here_is_known_to_its_sender_only() -> None:

@@ -88,8 +88,9 @@ async def ameet(target: str, briefcase: Folders = None, *, code: str | bytes | N
     -, unique at the place; default: a new random one), for a caller that must name the
     meet before it ends (to ask for it by id, or to say which meet it cancelled).
     `progress`: show a trip's hops as the agent moves, in a terminal or a notebook (None,
-    the default: for a briefcase with an ITINERARY; True: any sync meet, also as lines in a
-    log; False: never); nothing shows for a meet that ends within a second.
+    the default: for a briefcase with an ITINERARY; True: any sync meet, one that does not
+    move shown running at its place, also as lines in a log; False: never); nothing shows
+    for a meet that ends within a second.
 
     The agent carries a passport signed with your identity (see README, Security): what
     it may do for you at other places. `places`: the places it may visit, as patterns of
@@ -120,7 +121,7 @@ async def ameet(target: str, briefcase: Folders = None, *, code: str | bytes | N
 
 async def _ameet(target: str, bc: Briefcase, mode: MeetMode, timeout: float | None,
                  connect_timeout: float | None, meet_id: str | None,
-                 hop: Callable[[int, str], None] | None,
+                 hop: Callable[[int | None, str], None] | None,
                  terms: Terms = DEFAULT_TERMS) -> Briefcase | str:
     """The meet; `hop(hops, place)` is told where its trip is as it goes, if given."""
     if mode not in ("sync", "async"):
@@ -185,7 +186,7 @@ def meet(target: str, briefcase: Folders = None, *, code: str | bytes | None = N
                                                 meet_id, None, terms))
     from ._runtime import get_interruptibly
 
-    hops: queue.SimpleQueue[tuple[int, str] | None] = queue.SimpleQueue()
+    hops: queue.SimpleQueue[tuple[int | None, str] | None] = queue.SimpleQueue()
     bar = TripBar(bc, progress)
 
     def drawing(future: concurrent.futures.Future[Briefcase | str]) -> Briefcase | str:

@@ -4,13 +4,17 @@ The trip's home keeps where each of its trips is (place.meets._trips: the other 
 at most once a second of a trip); a caller that shows progress asks the home for it by the
 meet's id (ag_status: HOPS and AT) every PROGRESS_EVERY seconds, starting PROGRESS_AFTER
 seconds into the meet, so that the usual meet, which ends before then, asks nothing and
-shows nothing. The bar is made when the first hop is heard of: a meet that does not move
-shows none at all.
+shows nothing. The bar is made when the place first answers, and counts its time from the
+meet's start. A meet that does not move shows that it runs, and where.
+
+The bar's last step is the way home: a trip at the last place of its ITINERARY still works
+there and has its briefcase to bring back, so the bar is full only when the result is in.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 from ..display import Progress
@@ -34,11 +38,13 @@ def shows_trip(progress: bool | None, mode: str, briefcase: Briefcase) -> bool:
     return progress is True or ITINERARY in briefcase
 
 
-async def watch_trip(meet_id: str, address: str, hop: Callable[[int, str], None]) -> None:
+async def watch_trip(meet_id: str, address: str,
+                     hop: Callable[[int | None, str], None]) -> None:
     """Call `hop(hops, place)` with where meet `meet_id`'s trip is, as its home at `address`
-    says, until the meet ends (cancel this when it does)."""
+    says (hops None: the meet runs at `address` and has not moved), until the meet ends
+    (cancel this when it does)."""
     await asyncio.sleep(PROGRESS_AFTER)
-    seen = -1
+    seen: tuple[int | None, str] | None = None
     while True:
         try:
             status = await astatus(f"{meet_id}@{address}")
@@ -47,35 +53,52 @@ async def watch_trip(meet_id: str, address: str, hop: Callable[[int, str], None]
         if status is not None:
             if status.state not in ("queued", "running"):
                 return
-            if status.hops is not None and status.hops != seen:
-                seen = status.hops
-                hop(status.hops, status.at)
+            now = (status.hops, status.at or address)
+            if now != seen:
+                seen = now
+                hop(*now)
         await asyncio.sleep(PROGRESS_EVERY)
 
 
 class TripBar:
-    """The progress of one trip: hops against the ITINERARY's length (if it has one; an
-    agent that goes further raises the total), made at the first hop heard of."""
+    """The progress of one sync meet: made when its place first answers, it counts hops
+    against the ITINERARY's length and the way home (an agent that goes further raises the
+    total); a meet that does not move shows where it runs."""
 
     def __init__(self, briefcase: Briefcase, show: bool | None) -> None:
-        planned = len(briefcase.folder(ITINERARY)) if ITINERARY in briefcase else 0
-        self.total: int | None = planned or None
+        self.planned = len(briefcase.folder(ITINERARY)) if ITINERARY in briefcase else 0
+        self.total: int | None = self.planned + 1 if self.planned else None
         self.show = show
         self.bar: Progress | None = None
+        self.hops: int | None = None
+        self.started = time.monotonic()  # the meet's start: the time shown counts from it
 
-    def hop(self, hops: int, at: str) -> None:
+    def hop(self, hops: int | None, at: str) -> None:
         if self.bar is None:
-            self.bar = Progress(self.total, "trip", show=self.show)
+            self.bar = Progress(self.total, "meet", show=self.show, started=self.started,
+                                count=False)
             self.bar.start()
-        if self.total is not None and hops > self.total:
-            self.total = hops
-        self.bar.update(completed=hops, total=self.total, description=f"trip: hop {hops}, "
-                        f"at {at}")
+        if hops is None:
+            self.bar.update(description=f"meet: running at {at}")
+            return
+        self.hops = hops
+        if self.total is None or hops >= self.total:
+            self.total = hops + 1  # further than planned: the way home is still to come
+        self.bar.update(completed=hops, total=self.total,
+                        description=f"trip: hop {hops}, at {at}")
 
     def close(self, ended: bool) -> None:
-        """The meet is over; `ended`: the trip came home with its result (its last hops
-        may not have been heard of: reports come at most once a second)."""
-        if self.bar is not None:
-            if ended and self.total is not None:
-                self.bar.update(completed=self.total)
-            self.bar.stop()
+        """The meet is over; `ended`: it came back with its result (a trip's last hops may
+        not have been heard of: reports come at most once a second)."""
+        if self.bar is None:
+            return
+        moved = self.hops is not None or self.planned
+        if ended:
+            hops = max(self.hops or 0, self.planned)
+            self.bar.title = (f"trip: home after {hops} hop{'s' * (hops != 1)}" if moved
+                              else "meet: ended")
+            total = self.total or 1
+            self.bar.update(completed=total, total=total)
+        else:
+            self.bar.title = "trip: not completed" if moved else "meet: not completed"
+        self.bar.stop()

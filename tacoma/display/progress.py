@@ -94,8 +94,14 @@ class Progress:
     """
 
     def __init__(self, total: float | None, description: str = "", *,
-                 file: IO[str] | None = None, show: bool | None = None) -> None:
+                 file: IO[str] | None = None, show: bool | None = None,
+                 started: float | None = None, count: bool = True) -> None:
+        """`started`: when the work began (time.monotonic()), if before the progress is
+        shown: the time shown counts from it. `count`: show the count done ("3/10"); a
+        progress whose units are not the work's (a trip's hops) shows only its bar."""
         self.total = total
+        self.count = count
+        self._began = started
         self.completed = 0.0
         self.description = escape(description)
         self.title = self.description  # what the final state says, whatever step came last
@@ -120,7 +126,7 @@ class Progress:
 
     def start(self) -> None:
         """Show the progress (a `with` block does this)."""
-        self._started = time.monotonic()
+        self._started = self._began if self._began is not None else time.monotonic()
         if self.where == "terminal":
             from rich.console import Console
             from rich.progress import (
@@ -133,12 +139,14 @@ class Progress:
 
             # markup=False: a description names places, and "[::1]:7707" is no rich markup
             columns = [TextColumn("{task.description}", markup=False), BarColumn()]
-            if self.total is not None:
+            if self.total is not None and self.count:
                 columns.append(MofNCompleteColumn())
             columns.append(TimeElapsedColumn())
             self._rich = Progress(*columns, console=Console(file=self._file),
                                   transient=False)
             self._task = self._rich.add_task(self.description, total=self.total)
+            # The time shown counts from when the work began (rich's clock is monotonic).
+            self._rich.tasks[-1].start_time = self._started
             self._rich.start()
         elif self.where == "notebook":
             from IPython.display import display
@@ -199,9 +207,11 @@ class Progress:
     # -- what is shown
     def summary(self) -> str:
         """One line: the description, the count and the time so far."""
+        took = human_duration(time.monotonic() - self._started)
+        if not self.count:
+            return f"{self.description}, {took}".lstrip(", ")
         count = (f"{self.completed:,.0f} of {self.total:,.0f}" if self.total is not None
                  else f"{self.completed:,.0f}")
-        took = human_duration(time.monotonic() - self._started)
         return f"{self.description}: {count} done, {took}".lstrip(": ")
 
     def _repr_html_(self) -> str:

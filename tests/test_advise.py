@@ -118,6 +118,16 @@ def test_a_size_predicts_for_that_much_data(place: RunningPlace) -> None:
     assert json.loads(done.stdout)["data_bytes"] == 2**30
 
 
+def test_an_empty_data_directory_says_where_data_goes(place: RunningPlace) -> None:
+    (place.state_dir / "data" / "empty").mkdir(exist_ok=True)
+    done = advise(place.target("ag_python"), "--code", str(SEARCH / "search.py"),
+                  "--data", "empty", *PATTERN)
+    assert done.returncode != 0
+    assert "holds nothing under 'empty'" in done.stderr
+    assert f"Copy the data there (e.g. `cp -r logs {place.state_dir / 'data'}/`" \
+        in " ".join(done.stderr.split()), done.stderr
+
+
 @pytest.mark.parametrize(("args", "status", "says"), [
     (["ag_python", "--code", str(SEARCH / "search.py")], 2, "advise needs AGENT@PLACE"),
     (["ag_c@{}", "--code", str(SEARCH / "search.c")], 2, "Python programs (ag_python) only"),

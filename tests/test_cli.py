@@ -53,6 +53,20 @@ def test_meet_prints_the_result_readably(place: RunningPlace, agent: Path,
     assert "BLOB (1 element)\n  <260 bytes of binary: ff d8 ff e0" in out.stdout
 
 
+def test_a_long_folder_is_cut_to_its_first_elements(place: RunningPlace) -> None:
+    """A folder of a thousand elements (a search's matches) prints its first 20, and says
+    how many more there are and how to see them."""
+    code = 'bc["MATCHES"] = [f"match {i}" for i in range(1000)]\nbc["FEW"] = ["a", "b"]\n'
+    out = tacoma("meet", place.target("ag_python"), "-f", f"CODE={code}")
+    assert out.returncode == 0, out.stderr
+    shown = out.stdout.split("MATCHES (1,000 elements)\n", 1)[1].splitlines()[:21]
+    assert shown == [*(f"  match {i}" for i in range(20)),
+                     "  ... (980 more elements; --json shows them all)"]
+    assert "FEW (2 elements)\n  a\n  b\n" in out.stdout
+    whole = tacoma("meet", place.target("ag_python"), "-f", f"CODE={code}", "--json")
+    assert len(json.loads(whole.stdout)["folders"]["MATCHES"]) == 1000
+
+
 def test_meet_json_is_exactly_one_object(place: RunningPlace) -> None:
     out = tacoma("meet", place.target("ag_echo"), "-f", "X=1", "-f", "X=ünï",
                  "-f", "B=@/dev/null", "--json")

@@ -16,7 +16,14 @@ import click
 import tacoma
 
 from ..wire._text import escape
-from ._common import FOLDER_METAVAR, ByteSize, briefcase_from, fail, print_briefcase
+from ._common import (
+    FOLDER_METAVAR,
+    ByteSize,
+    briefcase_from,
+    briefcase_json,
+    fail,
+    print_briefcase,
+)
 
 __all__ = ["advise"]
 
@@ -86,6 +93,7 @@ def advise(target: str, code_path: Path, data: str, folders: tuple[str, ...], sa
                "why": advice.why(), "notes": advice.notes}
         if outcome is not None:
             out["ran_s"] = outcome[1]
+            out["result"] = briefcase_json(outcome[0])
         click.echo(json.dumps(out, indent=2))
         return
     click.echo(escape(advice.summary(), newlines=True))  # its notes quote the place

@@ -50,6 +50,7 @@ __all__ = [
     "FOLDER_METAVAR",
     "INTERRUPTED_STATUS",
     "PLACE_ENV",
+    "SHOWN_ELEMENTS",
     "SHOWN_LINES",
     "USAGE_STATUS",
     "ByteSize",
@@ -423,6 +424,8 @@ def briefcase_json(bc: tacoma.Briefcase) -> dict[str, Any]:
 
 #: Lines of one text element shown before the rest is summarised.
 SHOWN_LINES = 20
+#: Elements of a folder printed (a search's thousand matches would fill the screen).
+SHOWN_ELEMENTS = 20
 
 
 def _element_lines(element: bytes) -> list[str]:
@@ -449,7 +452,8 @@ def print_briefcase(bc: tacoma.Briefcase) -> None:
     """A briefcase as a person reads it: each folder, its element count, its elements.
 
     The CODE folder is summarised (the caller has the program already), a lazy folder is
-    its reference, and long text is cut after SHOWN_LINES lines; --json shows everything.
+    its reference, a long folder is cut after SHOWN_ELEMENTS elements and long text after
+    SHOWN_LINES lines; --json shows everything.
     Names and text are escaped: they are the agent's, and so is what they would make a
     terminal do.
     """
@@ -468,6 +472,11 @@ def print_briefcase(bc: tacoma.Briefcase) -> None:
             continue
         elements = bc[name]
         click.echo(click.style(escape(name), bold=True) + f" ({_elements(len(elements))})")
+        if len(elements) > SHOWN_ELEMENTS:
+            hidden = len(elements) - SHOWN_ELEMENTS
+            elements = elements[:SHOWN_ELEMENTS]
+        else:
+            hidden = 0
         for element in elements:
             if name == tacoma.CODE:
                 named = bc.folder(CODE_NAME)
@@ -476,6 +485,9 @@ def print_briefcase(bc: tacoma.Briefcase) -> None:
                 click.echo(f"  <program, {len(element):,} bytes{source}>")
                 continue
             click.echo("  " + "\n  ".join(_element_lines(element)))
+        if hidden:
+            click.echo(f"  ... ({hidden:,} more element{'s' * (hidden != 1)}; --json shows "
+                       "them all)")
 
 
 def _elements(count: int) -> str:

@@ -23,6 +23,7 @@ way runs the program on this machine).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import statistics
@@ -235,7 +236,15 @@ def advise(target: str, program: str | bytes, data: str | int = ".", *,
     got, seconds = _reader(place, directory, sample, timeout=timeout)
     fetched = sum(len(d) for d in got["DATA"])
     if not fetched:
-        raise MeetError(f"the place's data directory holds nothing under {directory!r}")
+        data_dir = "STATE_DIR/data"
+        # The place shows its state directory to whom may ask its status only.
+        with contextlib.suppress(TacomaError):
+            data_dir = str(Path(place_status(place, timeout=10).state_dir) / "data")
+        raise MeetError(
+            f"the place's data directory holds nothing under {directory!r}: agents read "
+            f"the files below the place's data directory ({data_dir} on the place's host; "
+            f"$TACOMA_DATA to an agent). Copy the data there (e.g. `cp -r logs {data_dir}/` "
+            "on that host), then give `--data logs`")
     bandwidth = fetched / max(seconds - overhead, seconds / 10)
     size = int(got.text("TOTAL")[0]) if isinstance(data, str) else int(data)
     # The program at the place, on one byte and on the sample: the difference is the cost

@@ -204,8 +204,10 @@ def test_a_testbed_refuses_hosts_it_does_not_have() -> None:
 
 def test_the_cli_brings_a_testbed_up_shows_it_and_takes_it_down(tmp_path: Path) -> None:
     record = tmp_path / "testbed.json"
-    up = tacoma_cli("testbed", "--record", str(record), "up", "--hosts", "2")
+    # --record goes before the subcommand or after it; the hints repeat it.
+    up = tacoma_cli("testbed", "up", "--hosts", "2", "--record", str(record))
     assert up.returncode == 0, up.stderr
+    assert f"take it down with: tacoma testbed down --record {record}" in up.stdout
     made = json.loads(record.read_text())
     tag = made["tag"]
     try:
@@ -222,6 +224,7 @@ def test_the_cli_brings_a_testbed_up_shows_it_and_takes_it_down(tmp_path: Path) 
         assert len(existing_names(tag)) == 4
         again = tacoma_cli("testbed", "--record", str(record), "up")
         assert again.returncode != 0 and "is up already" in again.stderr
+        assert f"`tacoma testbed down --record {record}` removes it" in again.stderr
         status = tacoma_cli("testbed", "--record", str(record), "status", "--json")
         assert status.returncode == 0, status.stderr
         assert json.loads(status.stdout)["states"] == {"h1": "up", "h2": "up"}
@@ -229,9 +232,10 @@ def test_the_cli_brings_a_testbed_up_shows_it_and_takes_it_down(tmp_path: Path) 
         shown = tacoma_cli("testbed", "--record", str(record), "status")
         assert re.search(r"h2\s+\S+\s+cut", shown.stdout), shown.stdout
     finally:
-        down = tacoma_cli("testbed", "--record", str(record), "down")
+        down = tacoma_cli("testbed", "down", "--record", str(record))
     assert down.returncode == 0, down.stderr
     assert existing_names(tag) == []
     assert not record.exists()
-    status = tacoma_cli("testbed", "--record", str(record), "status")
+    status = tacoma_cli("testbed", "status", "--record", str(record))
     assert status.returncode == 0 and "no testbed is recorded" in status.stdout
+    assert f"`tacoma testbed up --record {record}` makes one" in status.stdout

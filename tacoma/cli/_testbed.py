@@ -59,6 +59,27 @@ def _write(path: Path, record: dict[str, Any]) -> None:
     partial.replace(path)
 
 
+def _record_option(command: Any) -> Any:
+    """--record, taken after the subcommand too (`tacoma testbed up --record F`) as well as
+    before it (`tacoma testbed --record F up`): a newcomer types it either way."""
+    return click.option(
+        "--record", "record_path", type=click.Path(dir_okay=False, path_type=Path),
+        default=None, help="The file where `up` records what it made, for `down` and "
+        "`status` (also accepted before the subcommand). [default: testbed.json in the "
+        "user's cache directory]")(command)
+
+
+def _chosen(ctx: click.Context, record_path: Path | None) -> Path:
+    """The record file: the subcommand's --record, else the group's, else the default."""
+    return record_path or ctx.obj or _default_record()
+
+
+def _again(command: str, record_path: Path) -> str:
+    """`tacoma testbed COMMAND`, with the --record it needs to find this record."""
+    extra = "" if record_path == _default_record() else f" --record {record_path}"
+    return f"tacoma testbed {command}{extra}"
+
+
 def _rebuilt(record: dict[str, Any]) -> Testbed:
     from ..testbed import Testbed
 
@@ -79,22 +100,25 @@ def testbed(ctx: click.Context, record_path: Path | None) -> None:
     tacoma place --listen ADDRESS:PORT ...`, as `up` shows. The Python API is
     tacoma.testbed.Testbed, which also cuts hosts off and makes their links lossy.
     """
-    ctx.obj = record_path or _default_record()
+    ctx.obj = record_path
 
 
 @testbed.command()
 @click.option("--hosts", type=click.IntRange(1, 253), default=4, show_default=True,
               help="How many hosts (h1, h2, ...).")
-@click.pass_obj
-def up(record_path: Path, hosts: int) -> None:
+@_record_option
+@click.pass_context
+def up(ctx: click.Context, hosts: int, record_path: Path | None) -> None:
     """Make a testbed of HOSTS hosts and leave it up (until `tacoma testbed down`)."""
     from ..testbed import Testbed, TestbedError
 
+    record_path = _chosen(ctx, record_path)
     record = _read(record_path)
     if record is not None and _rebuilt(record).leftovers():
         fail(TestbedError(
             f"a testbed is up already ({record['subnet']}, recorded in {record_path}): "
-            "`tacoma testbed down` removes it; `tacoma testbed status` shows it"))
+            f"`{_again('down', record_path)}` removes it; `{_again('status', record_path)}` "
+            "shows it"))
     bed = Testbed(hosts, tag=f"up{os.getpid()}")
     try:
         bed.up()
@@ -120,15 +144,17 @@ def up(record_path: Path, hosts: int) -> None:
                f"  tacoma trust issue place-{first} --place --address {bed.address(first)}\n"
                f"  {enter} tacoma place --listen {where} --identity place-{first}\n"
                f"  tacoma meet ag_echo@{where}\n"
-               f"\ntake it down with: tacoma testbed down")
+               f"\ntake it down with: {_again('down', record_path)}")
 
 
 @testbed.command()
-@click.pass_obj
-def down(record_path: Path) -> None:
+@_record_option
+@click.pass_context
+def down(ctx: click.Context, record_path: Path | None) -> None:
     """Remove the testbed `up` made (its namespaces, bridge and link)."""
     from ..testbed import TestbedError
 
+    record_path = _chosen(ctx, record_path)
     record = _read(record_path)
     if record is None:
         click.echo(f"no testbed is recorded in {record_path}: nothing to remove")
@@ -143,18 +169,20 @@ def down(record_path: Path) -> None:
 
 @testbed.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.pass_obj
-def status(record_path: Path, as_json: bool) -> None:
+@_record_option
+@click.pass_context
+def status(ctx: click.Context, as_json: bool, record_path: Path | None) -> None:
     """The testbed `up` made: each host's namespace, address and state (up, cut, gone)."""
     from ..testbed import TestbedError
 
+    record_path = _chosen(ctx, record_path)
     record = _read(record_path)
     if record is None:
         if as_json:
             click.echo(json.dumps({"record": str(record_path), "testbed": None}))
         else:
-            click.echo(f"no testbed is recorded in {record_path}: `tacoma testbed up` "
-                       "makes one")
+            click.echo(f"no testbed is recorded in {record_path}: "
+                       f"`{_again('up', record_path)}` makes one")
         return
     bed = _rebuilt(record)
     present = set(bed.leftovers())
@@ -177,4 +205,5 @@ def status(record_path: Path, as_json: bool) -> None:
         click.echo(f"  {host:<4} {bed.address(host):<15} {states[host]:<5} "
                    f"namespace {bed.namespace(host)}")
     if "gone" in states.values():
-        click.echo("parts of it are gone (a reboot?): `tacoma testbed down` forgets it")
+        click.echo(f"parts of it are gone (a reboot?): `{_again('down', record_path)}` "
+                   "forgets it")

@@ -25,6 +25,7 @@ from ._meet import meet, send
 from ._place import doctor, install, place
 from ._status import status
 from ._testbed import testbed
+from ._top import top
 from ._trust import trust
 
 __all__ = ["main"]
@@ -84,7 +85,8 @@ def main() -> None:
 
     \b
     Environment:
-      TACOMA_PLACE      the place meet, send, status, ps and kill use when none is named
+      TACOMA_PLACE      the place meet, send, status, ps, top and kill use when none
+                        is named
       TACOMA_STATE_DIR  a place's state directory (every --state-dir's default)
       TACOMA_IDENTITY   the identity to meet places as (--identity)
       TACOMA_TRUST_DIR  the trust directory (the CA and identities)
@@ -92,6 +94,6 @@ def main() -> None:
     """
 
 
-for _command in (meet, send, status, ps, kill, bench, advise, place, doctor, install, cabinet,
-                 trust, testbed):
+for _command in (meet, send, status, ps, top, kill, bench, advise, place, doctor, install,
+                 cabinet, trust, testbed):
     main.add_command(_command)

@@ -122,7 +122,7 @@ def test_the_place_has_only_its_parts_and_its_lifecycle() -> None:
     assert {p.name for p in place.iterdir() if p.is_dir() and p.name != "__pycache__"} \
         == set(PLACE_PARTS)
     assert {p.stem for p in place.glob("*.py")} == {"__init__", "_place", "_settings",
-                                                    "_embedded"}
+                                                    "_embedded", "_service"}
 
 
 @pytest.mark.parametrize("part", sorted(PLACE_PARTS))

@@ -106,9 +106,20 @@ def _limits_options(f: CommandFunction) -> CommandFunction:
 
 _SETTINGS = tacoma.PlaceSettings()
 _TRIPS = _SETTINGS.trip_timings
+#: Where the place command keeps its own arguments as given (ctx.meta), for the unit.
+_ARGUMENTS = "tacoma.place.arguments"
 
 
-@click.command()
+class _PlaceCommand(click.Command):
+    """`tacoma place`, keeping the arguments it was given: --print-systemd-unit carries
+    them, as typed, into the unit's ExecStart=."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[_ARGUMENTS] = tuple(args)
+        return super().parse_args(ctx, args)
+
+
+@click.command(cls=_PlaceCommand)
 @click.option("--listen", default=DEFAULT_LISTEN, show_default=True, metavar="HOST:PORT",
               help="Address to accept meets on (port 0 picks a free port).")
 @state_dir_option("What the place keeps.")
@@ -233,6 +244,10 @@ _TRIPS = _SETTINGS.trip_timings
 @click.option("-q", "--quiet", is_flag=True, help="Log warnings and errors only.")
 @click.option("-v", "--verbose", is_flag=True,
               help="Log every meet too (its agent, its principal, its peer).")
+@click.option("--print-systemd-unit", is_flag=True,
+              help="Print a systemd unit that runs this place as a service, with the other "
+                   "options given here, and exit (state in /var/lib/tacoma, trust directory "
+                   "/etc/tacoma/trust).")
 def place(listen: str, state_dir: Path | None, pool_size: int, pool_max: int | None,
           reuse: str, warm_max: int, warm_meets: int, warm_seconds: float, max_frame: int,
           max_meets: int, max_connections: int, grace_seconds: float, mailbox_messages: int,
@@ -245,7 +260,7 @@ def place(listen: str, state_dir: Path | None, pool_size: int, pool_max: int | N
           agent_network: str, cabinet_bytes: int,
           identity: str | None, insecure: bool,
           allow: tuple[str, ...], share: float, deny_list: Path | None, quiet: bool,
-          verbose: bool, **limits: Any) -> None:
+          verbose: bool, print_systemd_unit: bool, **limits: Any) -> None:
     """Run a place: accept meets and run agents until SIGINT or SIGTERM.
 
     Every connection is mutual TLS: clients and other places must show a certificate of
@@ -278,6 +293,16 @@ def place(listen: str, state_dir: Path | None, pool_size: int, pool_max: int | N
             prefetch=prefetch, cabinet_bytes=cabinet_bytes)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    if print_systemd_unit:
+        from ..place._service import systemd_unit
+
+        ctx = click.get_current_context()
+        arguments = [a for a in ctx.meta[_ARGUMENTS] if a != "--print-systemd-unit"]
+        try:
+            click.echo(systemd_unit(settings, arguments, state_dir=state_dir), nl=False)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+        return
     level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
     # Escaped and bounded: a log line shows what peers said (names, errors, ids).
     handler = logging.StreamHandler(sys.stderr)

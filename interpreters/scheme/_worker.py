@@ -7,8 +7,8 @@ the agent's code, in a fresh module each meet (so a warm worker's next meet find
 binding of the last).
 
 The agent API (tacoma/agent/_api.py), as Scheme procedures, spelled as __init__.py declares
-(the Scheme column of the README's agent API table); which procedures the prelude defines is
-checked against that table when the zygote starts:
+(the Scheme column of the agent API table, docs/reference/agent-api.md); which procedures
+the prelude defines is checked against that table when the zygote starts:
     (bc-folders)                        the folder names
     (bc-folder NAME)                    the folder's elements, a list of bytevectors
     (bc-text NAME)                      the folder's elements decoded from UTF-8

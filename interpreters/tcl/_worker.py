@@ -5,8 +5,8 @@ its Tcl interpreter in `prepare`, before it says it is ready, so a meet costs on
 evaluating the agent's script; a warm worker makes a new one after each meet (`reset`).
 
 The agent API (tacoma/agent/_api.py), as Tcl procs, spelled as __init__.py declares (the Tcl
-column of the README's agent API table); which procs the prelude defines is checked against
-that table when the zygote starts:
+column of the agent API table, docs/reference/agent-api.md); which procs the prelude
+defines is checked against that table when the zygote starts:
     bc_folders                      the folder names
     bc_folder NAME                  the folder's elements, a list of byte arrays
     bc_text NAME                    the folder's elements decoded from UTF-8

@@ -67,7 +67,7 @@ VALUES: dict[str, str] = {
     "flag or never": "false if there is nowhere to go; else does not return (the agent went)",
 }
 
-#: The groups the calls fall in, in the order of the README's agent API table.
+#: The groups the calls fall in, in the order of the agent API table (docs/reference/agent-api.md).
 GROUPS = ("briefcase", "meeting", "the place", "moving", "messages", "cabinets")
 
 
@@ -142,7 +142,7 @@ _CABINET_NAME = Param("cabinet", "text")
 _FOLDER = Param("folder", "text")
 _PRIVATE = Param("private", "flag", optional=True)
 
-#: The agent API, in the order of the README's table.
+#: The agent API, in the order of its table in docs/reference/agent-api.md.
 API: tuple[Call, ...] = (
     Call("folders", "briefcase", (), "texts", (), "the names of the briefcase's folders"),
     Call("folder", "briefcase", (_NAME,), "elements", _LAZY,

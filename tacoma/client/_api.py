@@ -92,17 +92,17 @@ async def ameet(target: str, briefcase: Folders = None, *, code: str | bytes | N
     move shown running at its place, also as lines in a log; False: never); nothing shows
     for a meet that ends within a second.
 
-    The agent carries a passport signed with your identity (see README, Security): what
-    it may do for you at other places. `places`: the places it may visit, as patterns of
-    HOST:PORT addresses or place names (default: any place of the cluster, "*"); `may`:
-    what it may do there, of "meet", "move", "cabinet", "lazy" and "status" (default: all);
-    `programs`: the programs (their source) that agents it starts elsewhere may run for
-    you besides its own ("*": any program; default: none).
+    The agent carries a passport signed with your identity (see Passports in the
+    documentation): what it may do for you at other places. `places`: the places it may
+    visit, as patterns of HOST:PORT addresses or place names (default: any place of the
+    cluster, "*"); `may`: what it may do there, of "meet", "move", "cabinet", "lazy" and
+    "status" (default: all); `programs`: the programs (their source) that agents it starts
+    elsewhere may run for you besides its own ("*": any program; default: none).
 
     `fresh`: run the agent in a fresh worker process, never a warm one (a place keeps a
     worker warm for later meets of the same program for the same principal, and only
-    those: see README, Isolation); it puts a FRESH folder in the briefcase, which asks the
-    same of every place the agent goes to.
+    those: see Warm workers in the documentation); it puts a FRESH folder in the
+    briefcase, which asks the same of every place the agent goes to.
     """
     bc = make_briefcase(briefcase, code, fresh)
     terms = Terms.of(places, may, programs)

@@ -68,7 +68,8 @@ __all__ = [
 #:   status   see what became of the meets of its own launch there (ag_status)
 MAY = ("meet", "move", "cabinet", "lazy", "status")
 #: The itinerary that admits every place of the cluster; and the program list that lets any
-#: program run for the principal (the launcher gives up the program check: see README).
+#: program run for the principal (the launcher gives up the program check: see
+#: docs/security/passports.md).
 ANY_PLACE = "*"
 ANY_PROGRAM = "*"
 #: Seconds by which clocks of a cluster may differ: a deadline is that much generous.

@@ -343,7 +343,7 @@ class Briefcase(MutableMapping[str, list[bytes]]):
                 "<th style='text-align:left'>contents</th></tr></thead>"
                 f"<tbody>{''.join(rows)}</tbody></table>")
 
-    # -- the operations agents need, named as in the agent API table of the README.
+    # -- the operations agents need, named as in the agent API table (docs/reference/agent-api.md).
     def folder(self, name: str) -> list[bytes]:
         """The folder's elements (its own list); an empty list if there is no such folder."""
         if self._lazy and name in self._lazy:

@@ -1,9 +1,9 @@
 # One command for the checks a change must pass before it lands.
-.PHONY: lint quick test bench
+.PHONY: lint quick test bench docs
 
 # Static checks only: CI runs them beside the tests (see .ci/run).
 lint:
-	ruff check tacoma interpreters tests benchmarks examples
+	ruff check tacoma interpreters tests benchmarks examples docs/conf.py docs/_check_links.py
 	mypy
 
 # The tests that start no place: seconds, while you work.
@@ -12,6 +12,13 @@ quick:
 
 test:
 	python -m pytest
+
+# The documentation site, in docs/_build/html (open index.html): every page read afresh
+# (-E), warnings as errors (-W), every reference resolved (-n); then every link between the
+# built pages, and its #fragment, checked (external links need a network, which CI lacks).
+docs:
+	python -m sphinx -E -W --keep-going -n -b html docs docs/_build/html
+	python docs/_check_links.py docs/_build/html
 
 bench:
 	python3 -m pytest benchmarks

@@ -1,8 +1,9 @@
 """The public surface: what `tacoma` exports, and the shape of its one exception tree.
 
-`__all__` is the list the README documents; these tests keep the two honest (trio's
-_tests/test_exports.py). The exception tree is checked against the drawing in the header of
-tacoma/wire/_errors.py, so the picture a reader trusts cannot drift from the classes.
+`__all__` is the list the Python API reference (docs/reference/python-api.md) documents;
+these tests keep the two honest (trio's _tests/test_exports.py). The exception tree is
+checked against the drawing in the header of tacoma/wire/_errors.py, so the picture a
+reader trusts cannot drift from the classes.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pickle
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import tacoma
@@ -50,6 +52,16 @@ def test_exports_are_the_objects_of_the_private_modules() -> None:
 
     assert tacoma.Briefcase is Briefcase
     assert tacoma.TacomaError is TacomaError
+
+
+def test_the_api_reference_documents_exactly_all() -> None:
+    """Each name of `tacoma.__all__` has its entry (an autodoc directive, or a described
+    `py:data`) in the API reference, and the reference documents no other `tacoma.NAME`."""
+    page = Path(__file__).resolve().parent.parent / "docs" / "reference" / "python-api.md"
+    documented = re.findall(r"^\.\. (?:auto\w+|py:data):: tacoma\.(\w+)\b(?!\.)", page.read_text(),
+                            re.MULTILINE)
+    assert len(documented) == len(set(documented)), "a name is documented twice"
+    assert sorted(documented) == sorted(tacoma.__all__)
 
 
 def test_version_is_a_string() -> None:

@@ -238,13 +238,16 @@ def test_every_package_is_installed() -> None:
 
 
 def test_ci_runs_exactly_the_readmes_test_command_with_the_lint() -> None:
-    """CI must run what a newcomer reads: the README's one command that sets up, lints and
-    tests (and the Makefile's lint it calls must exist)."""
+    """CI must run what a newcomer reads: the README's one command that sets up, lints,
+    builds the documentation and tests (and the Makefile's lint and docs it calls must
+    exist)."""
     readme = (ROOT / "README.md").read_text()
     intro = "Set up, check the code"
     command = readme[readme.index(intro):].split("\n\n")[1].strip()
-    assert "make lint" in command
+    assert "make lint docs" in command
     assert command.endswith("python -m pytest")
     ci = (ROOT / ".ci" / "run").read_text()
     assert command in ci.splitlines()
-    assert "\nlint:" in (ROOT / "Makefile").read_text()
+    makefile = (ROOT / "Makefile").read_text()
+    assert "\nlint:" in makefile
+    assert "\ndocs:" in makefile

@@ -9,7 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from tacoma.bench import Plan, table
+import tacoma
+from tacoma.bench import PLACE_FLAGS, Plan, dumps, plan, run, run_info, table
 from tacoma.bench._paper import TABLE_8
 from tacoma.bench._suite import Measured, Run
 
@@ -36,10 +37,13 @@ def test_quick_run_of_some_benchmarks(tmp_path) -> None:
     synch = next(line for line in lines if line.startswith("SYNCH "))
     assert synch.split()[-6:] == ["16.03", "14.00", "96.15", "92.00", "526", "413"]
     assert "about" in done.stderr and "[3/3] FORW-MSG" in done.stderr  # progress
-    measured = {b["name"]: b for b in json.loads(out_file.read_text())["benchmarks"]}
+    written = json.loads(out_file.read_text())
+    assert written["run"]["mode"] == "quick" and written["run"]["cpus"] > 0
+    assert written["run"]["isolation"] == "default" and written["run"]["language"] == "python"
+    measured = {b["name"]: b for b in written["benchmarks"]}
     assert set(measured) == {"SYNCH", "ROAM", "FORW-MSG"}
     for result in measured.values():
-        assert [r["loop_size"] for r in result["runs"]] in ([1, 10, 30], [4, 40])
+        assert [r["loop_size"] for r in result["runs"]] in ([1, 3, 10, 30], [4, 12, 40])
         assert all(r["ops"] == r["loop_size"] and r["total_s"] > 0 for r in result["runs"])
         assert result["sustained"]["ops"] >= result["runs"][-1]["ops"]
         assert 0 < result["sustained_rate"] <= result["peak_rate"] < math.inf
@@ -48,6 +52,27 @@ def test_quick_run_of_some_benchmarks(tmp_path) -> None:
     assert "ROAM (hops/s; checked:" in done.stdout  # --details
     for name in ("synch", "roam", "forw-msg"):  # --plot
         assert (tmp_path / "plots" / f"{name}.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_each_command_of_bench_has_its_own_help() -> None:
+    """`tacoma bench` is the suite and a group: `tacoma bench COMMAND --help` is that
+    command's help (its usage, its options), never the suite's; the suite's lists them."""
+    parent = _bench("--help")
+    assert parent.returncode == 0, parent.stderr
+    assert parent.stdout.startswith("Usage: tacoma bench [OPTIONS] [NAME]...")
+    commands = parent.stdout.split("Commands:")[1]
+    for name in ("overhead", "breakdown", "lazy", "movecode", "spalink"):
+        assert name in commands
+        own = _bench(name, "--help")
+        assert own.returncode == 0, own.stderr
+        assert own.stdout != parent.stdout
+        assert own.stdout.startswith(f"Usage: tacoma bench {name} [OPTIONS]\n"), own.stdout
+        assert "--quick" in own.stdout and "--language" not in own.stdout
+    assert "--place HOST:PORT" in _bench("breakdown", "--help").stdout
+    assert "--plot" in _bench("overhead", "--help").stdout
+    # A suite option given to a command is refused there, with that command's usage.
+    wrong = _bench("overhead", "--language", "tcl")
+    assert wrong.returncode == 2 and "tacoma bench overhead --help" in wrong.stderr
 
 
 def test_unknown_benchmarks_and_places_are_refused() -> None:
@@ -86,6 +111,61 @@ def test_the_full_plan_says_what_it_will_run() -> None:
     assert full.sizes("CL") == [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]
     assert full.sizes("ROAM") == [4, 40, 400, 4000]
     assert full.estimate("ROAM") > full.estimate("SYNCH")
+    quick = Plan([], quick=True)  # at least three points of every curve, and the sustained
+    assert all(len(quick.sizes(name)) >= 3 for name in quick.names)
+    assert all(n % 4 == 0 for n in quick.sizes("ROAM"))  # whole rounds of its four places
+
+
+@pytest.mark.slow
+def test_the_sustained_run_keeps_to_a_small_share_of_the_place() -> None:
+    """AD's sustained run against places whose share is 2 meets per principal (--max-meets
+    8), each agent a fresh process (slow to end): it keeps within the places' admission
+    (at most Context.in_flight dispatched, the rest queued there, none refused), ends when
+    its agents have, and the next benchmark finds the place free for its resident."""
+    with tacoma.local_places(4, "--max-meets", "8", "--pool-size", "0", "--reuse",
+                             "never") as places:
+        results = run(plan(["AD", "MSG-1W"], quick=True), places.addresses)
+        assert [(r.name, r.failure) for r in results] == [("AD", ""), ("MSG-1W", "")]
+        ad = results[0]
+        assert ad.sustained is not None and ad.sustained.ops >= ad.runs[-1].ops
+        assert ad.parameters["in_flight"] == 16
+        for address in places.addresses:  # nothing of the run's left behind
+            left = tacoma.place_status(address)
+            assert (left.running, left.queued) == (0, 0), address
+
+
+@pytest.mark.slow
+def test_a_failed_benchmark_is_reported_and_the_next_one_runs(tmp_path) -> None:
+    """ROAM's fourth place is down (no place listens at its address): ROAM fails, and says
+    why in the table, the JSON and its plot; SYNCH, after it, uses only A and B and runs."""
+    pytest.importorskip("matplotlib")
+    from tacoma.bench._plot import plot_suite, suite_figure
+
+    with tacoma.local_places(3, *PLACE_FLAGS) as places:
+        addresses = [*places.addresses, "127.0.0.1:1"]
+        the_plan = plan(["ROAM", "SYNCH"], quick=True)
+        info = run_info(the_plan, addresses)
+        roam, synch = run(the_plan, addresses)
+    assert "127.0.0.1:1" in roam.failure and math.isnan(roam.peak_rate)
+    assert not synch.failure and synch.sustained_rate > 0
+    out = io.StringIO()
+    table([roam, synch], file=out)
+    rows = {line.split()[0]: line.split() for line in out.getvalue().splitlines()[1:3]}
+    assert rows["ROAM"][2:4] == ["FAILED", "FAILED"]
+    assert rows["SYNCH"][2] != "FAILED"
+    note = next(line for line in out.getvalue().splitlines() if line.startswith("ROAM failed"))
+    assert "127.0.0.1:1" in note and len(note) <= len("ROAM failed: ") + 120
+    written = json.loads(dumps([roam, synch], info))
+    assert written["run"]["isolation"] == "given places"
+    assert [(b["name"], bool(b["failure"]), b["peak_rate"] is None)
+            for b in written["benchmarks"]] == [("ROAM", True, True), ("SYNCH", False, False)]
+    paths = plot_suite([roam, synch], tmp_path, info)
+    assert [p.name for p in paths] == ["roam.png", "synch.png"]
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in paths)
+    figure = suite_figure(roam, info)
+    texts = [t.get_text() for t in figure.texts]
+    assert any(t.startswith("failed: ") and "127.0.0.1:1" in t for t in texts)
+    assert "FAILED" in figure.get_suptitle()
 
 
 @pytest.mark.slow

@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["SYSTEMS", "TABLE_8", "TACOMA_MEET_US", "UNITS"]
+__all__ = ["SYSTEMS", "TABLE_8", "TABLE_8_SETUP", "TACOMA_MEET_US", "UNITS", "VERSIONS"]
 
 SYSTEMS = ("Concordia", "Aglets", "Voyager")
+#: The versions Table 8 measured, and where.
+VERSIONS = {"Concordia": "1.1.4", "Aglets": "1.0.3", "Voyager": "3.1"}
+TABLE_8_SETUP = "Pentium III 500 MHz, Windows NT 4.0, JRE 1.1.7, 100 Mbps Ethernet"
 
 #: Table 8: benchmark -> system -> (peak, sustained), in the benchmark's unit; nan where
 #: the paper gives no figure.

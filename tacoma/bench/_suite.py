@@ -12,6 +12,16 @@ and raises BenchmarkFailed otherwise: a rate is only reported for work that happ
 The places: A (where agents start), B (the remote place), C and D (servers, destinations,
 more stops of a roamer). Agents are minimal, messages carry one byte: as in the paper.
 
+The places' limits are respected, never raised: a place runs at most its --share of
+--max-meets for one principal (the suite's client and all its agents are one), and queues
+async meets past it up to its share of --max-queued. So AD and FORW-MA keep at most
+`Context.in_flight` dispatched agents queued or running at B (asking B's ag_status when
+the oldest has ended), and wait for the last of them before they end; the client's own
+meets that a busy place refuses (PlaceUnavailable) are tried again (`_admitted`). A
+benchmark ends when its meets have: `teardown` stops its residents and waits for them to
+end, and `measure` reports a failure as a result (with the runs done before it), so that
+the next benchmark starts at quiet places whatever this one did.
+
     micro-benchmarks
     CL      an agent at A meets n minimal agents at A, one after another (sync: each is
             created, runs in a confined process of its own, and ends)
@@ -44,13 +54,25 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from .. import Briefcase, MeetError, UnknownAgent, meet, request
+from .. import (
+    Briefcase,
+    MeetError,
+    PlaceUnavailable,
+    TacomaError,
+    UnknownAgent,
+    meet,
+    request,
+    status,
+)
 from ..agent._interpreter import PROGRAMS, Interpreter, discover_interpreters
 from ._paper import UNITS
 
-__all__ = ["BENCHMARKS", "BenchmarkFailed", "Context", "Measured", "Run", "languages",
-           "measure"]
+__all__ = ["BENCHMARKS", "BenchmarkFailed", "Context", "Measured", "Run", "RunInfo", "dumps",
+           "languages", "measure"]
+
+T = TypeVar("T")
 
 
 class BenchmarkFailed(RuntimeError):
@@ -77,12 +99,15 @@ class Run:
 @dataclass
 class Measured:
     """A benchmark's four metrics: total and average time per loop size, peak rate (the
-    best loop size's), sustained rate (a run of at least `sustain` seconds)."""
+    best loop size's), sustained rate (a run of at least `sustain` seconds).
+
+    A failed benchmark is a result too: `failure` says why, `runs` holds the loop sizes
+    done before it (shown, never rated), `sustained` is None unless that run was done."""
 
     name: str
     unit: str
     runs: list[Run]
-    sustained: Run
+    sustained: Run | None
     checked: str
     parameters: dict[str, object] = field(default_factory=dict)
     peak_from: int = 1  # the smallest loop size whose rate counts for the peak
@@ -90,27 +115,39 @@ class Measured:
 
     @property
     def peak_rate(self) -> float:
-        if self.failure:
+        if self.failure or self.sustained is None:
             return math.nan
         return max(run.rate for run in [*self.runs, self.sustained]
                    if run.size >= self.peak_from)
 
     @property
     def sustained_rate(self) -> float:
-        return math.nan if self.failure else self.sustained.rate
+        return math.nan if self.failure or self.sustained is None else self.sustained.rate
+
+    @property
+    def short_failure(self) -> str:
+        """The failure's first line, cut to a table note's length (the whole of it is in
+        the JSON and in --details)."""
+        first = self.failure.strip().splitlines()[0] if self.failure.strip() else ""
+        return first if len(first) <= _SHORT else first[:_SHORT - 3].rstrip() + "..."
 
     def to_json(self) -> dict[str, object]:
+        sustained = self.sustained
         return {
             "name": self.name, "unit": self.unit, "parameters": self.parameters,
             "checked": self.checked,
             "runs": [{"loop_size": r.size, "ops": r.ops, "total_s": r.seconds,
                       "average_s": r.average, "rate": r.rate} for r in self.runs],
-            "sustained": {"ops": self.sustained.ops, "total_s": self.sustained.seconds,
-                          "rate": self.sustained.rate},
+            "sustained": None if sustained is None else {
+                "ops": sustained.ops, "total_s": sustained.seconds, "rate": sustained.rate},
             "peak_rate": None if self.failure else self.peak_rate,
             "sustained_rate": None if self.failure else self.sustained_rate,
             "failure": self.failure or None,
         }
+
+
+#: Characters of a failure's reason in the table's notes and the plots' labels.
+_SHORT = 120
 
 
 def languages() -> dict[str, Interpreter]:
@@ -134,6 +171,13 @@ class Context:
     agent_bytes: int = 0  # data every created, dispatched or moved agent carries
     message_bytes: int = 1  # the payload of every message
     timeout: float = 600.0
+    #: Agents AD and FORW-MA keep dispatched and not yet ended at once. Below the share of
+    #: meets a place gives one principal (the suite's local places: 32, their --max-meets
+    #: 128 and --share 0.25), so that they run at once and leave the client room for its
+    #: own meets; at a place with a smaller share the rest queue there (async meets do).
+    in_flight: int = 16
+    #: How long the client tries again a meet a busy place refused (PlaceUnavailable).
+    patience: float = 60.0
 
     @property
     def pad(self) -> list[bytes]:
@@ -196,13 +240,29 @@ finish(start, N)
 """
 
 _AD = _DRIVER + """
+from collections import deque
 target, tag = bc.text("TARGET")[0], bc.text("TAG")[0]
 extra = {"ROUTER": bc["ROUTER"]} if "ROUTER" in bc else {}
+# The dispatched agents not yet ended, oldest first, and the most of them at once: the
+# place's share of meets per principal is its limit, and agents past it only queue there,
+# until the queue's share refuses this principal's meets, the benchmark's own included.
+in_flight, window = deque(), int(bc.text("IN_FLIGHT")[0])
+status = "ag_status@" + target.partition("@")[2]
+def landed(most):
+    # Wait until at most `most` dispatched agents are queued or running at the target.
+    while len(in_flight) > most:
+        answer = retrying(meet, status, {"ID": [in_flight[0]], "WAIT": ["30"]})
+        if answer.text("STATE")[0] not in ("queued", "running"):
+            in_flight.popleft()
 start = time.perf_counter()
-for i in range(N):
-    retrying(meet, target, Briefcase(CODE=bc["ARRIVER"], TAG=[tag], PAD=PAD, **extra),
-             mode="async")
-finish(start, N)
+try:
+    for i in range(N):
+        landed(window - 1)
+        in_flight.append(retrying(meet, target, Briefcase(CODE=bc["ARRIVER"], TAG=[tag],
+                                                          PAD=PAD, **extra), mode="async"))
+    finish(start, N)
+finally:
+    landed(0)  # untimed: the benchmark is over once its agents are gone, failed or not
 """
 
 _MSG_1W = _DRIVER + """
@@ -383,11 +443,31 @@ def _elapsed(bc: Briefcase, n: int, what: str) -> Run:
     return Run(n, n, float(bc.text("ELAPSED")[0]))
 
 
-def _drive(ctx: Context, index: int, code: str, n: int, **folders: list[str]) -> Briefcase:
-    """Run a driver agent (Python) at place `index` with N = n (and the sizes)."""
-    sizes = {"PAD": ctx.pad, "MSG": ctx.message}
-    return meet(ctx.at(index, "ag_python"), {"N": [str(n)], **sizes, **folders}, code=code,
-                timeout=ctx.timeout)
+def _admitted(ctx: Context, call: Callable[[], T]) -> T:
+    """`call()` (a meet of the client's), tried again while its place refuses it as busy
+    (PlaceUnavailable: at --max-meets, the principal at its share, or the queue's): the
+    place's limits are back-pressure, and the meets holding its slots end. After
+    `ctx.patience` seconds the refusal is the answer."""
+    deadline = time.monotonic() + ctx.patience
+    pause = 0.01
+    while True:
+        try:
+            return call()
+        except PlaceUnavailable:
+            if time.monotonic() + pause > deadline:
+                raise
+            time.sleep(pause)  # back-pressure: slots free as meets end, no event to wait on
+            pause = min(0.25, pause * 2)
+
+
+def _drive(ctx: Context, index: int, code: str, n: int, programs: list[str] | None = None,
+           **folders: list[str]) -> Briefcase:
+    """Run a driver agent (Python) at place `index` with N = n (and the sizes); `programs`:
+    those it starts at other places (its passport must name them)."""
+    sizes = {"PAD": ctx.pad, "MSG": ctx.message, "IN_FLIGHT": [str(ctx.in_flight)]}
+    return _admitted(ctx, lambda: meet(
+        ctx.at(index, "ag_python"), {"N": [str(n)], **sizes, **folders}, code=code,
+        timeout=ctx.timeout, programs=programs))
 
 
 def _arrivals(ctx: Context, index: int, tag: str, n: int, what: str) -> None:
@@ -395,11 +475,16 @@ def _arrivals(ctx: Context, index: int, tag: str, n: int, what: str) -> None:
     deadline = time.monotonic() + max(60.0, n * 0.2)
     count = 0
     while time.monotonic() < deadline:
-        found = meet(ctx.at(index, "ag_cabinet"),
-                     {"OP": ["read"], "CABINET": [tag], "FOLDER": ["ARRIVED"]})
+        try:
+            found = meet(ctx.at(index, "ag_cabinet"),
+                         {"OP": ["read"], "CABINET": [tag], "FOLDER": ["ARRIVED"]})
+        except PlaceUnavailable:  # busy (see _admitted): look again in a moment
+            time.sleep(0.05)
+            continue
         count = len(found.folder("ARRIVED"))
         if count >= n:
-            meet(ctx.at(index, "ag_cabinet"), {"OP": ["remove"], "CABINET": [tag]})
+            _admitted(ctx, lambda: meet(ctx.at(index, "ag_cabinet"),
+                                        {"OP": ["remove"], "CABINET": [tag]}))
             return
         time.sleep(0.05)
     raise BenchmarkFailed(f"{what}: {count} of {n} agents arrived")
@@ -420,6 +505,9 @@ class Benchmark:
         self.ctx = ctx
         self.tag = f"bench-{secrets.token_hex(4)}"
         self.residents: list[str] = []
+        #: The async meets the client started (the residents'), as ID@PLACE: the benchmark
+        #: is over when they have ended.
+        self.started: list[str] = []
 
     def setup(self) -> None:
         """Start what the runs need (resident agents) and warm up (a C compile, say)."""
@@ -428,22 +516,39 @@ class Benchmark:
         raise NotImplementedError
 
     def teardown(self) -> None:
+        """Stop the residents, and wait until every meet the client started has ended;
+        BenchmarkFailed if one is still queued or running after `ctx.patience` seconds."""
         for target in self.residents:
+            stop = functools.partial(request, target, {"STOP": [b""]}, timeout=30)
             with contextlib.suppress(MeetError):  # gone already: nothing to stop
-                request(target, {"STOP": [b""]}, timeout=30)
+                _admitted(self.ctx, stop)
+        deadline = time.monotonic() + self.ctx.patience
+        for started in self.started:
+            state = "running"
+            while state in ("queued", "running") and time.monotonic() < deadline:
+                try:
+                    state = status(started, wait=max(0.0, deadline - time.monotonic())
+                                   ).state
+                except PlaceUnavailable:  # busy (see _admitted): ask again in a moment
+                    time.sleep(0.05)
+            if state in ("queued", "running"):
+                raise BenchmarkFailed(f"{self.name}: meet {started} was still {state} "
+                                      f"{self.ctx.patience:.0f} s after it was told to stop")
 
     def resident(self, index: int, name: str, code: str, **folders: list[str]) -> str:
         """Start a resident agent (Python) at place `index`; its NAME@PLACE once it answers."""
         target = self.ctx.at(index, f"{name}-{self.tag}")
-        meet(self.ctx.at(index, "ag_python"), {"NAME": [f"{name}-{self.tag}"], **folders},
-             code=code, mode="async", timeout=self.ctx.timeout * 4)
-        deadline = time.monotonic() + 60
+        meet_id = _admitted(self.ctx, lambda: meet(
+            self.ctx.at(index, "ag_python"), {"NAME": [f"{name}-{self.tag}"], **folders},
+            code=code, mode="async", timeout=self.ctx.timeout * 4))
+        self.started.append(f"{meet_id}@{self.ctx.places[index]}")
+        deadline = time.monotonic() + max(60.0, self.ctx.patience)
         while True:
             try:
                 request(target, {"STATS": [b""]} if code is _MIDDLE else {"PING": [b""]},
                         timeout=10)
                 break
-            except UnknownAgent:
+            except (UnknownAgent, PlaceUnavailable):  # not started yet: queued, or busy
                 if time.monotonic() > deadline:
                     raise BenchmarkFailed(f"resident {target} did not start") from None
                 time.sleep(0.02)
@@ -456,8 +561,9 @@ class CL(Benchmark):
     checked = "every created agent ran and ended (each sync meet returned)"
 
     def setup(self) -> None:
-        meet(self.ctx.at(0, self.ctx.agent), code=self.ctx.program("minimal"),
-             timeout=self.ctx.timeout)  # warm: C compiles once, here
+        _admitted(self.ctx, lambda: meet(  # warm: C compiles once, here
+            self.ctx.at(0, self.ctx.agent), code=self.ctx.program("minimal"),
+            timeout=self.ctx.timeout))
 
     def run(self, n: int) -> Run:
         bc = _drive(self.ctx, 0, _CL, n, AGENT=[self.ctx.agent],
@@ -470,8 +576,9 @@ class CR(CL):
     checked = "every created agent ran and ended at the remote place"
 
     def setup(self) -> None:
-        meet(self.ctx.at(1, self.ctx.agent), code=self.ctx.program("minimal"),
-             timeout=self.ctx.timeout)
+        _admitted(self.ctx, lambda: meet(self.ctx.at(1, self.ctx.agent),
+                                         code=self.ctx.program("minimal"),
+                                         timeout=self.ctx.timeout))
 
     def run(self, n: int) -> Run:
         target, code = self.ctx.at(1, self.ctx.agent), self.ctx.program("minimal")
@@ -486,14 +593,17 @@ class AD(Benchmark):
     checked = "every dispatched agent ran at the remote place (counted in a cabinet there)"
 
     def setup(self) -> None:
-        meet(self.ctx.at(1, self.ctx.agent), {"TAG": [self.tag + "-warm"]},
-             code=self.ctx.program("arriver"), timeout=self.ctx.timeout)
+        _admitted(self.ctx, lambda: meet(self.ctx.at(1, self.ctx.agent),
+                                         {"TAG": [self.tag + "-warm"]},
+                                         code=self.ctx.program("arriver"),
+                                         timeout=self.ctx.timeout))
         _arrivals(self.ctx, 1, self.tag + "-warm", 1, "AD warm-up")
 
     def run(self, n: int) -> Run:
         tag = f"{self.tag}-{n}-{secrets.token_hex(2)}"
-        bc = _drive(self.ctx, 0, _AD, n, TARGET=[self.ctx.at(1, self.ctx.agent)], TAG=[tag],
-                    ARRIVER=[self.ctx.program("arriver")])
+        arriver = self.ctx.program("arriver")
+        bc = _drive(self.ctx, 0, _AD, n, [arriver], TARGET=[self.ctx.at(1, self.ctx.agent)],
+                    TAG=[tag], ARRIVER=[arriver])
         measured = _elapsed(bc, n, "AD")
         _arrivals(self.ctx, 1, tag, n, "AD")
         return measured
@@ -669,8 +779,8 @@ class FORW_MA(_Kernel):
         tag = f"{self.tag}-{n}-{secrets.token_hex(2)}"
         self.stats(self.router)
         # The forwarded agents are Python agents whatever the language: they talk and move.
-        _drive(self.ctx, 0, _AD, n, TARGET=[self.ctx.at(1, "ag_python")], TAG=[tag],
-               ARRIVER=[_FORWARDED_AGENT], ROUTER=[self.router])
+        _drive(self.ctx, 0, _AD, n, [_FORWARDED_AGENT], TARGET=[self.ctx.at(1, "ag_python")],
+               TAG=[tag], ARRIVER=[_FORWARDED_AGENT], ROUTER=[self.router])
         _arrivals(self.ctx, 2, tag, n, "FORW-MA")
         served, seconds = self.stats(self.router)
         if served != n:
@@ -686,31 +796,98 @@ BENCHMARKS: dict[str, type[Benchmark]] = {
 
 def measure(ctx: Context, name: str, loop_sizes: list[int], sustain: float,
             progress: Callable[[str], None] = lambda _: None) -> Measured:
-    """Run benchmark `name` at each loop size, then for at least `sustain` seconds."""
+    """Run benchmark `name` at each loop size, then for at least `sustain` seconds.
+
+    A failure (the work not done, a place's refusal: `_FAILURES`) is a result too, with
+    the runs done before it, and the suite goes on with the next benchmark. Either way the
+    benchmark's residents are stopped and its meets waited for."""
     bench = BENCHMARKS[name](ctx)
-    bench.setup()
+    runs: list[Run] = []
+    sustained: Run | None = None
+    failure = ""
     try:
-        runs = []
-        for n in loop_sizes:
-            progress(f"{name}: loop size {n}")
-            runs.append(bench.run(n))
-        # The sustained run: as many activities as the last loop size's average says fill
-        # `sustain` seconds (never fewer than that loop size), timed as one run.
-        last = runs[-1]
-        long = max(last.size, min(100_000, math.ceil(sustain / last.average)))
-        progress(f"{name}: sustained run of {long}")
-        sustained = bench.run(long)
-    finally:
-        bench.teardown()
+        try:
+            bench.setup()
+            for n in loop_sizes:
+                progress(f"{name}: loop size {n}")
+                runs.append(bench.run(n))
+            # The sustained run: as many activities as the last loop size's average says
+            # fill `sustain` seconds (never fewer than that loop size), timed as one run.
+            last = runs[-1]
+            long = max(last.size, min(100_000, math.ceil(sustain / last.average)))
+            progress(f"{name}: sustained run of {long}")
+            sustained = bench.run(long)
+        except _FAILURES as exc:  # the failure is the result, with its reason
+            failure = _reason(exc)
+    finally:  # an interrupt too: the residents are stopped, its meets waited for
+        try:
+            bench.teardown()
+        except _FAILURES as exc:
+            failure = failure or _reason(exc)
     return Measured(name, UNITS[name], runs, sustained, bench.checked,
                     {"places": len(ctx.places), "language": ctx.language,
                      "clients": (bench.client_count if isinstance(bench, _Kernel)
                                  else None),
                      "servers": ctx.servers if bench.kernel else None,
                      "loop_sizes": loop_sizes, "sustain_s": sustain,
-                     "agent_bytes": ctx.agent_bytes, "message_bytes": ctx.message_bytes},
-                    bench.peak_from)
+                     "agent_bytes": ctx.agent_bytes, "message_bytes": ctx.message_bytes,
+                     "in_flight": ctx.in_flight if name in ("AD", "FORW-MA") else None},
+                    bench.peak_from, failure)
 
 
-def dumps(results: list[Measured]) -> str:
-    return json.dumps({"benchmarks": [r.to_json() for r in results]}, indent=2)
+#: What a benchmark fails with: its own check, a place's or a meet's error, the system's
+#: (a socket, a file), a language without a program the suite needs. Anything else is a
+#: bug of the suite's, raised.
+_FAILURES = (BenchmarkFailed, TacomaError, OSError, ValueError)
+
+
+def _reason(exc: BaseException) -> str:
+    """A failure's reason: a benchmark's own says what was not done; others, their type."""
+    return str(exc) if isinstance(exc, BenchmarkFailed) else f"{type(exc).__name__}: {exc}"
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """What a reader of a run's table, JSON or plots needs to know of the run itself: when,
+    on how many CPUs, which tacoma and Python, the agents' language, the places (local
+    ones started for the run, or given) and their isolation, quick or full."""
+
+    date: str  # local time, ISO 8601, to the minute
+    cpus: int
+    tacoma: str
+    python: str
+    language: str
+    isolation: str  # a local place's setting ("default", "same-uid", ...), or "given places"
+    places: str  # "4 local places", "given places", "1 local place"
+    mode: str  # "quick" or "full"
+
+    @classmethod
+    def now(cls, language: str, isolation: str, places: str, quick: bool) -> RunInfo:
+        import datetime
+        import os
+        import platform
+
+        from .. import __version__
+
+        return cls(datetime.datetime.now().astimezone().isoformat(" ", "minutes"),
+                   os.cpu_count() or 0, __version__, platform.python_version(), language,
+                   isolation, places, "quick" if quick else "full")
+
+    def line(self) -> str:
+        """The context in one line, for a plot's footer."""
+        where = self.places if self.isolation == "given places" else \
+            f"{self.places}, {self.isolation} isolation"
+        return (f"{self.date} · {self.cpus} CPU{'s' if self.cpus != 1 else ''} · tacoma "
+                f"{self.tacoma} (Python {self.python}) · agents in {self.language} · {where} "
+                f"· {self.mode} run")
+
+    def to_json(self) -> dict[str, object]:
+        return {"date": self.date, "cpus": self.cpus, "tacoma": self.tacoma,
+                "python": self.python, "language": self.language,
+                "isolation": self.isolation, "places": self.places, "mode": self.mode}
+
+
+def dumps(results: list[Measured], info: RunInfo | None = None) -> str:
+    """The run as JSON: its context (`run`) and every benchmark, failed ones included."""
+    return json.dumps({**({"run": info.to_json()} if info is not None else {}),
+                       "benchmarks": [r.to_json() for r in results]}, indent=2)

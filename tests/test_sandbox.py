@@ -407,3 +407,33 @@ def test_a_process_given_a_plan_it_cannot_read_says_why(monkeypatch: pytest.Monk
     monkeypatch.setattr(sys, "argv", ["tacoma-agent", json.dumps(wire)])
     with pytest.raises(SystemExit, match="tacoma worker: sandbox plan: unknown key 'sandbox'"):
         plan_from_argv(SandboxPlan.from_wire)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts need root")
+@pytest.mark.parametrize("how", ["read_only", "read_only_each"])
+def test_what_is_shown_below_tmp_is_read_only_with_the_mounts_below_it(
+        tmp_path: Path, how: str) -> None:
+    """What an agent is shown below its /tmp is read-only, the mounts below it too (a state
+    directory's data and cache are mounts of their own): with mount_setattr, and one mount
+    at a time where it cannot be had (before Linux 5.12, or refused by a policy)."""
+    script = textwrap.dedent(f"""
+        import errno, os, subprocess
+        from tacoma.agent import _mounts
+        top = {str(tmp_path / "shown")!r}
+        os.makedirs(top + "/data")
+        subprocess.run(["mount", "-t", "tmpfs", "tmpfs", top], check=True)
+        os.makedirs(top + "/data")
+        subprocess.run(["mount", "-t", "tmpfs", "tmpfs", top + "/data"], check=True)
+        _mounts.{how}(top)
+        for path in (top + "/f", top + "/data/f"):
+            try:
+                open(path, "w")
+            except OSError as exc:
+                assert exc.errno == errno.EROFS, exc
+            else:
+                raise AssertionError(path + " is writable")
+        print("ok")
+    """)
+    done = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable,
+                           "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

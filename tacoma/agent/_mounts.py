@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import errno
 import os
+import re
 import stat
 
 from ._libc import check
@@ -78,7 +78,7 @@ def is_below(path: str, directory: str) -> bool:
 def _open_originals(directory: str, keep: list[str]) -> list[tuple[str, int]]:
     """O_PATH descriptors of the kept paths below `directory`, opened before it is covered."""
     originals = []
-    for path in keep:
+    for path in dict.fromkeys(keep):  # a path kept twice (sys.prefix, sys.exec_prefix) once
         if is_below(path, directory) and path != directory:
             with contextlib.suppress(FileNotFoundError):
                 originals.append((path, os.open(path, os.O_PATH | os.O_CLOEXEC)))
@@ -100,17 +100,38 @@ def _show(originals: list[tuple[str, int]]) -> None:
             os.close(fd)
 
 
+def _mounts_below(path: str) -> list[str]:
+    """The mount points at or below `path` in this mount namespace (/proc/self/mountinfo's
+    fifth field, its octal escapes decoded), outermost first."""
+    points = []
+    with open("/proc/self/mountinfo", "rb") as info:
+        for line in info:
+            raw = line.split(b" ")[4]
+            point = os.fsdecode(re.sub(rb"\\([0-7]{3})",
+                                       lambda m: bytes([int(m.group(1), 8)]), raw))
+            if is_below(point, path):
+                points.append(point)
+    return sorted(set(points), key=len)
+
+
 def read_only(path: str) -> None:
-    """Make the mount at `path` and every mount below it read-only (and nosuid, nodev)."""
+    """Make the mount at `path` and every mount below it read-only (and nosuid, nodev).
+
+    mount_setattr does it in one call; where it fails (a kernel before 5.12, or a policy
+    that refuses it), each mount below is remounted read-only in turn: the top one alone
+    would leave a state directory's data and cache mounts, shown below it, writable."""
     attr = _MountAttr(_MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV, 0, 0, 0)
     if _libc.syscall(_SYS_MOUNT_SETATTR, _AT_FDCWD, os.fsencode(path), _AT_RECURSIVE,
                      ctypes.byref(attr), ctypes.sizeof(attr)) == 0:
         return
-    if ctypes.get_errno() != errno.ENOSYS:
-        check(-1, f"mount_setattr {path}")
-    # Before Linux 5.12: the top mount only (what lies below an installation is rarely a
-    # mount of its own).
-    _mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+    read_only_each(path)
+
+
+def read_only_each(path: str) -> None:
+    """`read_only`, one mount at a time (where mount_setattr cannot be had)."""
+    for point in _mounts_below(path):
+        _mount(None, point, None,
+               _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
 
 
 def cover(directory: str, keep: list[str]) -> None:

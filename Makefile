@@ -17,6 +17,8 @@ test:
 # (-E), warnings as errors (-W), every reference resolved (-n); then every link between the
 # built pages, and its #fragment, checked (external links need a network, which CI lacks).
 docs:
+	@python -c "import sphinx, furo, myst_nb, sphinx_click" 2>/dev/null || { \
+	  echo "make docs needs the docs extra: pip install -e '.[docs]'" >&2; exit 1; }
 	python -m sphinx -E -W --keep-going -n -b html docs docs/_build/html
 	python docs/_check_links.py docs/_build/html
 

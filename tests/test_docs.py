@@ -158,3 +158,14 @@ def test_the_readmes_links_into_docs_name_pages_that_exist() -> None:
     missing = sorted({link for link in links if not (ROOT / link).exists()})
     assert not missing, f"README.md links to files that do not exist: {missing}"
     assert "make docs" in text and "docs/_build/html/index.html" in text
+
+
+def test_no_page_or_message_installs_tacoma_from_the_package_index() -> None:
+    """tacoma is not on the package index: every install hint is from the clone
+    (`pip install -e '.[plot]'`), never `pip install 'tacoma[plot]'`."""
+    wrong = re.compile(r"pip install\s+['\"]?tacoma\[")
+    files = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "tacoma").rglob("*.py"),
+             *(ROOT / "examples").rglob("*.ipynb")]
+    found = [str(path.relative_to(ROOT)) for path in files
+             if "_build" not in path.parts and wrong.search(path.read_text())]
+    assert not found, found

@@ -23,7 +23,8 @@ from ..wire._text import escape
 from ._common import CommandFunction, default_place, fail, state_dir_option, with_place
 from ._trust import chosen_identity, identity_options
 
-__all__ = ["admin_options", "admin_token", "agents_table", "checked_place", "kill", "ps"]
+__all__ = ["admin_options", "admin_token", "agents_table", "checked_place", "kill", "ps",
+           "ps_rows"]
 
 
 def admin_options(f: CommandFunction) -> CommandFunction:
@@ -97,7 +98,7 @@ def ps(place: str | None, state_dir: Path | None, token_file: Path | None,
     """
     place = checked_place(place)
     try:
-        rows = _rows(place, _admin(place, state_dir, token_file, OP=["ps"]).folder("AGENTS"))
+        rows = ps_rows(place, _admin(place, state_dir, token_file, OP=["ps"]).folder("AGENTS"))
     except tacoma.TacomaError as exc:
         fail(exc, place=place)
     if as_json:
@@ -115,7 +116,7 @@ _ROW: dict[str, type | tuple[type, ...]] = {
     "age": (int, float), "cpu": (int, float), "rss": int}
 
 
-def _rows(place: str, elements: list[bytes]) -> list[dict[str, Any]]:
+def ps_rows(place: str, elements: list[bytes]) -> list[dict[str, Any]]:
     """The place's rows for `tacoma ps`, checked: a broken or hostile place gets a protocol
     error, not a traceback."""
     try:

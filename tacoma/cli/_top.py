@@ -46,7 +46,7 @@ import tacoma
 from ..wire._briefcase import Briefcase
 from ..wire._errors import RemoteProtocolError
 from ..wire._names import ADMIN_AGENT
-from ._admin import _rows, admin_options, admin_token, checked_place
+from ._admin import admin_options, admin_token, checked_place, ps_rows
 from ._common import USAGE_STATUS, Duration, error_kind, exit_code, hint_for
 from ._trust import identity_options
 
@@ -306,7 +306,7 @@ async def _sample(place: str, token: str | None, timeout: float) -> Answer:
         client = await connection(address, timeout, deadline.until)
         listed = await client.meet(ADMIN_AGENT, request, "sync", timeout)
     assert isinstance(listed, Briefcase)
-    return _answer(place, status, _rows(place, listed.folder("AGENTS")))
+    return _answer(place, status, ps_rows(place, listed.folder("AGENTS")))
 
 
 def _answer(place: str, status: PlaceStatus, rows: list[dict[str, Any]]) -> Answer:

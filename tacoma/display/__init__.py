@@ -23,8 +23,8 @@ from ..wire._text import escape
 from .progress import Progress as Progress
 from .progress import human_duration as human_duration
 
-__all__ = ["Progress", "console", "html_table", "html_text", "human_duration", "human_size",
-           "table"]
+__all__ = ["Progress", "console", "grid", "html_table", "html_text", "human_duration",
+           "human_size", "show", "table"]
 
 
 def console(file: IO[str] | None = None) -> Any:
@@ -36,34 +36,52 @@ def console(file: IO[str] | None = None) -> Any:
     return Console(file=out, width=wide, highlight=False, soft_wrap=False)
 
 
+def grid(headers: Sequence[str], rows: Iterable[Sequence[Any]], *,
+         title: str | None = None, right: Sequence[str] = ()) -> Any:
+    """The rich Table every table of tacoma's is (no box lines, bold headers), every cell
+    escaped; columns named in `right` are right-aligned (numbers)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    drawn = Table(box=None, show_edge=False, pad_edge=False, title=title,
+                  title_justify="left", header_style="bold", padding=(0, 2, 0, 0))
+    for name in headers:
+        drawn.add_column(name, justify="right" if name in right else "left", no_wrap=True)
+    for row in rows:
+        # Text, not str: rich would read "[bold]" in an agent's name or error as markup.
+        # Escaped: rich strips a few control characters, but passes ESC and bidi overrides.
+        drawn.add_row(*(Text(escape(str(cell))) for cell in row))
+    return drawn
+
+
+def show(renderable: Any, out: Any = None) -> None:
+    """Print a rich renderable on the Console `out` (`console()`): in a terminal as rich
+    draws it; piped, with no padding after a line's last character, for scripts and
+    diffs."""
+    out = out if out is not None else console()
+    if out.is_terminal:
+        out.print(renderable)
+        return
+    with out.capture() as captured:
+        out.print(renderable)
+    out.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+    out.file.flush()
+
+
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *,
           title: str | None = None, notes: Sequence[str] = (),
           right: Sequence[str] = (), file: IO[str] | None = None) -> None:
     """Print rows under headers; columns named in `right` are right-aligned (numbers);
     `notes` are lines printed under the table (where its figures come from)."""
-    from rich.table import Table
+    from rich.measure import Measurement
     from rich.text import Text
 
-    grid = Table(box=None, show_edge=False, pad_edge=False, title=title, title_justify="left",
-                 header_style="bold", padding=(0, 2, 0, 0))
-    for name in headers:
-        grid.add_column(name, justify="right" if name in right else "left", no_wrap=True)
-    for row in rows:
-        # Text, not str: rich would read "[bold]" in an agent's name or error as markup.
-        # Escaped: rich strips a few control characters, but passes ESC and bidi overrides.
-        grid.add_row(*(Text(escape(str(cell))) for cell in row))
+    drawn = grid(headers, rows, title=title, right=right)
     out = console(file)
     # A terminal narrower than the table gets its rows wrapped by the terminal, rather than
     # figures cut short by rich.
-    from rich.measure import Measurement
-
-    out.width = max(out.width, Measurement.get(out, out.options, grid).maximum)
-    if out.is_terminal:
-        out.print(grid)
-    else:  # piped: no padding after a row's last cell, for scripts and diffs
-        with out.capture() as captured:
-            out.print(grid)
-        out.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+    out.width = max(out.width, Measurement.get(out, out.options, drawn).maximum)
+    show(drawn, out)
     for note in notes:
         out.print(Text(escape(note)), soft_wrap=True)
 

@@ -19,20 +19,17 @@ principal's name is shown, and an escape sequence in it is shown, not done.
 
 from __future__ import annotations
 
-import io
-import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Group, RenderableType
 from rich.padding import Padding
-from rich.table import Table
 from rich.text import Text
 
 from ..wire._text import escape
-from . import human_size
+from . import console, grid, human_size, show
 from .progress import human_duration
 
 __all__ = ["AgentRow", "Answer", "NoAnswer", "PlaceWatch", "PoolFigures", "frame",
@@ -236,24 +233,26 @@ class PlaceWatch:
                  sum(bool(r.resident) for r in runs), human_duration(max(r.age for r in runs)),
                  f"{sum(r.cpu for r in runs):.2f}s", human_size(sum(r.rss for r in runs)))
                 for (whose, agent, language), runs in ordered[:MOST_ROWS]]
-        grid = _table(("PRINCIPAL", "AGENT", "LANGUAGE", "RUNNING", "WARM", "FRESH",
-                       "RESIDENT", "OLDEST", "CPU", "MEMORY"), rows,
-                      right=("RUNNING", "WARM", "FRESH", "RESIDENT", "OLDEST", "CPU",
-                             "MEMORY"))
+        drawn: RenderableType = grid(
+            ("PRINCIPAL", "AGENT", "LANGUAGE", "RUNNING", "WARM", "FRESH", "RESIDENT",
+             "OLDEST", "CPU", "MEMORY"), rows,
+            right=("RUNNING", "WARM", "FRESH", "RESIDENT", "OLDEST", "CPU", "MEMORY"))
         if len(ordered) <= MOST_ROWS:
-            return grid
+            return drawn
         more = ordered[MOST_ROWS:]
-        return Group(grid, Text(f"... and {len(more)} more (principal, agent) with "
-                                f"{sum(len(runs) for _, runs in more)} running", style="dim"))
+        return Group(drawn, Text(f"... and {len(more)} more (principal, agent) with "
+                                 f"{sum(len(runs) for _, runs in more)} running", style="dim"))
 
     def _pools(self, a: Answer) -> RenderableType:
         rows = [(p.language, p.agent, p.ready, p.size, p.most, f"{p.ended:,}",
                  _rate(self.pool_rate(p.agent)), p.misses, p.idle_warm, p.warm, p.fresh)
                 for p in a.pools]
-        return _table(("LANGUAGE", "AGENT", "READY", "POOL", "MOST", "ENDED", "MEETS/S",
-                       "MISSED", "WARM", "SERVED WARM", "FRESH"), rows,
-                      right=("READY", "POOL", "MOST", "ENDED", "MEETS/S", "MISSED", "WARM",
-                             "SERVED WARM", "FRESH"))
+        pools: RenderableType = grid(
+            ("LANGUAGE", "AGENT", "READY", "POOL", "MOST", "ENDED", "MEETS/S", "MISSED",
+             "WARM", "SERVED WARM", "FRESH"), rows,
+            right=("READY", "POOL", "MOST", "ENDED", "MEETS/S", "MISSED", "WARM",
+                   "SERVED WARM", "FRESH"))
+        return pools
 
 
 def frame(watches: Sequence[PlaceWatch], *, interval: float, now: float, clock: float,
@@ -275,33 +274,11 @@ def frame(watches: Sequence[PlaceWatch], *, interval: float, now: float, clock: 
 
 def print_frame(renderable: RenderableType, file: IO[str] | None = None) -> None:
     """Print a frame once (--once, or each frame when not in a terminal): in a terminal
-    as it is drawn live; elsewhere as plain text at its full width, no padding after a
-    line (as tacoma.display.table prints for scripts)."""
-    out = file or sys.stdout
-    if out.isatty():
-        Console(file=out, highlight=False).print(renderable)
-        return
-    text = io.StringIO()
-    Console(file=text, width=10_000, color_system=None, highlight=False,
-            force_terminal=False).print(renderable)
-    out.write("".join(line.rstrip() + "\n" for line in text.getvalue().splitlines()))
-    out.flush()
+    as it is drawn live; elsewhere as plain text at its full width (display.show)."""
+    show(renderable, console(file))
 
 
 # ---------------------------------------------------------------------------- pieces
-def _table(headers: Sequence[str], rows: Iterable[Sequence[object]], *,
-           right: Sequence[str]) -> Table:
-    """A table as tacoma.display.table draws one (no box lines, bold headers), every cell
-    escaped and given as Text."""
-    grid = Table(box=None, show_edge=False, pad_edge=False, header_style="bold",
-                 padding=(0, 2, 0, 0))
-    for name in headers:
-        grid.add_column(name, justify="right" if name in right else "left", no_wrap=True)
-    for row in rows:
-        grid.add_row(*(Text(escape(str(cell))) for cell in row))
-    return grid
-
-
 def _indent(renderable: RenderableType) -> Padding:
     return Padding(renderable, (0, 0, 0, 2))
 

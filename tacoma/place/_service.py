@@ -30,6 +30,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..agent._mounts import is_below
+from ..trust._store import names_a_file
 from ..wire._address import parse_address
 from ._settings import PlaceSettings
 from .meets._access import is_loopback, is_wildcard
@@ -73,13 +75,9 @@ def _quote(word: str, command: bool = True) -> str:
     return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _is_below(path: Path, top: str) -> bool:
-    return path == Path(top) or Path(top) in path.parents
-
-
 def _identity_file(spec: str | None) -> Path | None:
     """The identity file `--identity` names, if it names a file (not a name)."""
-    if spec is None or not (os.sep in spec or spec.endswith(".pem")):
+    if spec is None or not names_a_file(spec):
         return None
     return Path(spec)
 
@@ -140,7 +138,7 @@ def _protect_home(command: Sequence[str], settings: PlaceSettings,
     needed = [Path(command[0]), Path(sys.prefix), Path(__file__).resolve()]
     needed += [p for p in (_identity_file(settings.identity), settings.deny_list, state_dir)
                if p is not None]
-    under = sorted({str(p) for p in needed for home in _HOMES if _is_below(p, home)})
+    under = sorted({str(p) for p in needed for home in _HOMES if is_below(str(p), home)})
     if not under:
         return "ProtectHome=yes"
     return ("# Read-only, not hidden: the place needs what lies below a home directory\n"

@@ -25,7 +25,7 @@ import platformdirs
 from ..wire._errors import TrustError
 
 __all__ = ["IDENTITY_ENV", "INSECURE_ENV", "LOCAL_PLACE", "TRUST_ENV", "Bundle", "TrustStore",
-           "check_name", "default_trust_dir", "insecure_from_env", "parse_serials",
+           "check_name", "default_trust_dir", "insecure_from_env", "names_a_file", "parse_serials",
            "serial_text"]
 
 #: Environment variables: the trust directory, the client identity (a name or a file) and
@@ -108,6 +108,12 @@ class Bundle:
         return cls(path, keys[0], certs[0], certs[-1])
 
 
+def names_a_file(spec: str) -> bool:
+    """Whether an identity `spec` (--identity, $TACOMA_IDENTITY) is a file's path, not an
+    identity's name in the trust directory."""
+    return os.sep in spec or spec.endswith(".pem")
+
+
 class TrustStore:
     """One trust directory: the CA, the identities it issued, the deny list."""
 
@@ -150,7 +156,7 @@ class TrustStore:
 
     def find(self, spec: str) -> Path:
         """The identity file `spec` names: a path to one, or an identity's name here."""
-        if os.sep in spec or spec.endswith(".pem"):
+        if names_a_file(spec):
             path = Path(spec).expanduser()
             if not path.exists():
                 raise TrustError(f"no identity file {path}")

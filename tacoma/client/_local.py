@@ -38,9 +38,9 @@ def private_state_dir(kind: str) -> Path:
     """A new directory for the state of places this process starts (`kind`: "embedded",
     "local"), named after the process; the ones of processes that died are removed.
 
-    In the user's cache directory, not in /tmp: an agent's /tmp is a scratch directory of
-    its own, and a state directory below /tmp would leave agents a /tmp they may only
-    read (see tacoma/place/_containment.py).
+    In the user's cache directory, not in /tmp: a directory there is shared with every
+    user of the host and may be emptied by the system (agents would cope: what they need
+    from below /tmp is shown in their own /tmp, see agent/_mounts.py).
     """
     parent = Path(platformdirs.user_cache_dir("tacoma", appauthor=False)) / kind
     parent.mkdir(parents=True, exist_ok=True, mode=0o700)

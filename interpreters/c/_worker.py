@@ -8,24 +8,10 @@ confinement (uid, cgroup, limits, working directory, no_new_privs) and its stdou
 stderr (the meet's output file).
 
 The worker keeps the briefcases; the C side holds handles (0 is the agent's own). Each call
-is a message of byte strings, a big-endian u32 count and then each part as a big-endian u32
-length and the bytes, and gets one in reply: `ok VALUES...` or `error KIND MESSAGE`.
-
-    folders H               -> the folder names          new            -> a new handle
-    folder H NAME           -> the elements               free H
-    text H NAME             -> the elements, if UTF-8
-    append H NAME BYTES                                   meet TARGET H MODE TIMEOUT
-    replace H NAME ELEMS...                                   -> a handle (sync) or meet id
-    remove H NAME                                         log LEVEL MESSAGE
-    place                   -> the place's address        fail MESSAGE
-    go PLACE                (then the agent exits)        go_next -> 1 (went) or 0 (no places)
-    reside NAME                                           receive TIMEOUT -> a handle, 0: none
-    reply MESSAGE_H REPLY_H                               send_ack TARGET H -> an ack handle
-    wait_ack HANDLE TIMEOUT                               principal -> who launched the meet, or ""
-
-Each call is a method `call_OP` of `_Agent`. The functions tacoma.h declares are checked, when
-the zygote starts, against the agent API's table (tacoma/agent/_api.py) as __init__.py spells
-it.
+is a request of byte strings on the socket, answered by `tacoma.agent._calls.Calls` (the
+table of calls is there; WebAssembly agents send the same ones). The functions tacoma.h
+declares are checked, when the zygote starts, against the agent API's table
+(tacoma/agent/_api.py) as __init__.py spells it.
 
 How the meet ends: exit status 0 returns handle 0; `fail` fails the meet with its message;
 another status fails it saying so; death by a crash signal fails it with the signal, the
@@ -42,14 +28,14 @@ import shutil
 import signal
 import socket
 import subprocess
-from collections.abc import Callable
 
 from tacoma.agent import _zygote as zygote
 from tacoma.agent._api import check_bound
+from tacoma.agent._calls import Calls, Unframer, frame
 from tacoma.agent._channel import AgentChannel, AgentFailure
 from tacoma.agent._sandbox import describe_exit
 from tacoma.wire._briefcase import CODE, Briefcase
-from tacoma.wire._errors import AgentKilled, MeetError
+from tacoma.wire._errors import AgentKilled
 from tacoma.wire._program import artifact_key, program_bytes, program_name
 from tacoma.wire._protocol import Meet
 
@@ -79,191 +65,28 @@ with open(os.path.join(INCLUDE, "tacoma.h"), encoding="utf-8") as _header:
                 interpreter.extras)
 
 
-class _Agent:
-    """One running C agent: its briefcases and its end of the call socket."""
+class _Agent(Calls):
+    """One running C agent: its briefcases and calls (`Calls`), and its end of the socket."""
 
     def __init__(self, meet: Meet, channel: AgentChannel, sock: socket.socket) -> None:
-        self.channel = channel
+        super().__init__(meet.briefcase, channel)
         self.sock = sock
-        self.briefcases: dict[int, Briefcase] = {0: meet.briefcase}
-        self.next_handle = 1
-        self.failure: str | None = None
-        self.max_part = channel.conn.max_frame
-        self._buffer = bytearray()
+        self._unframer = Unframer(channel.conn.max_frame, "the C agent")
 
-    # -- framing
     def receive(self) -> list[bytes] | None:
         """The next complete request, or None if more bytes are needed; EOFError at the end."""
         data = self.sock.recv(1 << 18)
         if not data:
             raise EOFError
-        self._buffer += data
-        return self._parse()
-
-    def _parse(self) -> list[bytes] | None:
-        buf = self._buffer
-        if len(buf) < 4:
-            return None
-        count = int.from_bytes(buf[:4], "big")
-        offset, parts = 4, []
-        for _ in range(count):
-            if len(buf) < offset + 4:
-                return None
-            length = int.from_bytes(buf[offset:offset + 4], "big")
-            if length > self.max_part:
-                raise AgentFailure(f"the C agent sent a part of {length:,} bytes, over the "
-                                   f"largest briefcase of {self.max_part:,}")
-            if len(buf) < offset + 4 + length:
-                return None
-            parts.append(bytes(buf[offset + 4:offset + 4 + length]))
-            offset += 4 + length
-        del buf[:offset]
-        return parts
-
-    def send(self, parts: list[bytes]) -> None:
-        out = bytearray(len(parts).to_bytes(4, "big"))
-        for part in parts:
-            out += len(part).to_bytes(4, "big")
-            out += part
-        self.sock.sendall(out)
+        self._unframer.feed(data)
+        return self._unframer.next()
 
     def pending(self) -> list[bytes] | None:
         """A request already buffered, if a whole one is."""
-        return self._parse()
+        return self._unframer.next()
 
-    # -- calls
-    def answer(self, request: list[bytes]) -> None:
-        try:
-            reply = [b"ok", *self._call(request)]
-        except MeetError as exc:
-            reply = [b"error", exc.kind.encode(), exc.message.encode("utf-8", "replace")]
-        except (ValueError, KeyError, IndexError, UnicodeDecodeError) as exc:
-            reply = [b"error", b"bad-argument", str(exc).encode("utf-8", "replace")]
-        self.send(reply)
-
-    def _briefcase(self, handle: bytes) -> Briefcase:
-        try:
-            return self.briefcases[int(handle)]
-        except (KeyError, ValueError):
-            raise ValueError(f"no briefcase with handle {handle.decode(errors='replace')}") \
-                from None
-
-    def _call(self, request: list[bytes]) -> list[bytes]:
-        if not request:
-            raise ValueError("empty request")
-        op = request[0].decode()
-        call = _CALLS.get(op)
-        if call is None:
-            raise ValueError(f"unknown call {op!r}")
-        return call(self, request[1:])
-
-    def call_folders(self, args: list[bytes]) -> list[bytes]:
-        return [name.encode() for name in self._briefcase(args[0]).folders()]
-
-    def call_folder(self, args: list[bytes]) -> list[bytes]:
-        return list(self._briefcase(args[0]).folder(args[1].decode()))
-
-    def call_text(self, args: list[bytes]) -> list[bytes]:
-        return [text.encode() for text in self._briefcase(args[0]).text(args[1].decode())]
-
-    def call_append(self, args: list[bytes]) -> list[bytes]:
-        self._briefcase(args[0]).append(args[1].decode(), args[2])
-        return []
-
-    def call_replace(self, args: list[bytes]) -> list[bytes]:
-        self._briefcase(args[0]).replace(args[1].decode(), list(args[2:]))
-        return []
-
-    def call_remove(self, args: list[bytes]) -> list[bytes]:
-        self._briefcase(args[0]).remove(args[1].decode())
-        return []
-
-    def call_read(self, args: list[bytes]) -> list[bytes]:
-        length = int(args[3])
-        return [self._briefcase(args[0]).read(args[1].decode(), int(args[2]),
-                                              None if length < 0 else length)]
-
-    def call_folder_size(self, args: list[bytes]) -> list[bytes]:
-        return [str(self._briefcase(args[0]).folder_size(args[1].decode())).encode()]
-
-    def call_lazy(self, args: list[bytes]) -> list[bytes]:
-        self._briefcase(args[0]).lazy(args[1].decode())
-        return []
-
-    def call_new(self, args: list[bytes]) -> list[bytes]:
-        return [self._new(Briefcase())]
-
-    def call_free(self, args: list[bytes]) -> list[bytes]:
-        handle = int(args[0])
-        if handle == 0:
-            raise ValueError("the agent's own briefcase (TC_SELF) cannot be freed")
-        self._briefcase(args[0])
-        del self.briefcases[handle]
-        return []
-
-    def call_meet(self, args: list[bytes]) -> list[bytes]:
-        target, bc, mode = args[0].decode(), self._briefcase(args[1]), args[2].decode()
-        timeout = float(args[3]) or None
-        answer = self.channel.meet(target, bc.copy(), mode, timeout)
-        if isinstance(answer, Briefcase):
-            return [self._new(answer)]
-        return [answer.encode()]
-
-    def call_log(self, args: list[bytes]) -> list[bytes]:
-        self.channel.log(args[1].decode("utf-8", "replace"), args[0].decode() or "info")
-        return []
-
-    def call_fail(self, args: list[bytes]) -> list[bytes]:
-        self.failure = args[0].decode("utf-8", "replace")
-        return []
-
-    def call_place(self, args: list[bytes]) -> list[bytes]:
-        return [self.channel.place.encode()]
-
-    def call_principal(self, args: list[bytes]) -> list[bytes]:
-        return [self.channel.principal.encode()]
-
-    def call_go(self, args: list[bytes]) -> list[bytes]:
-        self.channel.go(args[0].decode(), self.briefcases[0], leave=False)
-        return []
-
-    def call_go_next(self, args: list[bytes]) -> list[bytes]:
-        return [b"1" if self.channel.go_next(self.briefcases[0], leave=False) else b"0"]
-
-    def call_reside(self, args: list[bytes]) -> list[bytes]:
-        self.channel.reside(args[0].decode())
-        return []
-
-    def call_receive(self, args: list[bytes]) -> list[bytes]:
-        timeout = float(args[0])
-        message = self.channel.receive(None if timeout < 0 else timeout)
-        return [self._new(message) if message is not None else b"0"]
-
-    def call_reply(self, args: list[bytes]) -> list[bytes]:
-        self.channel.reply(self._briefcase(args[0]), self._briefcase(args[1]))
-        return []
-
-    def call_send_ack(self, args: list[bytes]) -> list[bytes]:
-        return [str(self.channel.send_ack(args[0].decode(),
-                                          self._briefcase(args[1]).copy())).encode()]
-
-    def call_wait_ack(self, args: list[bytes]) -> list[bytes]:
-        timeout = float(args[1])
-        self.channel.wait_ack(int(args[0]), None if timeout < 0 else timeout)
-        return []
-
-    def _new(self, briefcase: Briefcase) -> bytes:
-        handle = self.next_handle
-        self.next_handle += 1
-        self.briefcases[handle] = briefcase
-        return str(handle).encode()
-
-
-#: The calls tacoma.h makes, by the name it sends: `call_NAME`.
-_CALLS: dict[str, Callable[[_Agent, list[bytes]], list[bytes]]] = {
-    name.removeprefix("call_"): method for name, method in vars(_Agent).items()
-    if name.startswith("call_")
-}
+    def reply(self, request: list[bytes]) -> None:
+        self.sock.sendall(frame(self.answer(request)))
 
 
 def _program(meet: Meet, channel: AgentChannel) -> str:
@@ -414,7 +237,7 @@ def _serve(agent: _Agent, exited: int) -> None:
                 return
             try:
                 while request is not None:
-                    agent.answer(request)
+                    agent.reply(request)
                     request = agent.pending()
             except OSError:  # it died before taking its reply
                 select.select([exited], [], [])

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from ._api import unbound
 
-__all__ = ["PROGRAMS", "Build", "Interpreter", "discover_interpreters"]
+__all__ = ["PROGRAMS", "Build", "Interpreter", "discover_interpreters", "python_argv"]
 
 log = logging.getLogger("tacoma.place")
 
@@ -47,13 +47,16 @@ class Build:
     command makes there ("agent"); command: the argv that compiles one into the other,
     run in that directory, confined like an agent; build_id: everything besides the program
     that decides the output (compiler version, flags, headers), so that the cache key
-    changes with it; computed once per place.
+    changes with it; computed once per place. wanted: whether a program needs building at
+    all (a language whose workers also take some programs as they come, as WebAssembly's
+    take a module, and build only C source); every program does by default.
     """
 
     source_name: str
     output_name: str
     command: Callable[[], list[str]]
     build_id: Callable[[], str]
+    wanted: Callable[[bytes], bool] = field(default=lambda program: True)
 
 
 #: What each of an interpreter's `programs` does, by name (tacoma bench runs them):
@@ -125,6 +128,7 @@ class Interpreter:
     check_program: Callable[[bytes, str], str | None] = field(
         default=lambda program, name: None, compare=False, hash=False)
     in_process: InProcess | None = field(default=None, compare=False, hash=False)
+    instances: bool = False
 
     def worker_argv(self) -> list[str]:
         """The command that starts one worker (the sandbox plan is appended to it).
@@ -137,23 +141,29 @@ class Interpreter:
         writes bytecode into the installation; faulthandler: a crash leaves a traceback in
         the worker's output, which the place returns with the error.
         """
-        path = module_file(self.worker_module)
-        if path is None:
-            raise LookupError(f"interpreter {self.language}: no module {self.worker_module}")
-        paths = list(worker_sys_path())
-        top = module_file(self.worker_module.split(".")[0])
-        if top is not None:
-            parent = os.path.dirname(os.path.dirname(top))
-            if parent not in paths:
-                paths.append(parent)
-        boot = f"import sys; sys.path[:0] = {paths!r}; "
-        interpreters = module_file("tacoma.interpreters")
-        if self.worker_module.startswith("tacoma.interpreters.") and interpreters is not None:
-            boot += ("import types, tacoma; p = types.ModuleType('tacoma.interpreters'); "
-                     f"p.__path__ = [{os.path.dirname(interpreters)!r}]; "
-                     "sys.modules[p.__name__] = tacoma.interpreters = p; ")
-        boot += f"import runpy; runpy.run_module({self.worker_module!r}, run_name='__main__')"
-        return [sys.executable, "-I", "-S", "-B", "-X", "faulthandler", "-c", boot]
+        return python_argv(self.worker_module, f"interpreter {self.language}")
+
+
+def python_argv(module: str, what: str = "") -> list[str]:
+    """The command that runs `module` (a worker's, or a build step's) in a Python like the
+    place's, as `Interpreter.worker_argv` says; LookupError if it has no such module."""
+    path = module_file(module)
+    if path is None:
+        raise LookupError(f"{what or module}: no module {module}")
+    paths = list(worker_sys_path())
+    top = module_file(module.split(".")[0])
+    if top is not None:
+        parent = os.path.dirname(os.path.dirname(top))
+        if parent not in paths:
+            paths.append(parent)
+    boot = f"import sys; sys.path[:0] = {paths!r}; "
+    interpreters = module_file("tacoma.interpreters")
+    if module.startswith("tacoma.interpreters.") and interpreters is not None:
+        boot += ("import types, tacoma; p = types.ModuleType('tacoma.interpreters'); "
+                 f"p.__path__ = [{os.path.dirname(interpreters)!r}]; "
+                 "sys.modules[p.__name__] = tacoma.interpreters = p; ")
+    boot += f"import runpy; runpy.run_module({module!r}, run_name='__main__')"
+    return [sys.executable, "-I", "-S", "-B", "-X", "faulthandler", "-c", boot]
 
 
 def module_file(module: str) -> str | None:

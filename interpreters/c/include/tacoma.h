@@ -2,7 +2,9 @@
  *
  * A C agent is one C source file in the CODE folder. The place compiles it with the
  * system cc (this header is on the include path) and runs the binary as the agent's
- * process; its main() is the agent. Whatever the agent's own briefcase (TC_SELF) holds
+ * process; its main() is the agent. The same source also builds for WebAssembly (ag_wasm:
+ * clang --target=wasm32-wasi), where each meet runs it in a fresh instance and the calls
+ * go through two host functions instead of a socket (see tc__flush). Whatever the agent's own briefcase (TC_SELF) holds
  * when main returns 0 is the meet's result.
  *
  *     #include <tacoma.h>
@@ -46,15 +48,17 @@
 #define TACOMA_H
 
 #include <errno.h>
-#include <execinfo.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
+#ifndef __wasm__
+#include <execinfo.h>
+#include <signal.h>
+#include <sys/socket.h>
+#endif
 
 #define TC__API static __attribute__((unused))
 
@@ -156,7 +160,6 @@ TC__API const char *tc_error_kind(void);
 
 /* ------------------------------------------------------------------ implementation */
 
-static int tc__fd = -1;
 static char tc__message[2048];
 static char tc__kind[64];
 static char tc__place[256];
@@ -176,6 +179,57 @@ TC__API void tc__set_error(const char *kind, const char *message, size_t len) {
     memcpy(tc__message, message, len);
     tc__message[len] = '\0';
 }
+
+#ifdef __wasm__
+/* A WebAssembly agent (ag_wasm) has no socket: its worker gives it two host functions.
+ * tacoma.call takes one whole request from the agent's memory, answers it and returns the
+ * reply's length; tacoma.reply copies that reply into the agent's memory. A pointer and
+ * length outside the agent's memory end the meet as failed: the worker reads and writes
+ * nothing else. */
+__attribute__((import_module("tacoma"), import_name("call")))
+int tc__host_call(const unsigned char *request, size_t len);
+__attribute__((import_module("tacoma"), import_name("reply")))
+int tc__host_reply(unsigned char *buffer, size_t len);
+
+static unsigned char *tc__out;
+static size_t tc__out_len, tc__out_size;
+static const unsigned char *tc__in;
+static size_t tc__in_len, tc__in_at;
+
+TC__API void tc__write(const void *data, size_t len) {
+    if (tc__out_len + len > tc__out_size) {
+        size_t size = tc__out_size ? tc__out_size : 256;
+        while (size < tc__out_len + len) size *= 2;
+        unsigned char *grown = (unsigned char *)realloc(tc__out, size);
+        if (grown == NULL) tc__die("out of memory writing a request");
+        tc__out = grown;
+        tc__out_size = size;
+    }
+    memcpy(tc__out + tc__out_len, data, len);
+    tc__out_len += len;
+}
+
+TC__API void tc__read(void *data, size_t len) {
+    if (tc__in_at + len > tc__in_len) tc__die("a short reply from the worker");
+    memcpy(data, tc__in + tc__in_at, len);
+    tc__in_at += len;
+}
+
+/* The request written so far goes to the worker; its reply is what tc__read reads. */
+TC__API void tc__flush(void) {
+    static unsigned char *reply;
+    int n = tc__host_call(tc__out, tc__out_len);
+    tc__out_len = 0;
+    free(reply);
+    reply = (unsigned char *)malloc(n ? (size_t)n : 1);
+    if (reply == NULL) tc__die("out of memory reading a reply");
+    if (tc__host_reply(reply, (size_t)n) != n) tc__die("a short reply from the worker");
+    tc__in = reply;
+    tc__in_len = (size_t)n;
+    tc__in_at = 0;
+}
+#else
+static int tc__fd = -1;
 
 TC__API int tc__channel(void) {
     if (tc__fd < 0) {
@@ -208,6 +262,9 @@ TC__API void tc__read(void *data, size_t len) {
         len -= (size_t)n;
     }
 }
+
+TC__API void tc__flush(void) {}
+#endif
 
 TC__API void tc__write_u32(size_t value) {
     unsigned char b[4] = {(unsigned char)(value >> 24), (unsigned char)(value >> 16),
@@ -280,6 +337,7 @@ TC__API tc_elem tc__str(const char *s) {
 TC__API int tc__call(size_t count, const tc_elem *parts, tc_list *reply) {
     tc_list answer;
     tc__send(count, parts);
+    tc__flush();
     tc__receive(&answer);
     if (answer.count >= 1 && strcmp((const char *)answer.items[0].data, "ok") == 0) {
         if (reply != NULL) {
@@ -646,6 +704,7 @@ TC__API tc_bc tc_request(const char *target, tc_bc bc, double timeout) {
 TC__API const char *tc_error(void) { return tc__message; }
 TC__API const char *tc_error_kind(void) { return tc__kind; }
 
+#ifndef __wasm__
 /* The crash report: a marker line the worker looks for, then the backtrace. Only
  * async-signal-safe calls here (backtrace() was called once at start-up, so it does not
  * load libgcc inside the handler). */
@@ -682,5 +741,6 @@ __attribute__((constructor)) static void tc__start(void) {
     for (size_t i = 0; i < sizeof crashes / sizeof crashes[0]; i++)
         sigaction(crashes[i], &action, NULL);
 }
+#endif
 
 #endif /* TACOMA_H */

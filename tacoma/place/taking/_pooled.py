@@ -85,7 +85,7 @@ class PooledRuns:
             raise MeetError(f"{meet.agent} needs its program in the CODE folder "
                             f"(tacoma meet {meet.agent} --code FILE)")
         program = program_bytes(briefcase)
-        if pool.interpreter.build is not None:
+        if pool.interpreter.build is not None and pool.interpreter.build.wanted(program):
             started = time.monotonic()
             await self.builds.ensure(pool.interpreter, program, timeout,
                                      program_name(briefcase))
@@ -93,7 +93,10 @@ class PooledRuns:
             if timeout <= 0:
                 raise MeetTimeout(f"compiling {meet.agent}'s program took the meet's whole "
                                   "time")
-        key = (WarmKey.of(pool.interpreter.language, meet.principal, briefcase[CODE])
+        # A language whose every meet is a fresh instance (WebAssembly) shares a warm
+        # worker among its principal's programs; any other, only among one program's meets.
+        key = (WarmKey.of(pool.interpreter.language, meet.principal,
+                          [] if pool.interpreter.instances else briefcase[CODE])
                if pool.containment.reuses and FRESH not in briefcase else None)
         worker = await self._worker(pool, key)
         meet.step("take worker")

@@ -1,0 +1,37 @@
+"""The build step of a C agent for WebAssembly, run by the place confined like an agent in
+a directory of its own holding agent.c (see tacoma/place/workers/_builds.py).
+
+clang compiles agent.c for wasm32-wasi (tacoma.h on its include path) into agent.wasm, and
+the runtime precompiles that into agent.cwasm, what workers load in a fraction of a
+millisecond where compiling takes tens. clang's messages, and the runtime's, go to stdout,
+which the place returns with a failed compile.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from . import OUTPUT, clang_command
+from ._engine import compile_module, new_engine
+
+
+def main() -> int:
+    done = subprocess.run(clang_command("agent.wasm"), stdout=sys.stdout,  # noqa: S603 - the compiler, found on PATH
+                          stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        return done.returncode if done.returncode > 0 else 1
+    with open("agent.wasm", "rb") as f:
+        program = f.read()
+    try:
+        module = compile_module(program, new_engine(parallel=True))
+    except ValueError as exc:
+        print(f"agent.c: error: the runtime does not take clang's module: {exc}")
+        return 1
+    with open(OUTPUT, "wb") as f:
+        f.write(module.serialize())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

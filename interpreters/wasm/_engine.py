@@ -1,0 +1,67 @@
+"""The runtime's settings, one place for the worker and the build step.
+
+A module precompiled by the build step is loaded by workers only if it was compiled with
+the same engine settings (wasmtime checks, and refuses one that differs): both make their
+engine here, and CONFIG_ID, part of the build's id, changes the cache key when they change.
+
+- Epoch interruption: the worker stops a running instance by bumping the engine's epoch
+  (its meet's CPU time or deadline passed; see _worker.Ticker).
+- No large virtual reservation per linear memory: a worker runs under RLIMIT_AS (the
+  meet's memory limit), which wasmtime's default 4 GiB reservation and 2 GiB guard would
+  exceed. Memories are bounds-checked explicitly instead, and grow by moving.
+- Memories initialised by copying, not from a memory-mapped image: such an image is a
+  file descriptor the module holds, and a warm worker closes, between meets, every
+  descriptor it did not have before its first (agent._reuse).
+- Backtraces with file and line, inlined functions included, where the module has DWARF
+  (C agents are built with -g): WASMTIME_BACKTRACE_DETAILS, which the engine reads when
+  it is made.
+- Compilation on the calling thread only: a worker is forked from its zygote, and a
+  compiler's thread pool must not be started in one and used in another; nor may a
+  worker's meet leave threads behind.
+"""
+
+from __future__ import annotations
+
+import os
+
+import wasmtime
+
+__all__ = ["CONFIG_ID", "compile_module", "new_engine"]
+
+#: Every setting below, for the build's id (see the module).
+CONFIG_ID = "epochs reservation=0 guard=0 growth=16M no-cow serial speed details"
+
+
+def new_engine(parallel: bool = False) -> wasmtime.Engine:
+    """An engine with the settings above (`parallel`: compile on several threads, for a
+    build step of its own, which ends after it)."""
+    os.environ["WASMTIME_BACKTRACE_DETAILS"] = "1"
+    config = wasmtime.Config()
+    config.epoch_interruption = True
+    config.memory_reservation = 0
+    config.memory_guard_size = 0
+    config.memory_reservation_for_growth = 16 << 20
+    config.memory_init_cow = False
+    config.parallel_compilation = parallel
+    config.cranelift_opt_level = "speed"
+    return wasmtime.Engine(config)
+
+
+def compile_module(program: bytes, engine: wasmtime.Engine | None = None) -> wasmtime.Module:
+    """A module from its binary or text (WAT); ValueError saying why it is not one."""
+    try:
+        source: bytes | str = program if program.startswith(b"\0asm") else program.decode()
+        return wasmtime.Module(engine or new_engine(), source)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"neither a WebAssembly module nor its text (WAT): {exc}") from None
+    except wasmtime.WasmtimeError as exc:
+        raise ValueError(_first_line(str(exc))) from None
+
+
+def _first_line(message: str) -> str:
+    """wasmtime's error, without its backtrace-like "Caused by" listing where it has one."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if not lines:
+        return "not a WebAssembly module"
+    causes = [line for line in lines[1:] if not line.lower().startswith("caused by")]
+    return lines[0] + (f": {causes[-1].lstrip('0123456789: ')}" if causes else "")

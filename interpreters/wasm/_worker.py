@@ -443,4 +443,4 @@ def _instantiate_error(exc: wasmtime.WasmtimeError, module: wasmtime.Module) -> 
 WARM_UP = Meet(0, "ag_wasm", Briefcase(CODE=[MINIMAL.encode()]))
 
 if __name__ == "__main__":
-    zygote.main(run, WARM_UP, prepare=_prepare)
+    zygote.main(run, WARM_UP, prepare=_prepare, instances=interpreter.instances)

@@ -178,14 +178,15 @@ class AgentChannel:
         kept, self.keep = self.keep, False
         return kept
 
-    def again(self) -> None:
+    def again(self, answer: Result | None = None) -> None:
         """Forget the meet served, and tell the place this worker is clean and waits for
-        the next."""
+        the next; with the meet's `answer` before it, in one write, if given."""
         self.principal = ""
         self.trace = None
         self._unacked.clear()
         self._early.clear()
-        self._write(self.conn.send(Ready()))
+        data = self.conn.send(answer) if answer is not None else b""
+        self._write(data + self.conn.send(Ready()))
 
     # -- the agent API
     def meet(self, target: str, briefcase: Briefcase | None = None, mode: str = "sync",
@@ -475,7 +476,8 @@ def warm_up(run: Runner, meet: Meet) -> None:
 def serve_one(run: Runner, plan: SandboxPlan,
               prepare: Callable[[], None] | None = None,
               warm: Meet | None = None,
-              reset: Callable[[], None] | None = None) -> None:
+              reset: Callable[[], None] | None = None,
+              instances: bool = False) -> None:
     """Confine this process as `plan` says, serve one meet with `run` (more, where the plan
     says `reuse`), and return.
 
@@ -498,6 +500,12 @@ def serve_one(run: Runner, plan: SandboxPlan,
     (the language's fresh interpreter state, if it has one to make), then Ready, and it
     waits for the next meet; one that is not kept (its channel closes), or cannot be made
     clean, returns instead.
+
+    `instances`: the language runs each meet in a fresh instance of its own runtime, which
+    is what makes meets of one principal safe from each other in this process; the agent
+    reaches no process, file, descriptor or environment of it. A warm worker then only
+    renews its next meet's CPU time limit and output file (`Baseline.renew`), and sends
+    its Ready with its answer, in one write.
     """
     _sandbox.enter(plan)
     if prepare is not None:
@@ -520,6 +528,13 @@ def serve_one(run: Runner, plan: SandboxPlan,
         reply = _serve(run, channel, meet)
         sys.stdout.flush()
         sys.stderr.flush()
+        if (instances and baseline is not None and channel.keep and channel.gone is None
+                and isinstance(reply, Result)):  # told Keep with its meet: see `kept`
+            channel.keep = False
+            if baseline.renew():
+                channel.again(reply)
+                del meet, reply
+                continue
         channel.finish(reply)
         if baseline is None or not isinstance(reply, Result) or channel.gone is not None:
             channel.drain()

@@ -100,6 +100,20 @@ class Baseline:
                 return f"{failed}: {exc}"
         return None
 
+    def renew(self) -> bool:
+        """The next meet's CPU time limit and output file, and nothing else: for a worker
+        whose meets each run in a fresh instance of a runtime (`_channel.serve_one`'s
+        `instances`), which reach nothing else of the process. False if it cannot be
+        reused (its life's CPU time is nearly spent, or its output cannot be emptied)."""
+        try:
+            if not self._cpu_limit():
+                return False
+            os.ftruncate(1, 0)
+            os.lseek(1, 0, os.SEEK_SET)
+        except OSError:
+            return False
+        return True
+
     def _no_other_processes(self) -> bool:
         deadline = time.monotonic() + _REAP_SECONDS
         while True:

@@ -123,7 +123,8 @@ def _kill_everything(live: dict[int, str | None]) -> None:
 
 def _become_worker(run: _channel.Runner, plan: SandboxPlan, fds: list[int],
                    zygote: int, zygote_fd: int, prepare: Callable[[], None] | None,
-                   warm: Meet | None, reset: Callable[[], None] | None) -> None:
+                   warm: Meet | None, reset: Callable[[], None] | None,
+                   instances: bool) -> None:
     """In the forked child: shed the zygote's state and serve its meets."""
     channel_fd, output_fd = fds
     os.setsid()  # a session and process group of its own, for the place to kill whole
@@ -137,7 +138,7 @@ def _become_worker(run: _channel.Runner, plan: SandboxPlan, fds: list[int],
     sys.argv = ["tacoma-agent"]
     _channel.serve_one(run, dataclasses.replace(plan, fd=channel_fd, parent=zygote,
                                                 parent_pidfd=zygote_fd), prepare, warm,
-                       reset)
+                       reset, instances)
 
 
 def _own_namespaces(plan: ZygotePlan) -> int | None:
@@ -167,12 +168,13 @@ def _new_pid_namespace(pidns: int) -> None:
 
 def main(run: _channel.Runner, warm_up: Meet | None = None,
          prepare: Callable[[], None] | None = None,
-         reset: Callable[[], None] | None = None) -> None:
+         reset: Callable[[], None] | None = None, instances: bool = False) -> None:
     """Run as a zygote until the place closes the control socket. Never returns.
 
     `warm_up` is a harmless meet run once here, and again in each worker started ahead of
     its meet; `prepare` runs in each worker, confined, before it says it is ready; `reset`
-    in a warm worker between two meets, to give the next a fresh interpreter state (see
+    in a warm worker between two meets, to give the next a fresh interpreter state;
+    `instances`: the language runs each meet in a fresh instance of its runtime (see
     _channel.serve_one).
     """
     plan = _sandbox.plan_from_argv(ZygotePlan.from_wire)
@@ -253,7 +255,7 @@ def main(run: _channel.Runner, warm_up: Meet | None = None,
                     os.close(fd)
                 control.close()
                 _become_worker(run, worker_plan, fds, os.getppid(), zygote_fd, prepare,
-                               warm_up, reset)
+                               warm_up, reset, instances)
             except BaseException:  # noqa: BLE001 - whatever happens, never return to the loop
                 traceback.print_exc()
                 status = 71

@@ -185,6 +185,10 @@ def test_overhead_per_size_and_isolation_setting(tmp_path) -> None:
         assert row["trusted_us"] > 0  # the trusted null agent, installed for the run
         assert row["trusted_overhead"] == (row["trusted_us"] - row["passive_us"]) / \
             row["passive_us"]
+        if row["instance_us"] is not None:  # a language of fresh instances runs here
+            assert row["instance_us"] > 0
+            assert row["instance_overhead"] == (row["instance_us"] - row["passive_us"]) / \
+                row["passive_us"]
     assert (tmp_path / "overhead.png").read_bytes().startswith(b"\x89PNG")
 
 

@@ -6,9 +6,12 @@ t_passive is a plain msgpack request/reply of the same briefcase over the same t
 (tacoma's framing, a uvloop protocol, TCP_NODELAY, loopback) to the passive echo server
 (`_passive`), and t_active is a meet carrying it: with `ag_echo` (the kernel's own path,
 no agent), with a trusted null agent (`tacoma install --trusted`: an agent in the place's
-own process, PAN's in-kernel mode) and with `ag_python` running `pass` (an agent in a
-pooled, confined worker). Each is the median of its round trips; the agent meets are paced
-(the pool refills between them, untimed), as an unloaded place sees them.
+own process, PAN's in-kernel mode), with the null agent of a language that runs each meet
+in a fresh instance of its runtime (WebAssembly: a memory-safe sandbox per meet, inside a
+confined worker kept warm for its principal; back to back, as the echo) and with
+`ag_python` running `pass` (an agent in a pooled, confined worker). Each is the median of
+its round trips; the Python meets are paced (the pool refills between them, untimed), as
+an unloaded place sees them.
 
 Settings are the place's: as root, agents under uids of their own (the default) and
 `--same-uid`; the pool (default) against `--pool-size 0`, where each meet forks and confines
@@ -55,6 +58,7 @@ class OverheadRow:
     echo_us: float
     agent_us: float
     trusted_us: float | None = None  # None: no language here runs in the place's process
+    instance_us: float | None = None  # None: no language here runs meets in fresh instances
 
     @property
     def echo_overhead(self) -> float:
@@ -65,6 +69,12 @@ class OverheadRow:
         if self.trusted_us is None:
             return None
         return (self.trusted_us - self.passive_us) / self.passive_us
+
+    @property
+    def instance_overhead(self) -> float | None:
+        if self.instance_us is None:
+            return None
+        return (self.instance_us - self.passive_us) / self.passive_us
 
     @property
     def agent_overhead(self) -> float:
@@ -131,6 +141,16 @@ def install_trusted_null(state_dir: Path) -> bool:
     return False
 
 
+def instance_null() -> tuple[str, str] | None:
+    """The agent and null program of a language whose every meet is a fresh instance of
+    its runtime (`Interpreter.instances`) that can run here; None if there is none."""
+    for interpreter in discover_interpreters().values():
+        if (interpreter.instances and "minimal" in interpreter.programs
+                and interpreter.check() is None):
+            return interpreter.agent, interpreter.programs["minimal"]
+    return None
+
+
 async def _timed(count: int, meet: Callable[[], Awaitable[Briefcase | str]],
                  expected: Briefcase) -> list[float]:
     times = []
@@ -144,7 +164,8 @@ async def _timed(count: int, meet: Callable[[], Awaitable[Briefcase | str]],
 
 
 async def _round_trips(passive: str, place: str, size: int, quick: bool,
-                       trusted: bool, tls: bool) -> tuple[float, ...]:
+                       trusted: bool, tls: bool,
+                       instance: tuple[str, str] | None) -> tuple[float, ...]:
     payload = Briefcase(DATA=[b"x" * size])
     wire = [2, 1, "ag_echo", payload.to_wire(), "sync", None]  # a Meet's shape
     fast, paced = (200, 15) if quick else (1000, 40)
@@ -163,6 +184,14 @@ async def _round_trips(passive: str, place: str, size: int, quick: bool,
     echo_times = await _timed(fast, lambda: ameet(f"ag_echo@{place}", payload), payload)
     trusted_times = (await _timed(fast, lambda: ameet(f"{TRUSTED_NULL}@{place}", payload),
                                   payload) if trusted else [float("nan")])
+    instance_times = [float("nan")]
+    if instance is not None:
+        agent, code = instance
+        carried = Briefcase(payload)
+        carried["CODE"] = [code.encode()]
+        await ameet(f"{agent}@{place}", payload, code=code)  # compiled once per worker
+        instance_times = await _timed(fast, lambda: ameet(f"{agent}@{place}", payload,
+                                                          code=code), carried)
     agent_times = []
     for _ in range(paced):
         await asyncio.sleep(0.1)  # the pool refills, untimed
@@ -172,7 +201,8 @@ async def _round_trips(passive: str, place: str, size: int, quick: bool,
         if result["DATA"] != payload["DATA"]:
             raise RuntimeError("the agent returned another briefcase")
     return tuple(statistics.median(t) * 1e6
-                 for t in (passive_times, echo_times, agent_times, trusted_times))
+                 for t in (passive_times, echo_times, agent_times, trusted_times,
+                           instance_times))
 
 
 def measure_overhead(quick: bool, progress: Progress | None = None) -> list[OverheadRow]:
@@ -183,6 +213,7 @@ def measure_overhead(quick: bool, progress: Progress | None = None) -> list[Over
     every = settings()
     bar = progress or Progress(len(every) * len(sizes), "overhead")
     bar.update(total=len(every) * len(sizes))
+    instance = instance_null()
     servers = {tls: _start_passive(tls) for tls in (False, True)}
     try:
         with bar if progress is None else contextlib.nullcontext():
@@ -194,10 +225,12 @@ def measure_overhead(quick: bool, progress: Progress | None = None) -> list[Over
                     for size in sizes:
                         bar.update(description=f"{setting}: {size} bytes")
                         tls = "--insecure" not in flags  # the passive on the same transport
-                        p, e, a, t = run_blocking(_round_trips(
-                            servers[tls][1], places.addresses[0], size, quick, trusted, tls))
+                        p, e, a, t, i = run_blocking(_round_trips(
+                            servers[tls][1], places.addresses[0], size, quick, trusted, tls,
+                            instance))
                         rows.append(OverheadRow(setting, size, p, e, a,
-                                                t if trusted else None))
+                                                t if trusted else None,
+                                                i if instance is not None else None))
                         bar.advance()
     finally:
         for proc, _ in servers.values():
@@ -208,11 +241,15 @@ def measure_overhead(quick: bool, progress: Progress | None = None) -> list[Over
 
 def overhead_table(rows: list[OverheadRow], file: IO[str] | None = None) -> None:
     """Print the rows (on stdout, or `file`)."""
+    instance = instance_null()
     header = ("setting", "bytes", "t_passive µs", "ag_echo µs", "overhead",
-              "trusted µs", "overhead", "ag_python µs", "overhead")
+              "trusted µs", "overhead", f"{instance[0] if instance else 'instance'} µs",
+              "overhead", "ag_python µs", "overhead")
     show_table(header, [(r.setting, str(r.size), f"{r.passive_us:,.1f}", f"{r.echo_us:,.1f}",
                          f"{r.echo_overhead:.0%}",
                          "-" if r.trusted_us is None else f"{r.trusted_us:,.1f}",
                          "-" if r.trusted_overhead is None else f"{r.trusted_overhead:.0%}",
+                         "-" if r.instance_us is None else f"{r.instance_us:,.1f}",
+                         "-" if r.instance_overhead is None else f"{r.instance_overhead:.0%}",
                          f"{r.agent_us:,.1f}", f"{r.agent_overhead:,.0%}") for r in rows],
                right=header[1:], file=file)

@@ -323,6 +323,10 @@ def plot_overhead(rows: list[OverheadRow], directory: Path) -> Path:
     if trusted:
         axes.plot([s for s, _ in trusted], [o * 100 for _, o in trusted], "^--",
                   label="trusted null agent (in the place's process)")
+    instance = [(r.size, r.instance_overhead) for r in first if r.instance_overhead is not None]
+    if instance:
+        axes.plot([s for s, _ in instance], [o * 100 for _, o in instance], "D--",
+                  label="null agent in a fresh instance (a confined worker)")
     _log_x(axes, [r.size for r in rows])
     axes.set_xlabel("briefcase bytes")
     axes.set_ylabel("ActiveOverhead (%)")

@@ -340,7 +340,8 @@ def _spalink(quick: bool, json_path: Path | None) -> None:
 def _overhead(quick: bool, json_path: Path | None, plot_dir: Path | None) -> None:
     """PAN's ActiveOverhead, (t_active - t_passive) / t_passive: a plain msgpack
     request/reply to a passive echo server against meets of ag_echo, of a trusted null
-    agent and of a Python agent, per briefcase size and isolation setting."""
+    agent, of a WebAssembly null agent (a fresh instance each meet) and of a Python agent,
+    per briefcase size and isolation setting."""
     import dataclasses
 
     from ..bench._overhead import measure_overhead, overhead_table
@@ -352,7 +353,8 @@ def _overhead(quick: bool, json_path: Path | None, plot_dir: Path | None) -> Non
     if json_path is not None:
         json_path.write_text(json.dumps({"overhead": [
             {**dataclasses.asdict(r), "echo_overhead": r.echo_overhead,
-             "agent_overhead": r.agent_overhead, "trusted_overhead": r.trusted_overhead}
+             "agent_overhead": r.agent_overhead, "trusted_overhead": r.trusted_overhead,
+             "instance_overhead": r.instance_overhead}
             for r in rows]}, indent=2))
     if plot_dir is not None:
         _pyplot_or_fail()

@@ -371,6 +371,11 @@ class Worker:
         clean = self.clean
         if clean is None or clean.done():
             return
+        if self.pool.interpreter.instances:
+            # Its meets ran in fresh instances of a runtime, which make no process and
+            # leave nothing running, and whose memory went with their stores.
+            clean.set_result(None)
+            return
         why = self._not_clean()
         if why is not None:
             clean.set_exception(ConnectionLost(f"not kept warm: {why}"))
@@ -396,7 +401,7 @@ class Worker:
     def quiet(self) -> bool:
         """Whether a warm worker used (nearly) no CPU since it said Ready: nothing of its
         last meet runs on."""
-        if self.group is None or not self.group.accounts_cpu:
+        if self.group is None or not self.group.accounts_cpu or self.pool.interpreter.instances:
             return True
         return self.group.cpu_seconds() - self._cpu_at_ready < IDLE_CPU
 

@@ -393,17 +393,20 @@ def forward(down: socket.socket, up: socket.socket,
 
 # ------------------------------------------------------------------ every language
 #: The agent of each language the tests run programs in.
-AGENT = {"python": "ag_python", "tcl": "ag_tcl", "scheme": "ag_scheme", "c": "ag_c"}
+AGENT = {"python": "ag_python", "tcl": "ag_tcl", "scheme": "ag_scheme", "c": "ag_c",
+         "wasm": "ag_wasm"}
 
 
-def language_params(agents: bool = False) -> list[object]:
+def language_params(agents: bool = False, leave_out: tuple[str, ...] = ()) -> list[object]:
     """A pytest parameter per language (its name, or with `agents` its agent's), skipped
-    with the reason where its interpreter cannot run here."""
+    with the reason where its interpreter cannot run here; but the languages `leave_out`."""
     from tacoma.agent._interpreter import discover_interpreters
 
     installed = {i.language: i for i in discover_interpreters().values()}
     params = []
     for name, agent in AGENT.items():
+        if name in leave_out:
+            continue
         interpreter = installed.get(name)
         problem = "not installed" if interpreter is None else interpreter.check()
         params.append(pytest.param(agent if agents else name,
@@ -441,6 +444,8 @@ LAZY_READER = {
         }
     """),
 }
+
+LAZY_READER["ag_wasm"] = LAZY_READER["ag_c"]  # the C source, built for WebAssembly
 
 
 # ---------------------------------------------------------------------- a small disk

@@ -151,6 +151,7 @@ int main(void) {
 }
 ''',
 }
+OWNER["wasm"] = OWNER["c"]  # the C source, built for WebAssembly
 
 #: Every step of a read or an attack, as RESULT says when none was refused.
 READ_STEPS = ["read: done", "folders: done", "list: done"]

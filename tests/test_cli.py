@@ -199,6 +199,9 @@ def test_doctor_lists_the_languages() -> None:
     assert rows["ag_python"]["version"].startswith("CPython 3.")
     assert rows["ag_tcl"]["ok"]
     assert rows["ag_tcl"]["version"].startswith("Tcl 8.")
+    if rows.get("ag_wasm", {}).get("ok"):  # the runtime, and how the place runs instances
+        assert rows["ag_wasm"]["version"].startswith("wasmtime ")
+        assert "a fresh instance per meet, in a confined worker" in rows["ag_wasm"]["version"]
 
 
 def test_a_third_party_language_plugs_in_and_doctor_says_why_it_cannot_run(

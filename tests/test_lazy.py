@@ -23,7 +23,7 @@ from tacoma.wire._lazy import Lazy, Manifest, Ref, Source
 
 from conftest import LAZY_READER, RunningPlace, SharedPlaces, issue_identity, settled
 
-LANGUAGES = ("ag_python", "ag_tcl", "ag_scheme", "ag_c")
+LANGUAGES = ("ag_python", "ag_tcl", "ag_scheme", "ag_c", "ag_wasm")
 CHUNK = 64 * 1024
 
 
@@ -216,6 +216,9 @@ LAZY_AND_GO = {
     """),
 }
 
+# A WebAssembly agent is the C agent, built for WebAssembly: the same source.
+for _agents in (READ_RANGE, LAZY_AND_GO):
+    _agents["ag_wasm"] = _agents["ag_c"]
 
 
 @pytest.fixture

@@ -149,6 +149,11 @@ LOOPER = {
 }
 
 
+# A WebAssembly agent is the C agent, built for WebAssembly: the same source.
+for _agents in (MEETER, LOOPER):
+    _agents["ag_wasm"] = _agents["ag_c"]
+
+
 # --------------------------------------------------------------------------- helpers
 def journal_rows(place: RunningPlace, where: str, *args: object) -> list[tuple[object, ...]]:
     """Rows of the place's journal (read beside the running place: SQLite's WAL allows it)."""

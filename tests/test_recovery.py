@@ -111,6 +111,7 @@ SKIPPERS = {
         }
     """),
 }
+SKIPPERS["ag_wasm"] = SKIPPERS["ag_c"]  # the C source, built for WebAssembly
 
 
 @pytest.mark.parametrize("agent", list(SKIPPERS))

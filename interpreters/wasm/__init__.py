@@ -114,10 +114,14 @@ def _clang_version() -> str:
     return out.stdout.splitlines()[0].strip() if out.stdout else "clang"
 
 
+#: How this place runs instances, for `tacoma doctor`: the one mode there is.
+MODE = "a fresh instance per meet, in a confined worker of the meet's principal"
+
+
 def _version() -> str:
     c = c_problem()
-    return (f"wasmtime {runtime_version()}; C agents: "
-            + (_clang_version() if c is None else f"none ({c})"))
+    return (f"wasmtime {runtime_version()}, {MODE}; C agents: "
+            + (_clang_version() if c is None else f"not built here ({c})"))
 
 
 def clang_command(output: str = "agent.wasm") -> list[str]:

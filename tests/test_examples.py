@@ -7,7 +7,24 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def _wasm_c_problem() -> str | None:
+    """Why ag_wasm cannot run C agents here (no runtime, or no clang for wasm32-wasi)."""
+    from tacoma.agent._interpreter import discover_interpreters
+
+    wasm = discover_interpreters().get("ag_wasm")
+    if wasm is None:
+        return "not installed"
+    from tacoma.interpreters.wasm import c_problem
+
+    return wasm.check() or c_problem()
+
+
+WASM_PROBLEM = _wasm_c_problem()
 
 
 def _run(name: str) -> str:
@@ -29,6 +46,23 @@ def test_roam_visits_three_places_and_comes_home_with_what_it_read() -> None:
         assert f"note: the {name} place" in report  # from the place's cabinet
         assert f"motd: welcome to {name}" in report  # from its data directory
         assert re.search(r"load: \d+\.\d\d$", report)  # from the host
+
+
+@pytest.mark.skipif(WASM_PROBLEM is not None, reason=f"ag_wasm: {WASM_PROBLEM}")
+def test_wasm_roamer_visits_three_places_in_order_and_comes_home() -> None:
+    """examples/wasm: roam.c, built for wasm32-wasi by each place, reports every place of
+    its trip in order, with the note from that place's cabinet; then null.wat, a module as
+    it is, comes back with its briefcase untouched."""
+    out = _run("wasm")
+    addresses = re.search(r"places: (\S+), (\S+), (\S+)", out)
+    assert addresses is not None, out
+    reports = [line.strip() for line in out.splitlines() if "note:" in line]
+    assert reports == [f"{hop}. {address}  note: the {name} place  (wasm)"
+                       for hop, address, name in zip((1, 2, 3), addresses.groups(),
+                                                     ["tromso", "ithaca", "oslo"],
+                                                     strict=True)], out
+    assert "skipped:" not in out
+    assert "came back after" in out and out.rstrip().endswith("with its folders: NAME")
 
 
 def test_proxy_serves_clients_in_three_languages_from_servers_in_three() -> None:

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 import tacoma
+from tacoma.agent._interpreter import discover_interpreters
 
 from conftest import (
     RunningPlace,
@@ -239,7 +240,8 @@ def _seen(who: Path, place: RunningPlace, agent: str, code: str,
     return sorted(result.text("SEEN")) if "SEEN" in result else []
 
 
-@pytest.mark.parametrize("language", language_params())
+# WebAssembly workers are shared by a principal's programs: their own test is below.
+@pytest.mark.parametrize("language", language_params(leave_out=("wasm",)))
 def test_nothing_a_meet_leaves_reaches_another_principal_or_program(
         warm_place: RunningPlace, alice: Path, mallory: Path, language: str) -> None:
     agent, code = AGENTS[language], PLANTER[language]
@@ -263,6 +265,46 @@ def test_nothing_a_meet_leaves_reaches_another_principal_or_program(
     assert _seen(mallory, warm_place, agent, code) == SAME_PROGRAM_SEES[language]
     assert _seen(alice, warm_place, agent, other) == SAME_PROGRAM_SEES[language]
     assert _seen(mallory, warm_place, agent, other) == []
+
+
+#: A WebAssembly agent (C built for it) that says what it finds of an earlier meet: a global
+#: and a heap block it leaves behind, marked.
+WASM_PLANTER = textwrap.dedent("""
+    #include <tacoma.h>
+    static int planted;
+    static char *left;
+    int main(void) {
+        if (planted || left) tc_append_text(TC_SELF, "SEEN", "memory");
+        planted = 1;
+        left = malloc(4096);
+        if (left) memcpy(left, "planted", 8);
+        return 0;
+    }
+""")
+
+
+def test_a_webassembly_worker_serves_its_principals_programs_each_in_a_new_instance(
+        warm_place: RunningPlace, alice: Path, mallory: Path) -> None:
+    """A warm ag_wasm worker serves later meets of its principal, whatever their program;
+    each finds nothing of the meets before; another principal never gets it."""
+    interpreter = next((i for i in discover_interpreters().values() if i.language == "wasm"),
+                       None)
+    if interpreter is None or interpreter.check() is not None:
+        pytest.skip("ag_wasm cannot run here")
+    from tacoma.interpreters.wasm import c_problem
+
+    if (problem := c_problem()) is not None:
+        pytest.skip(problem)
+    other = "/* another program */\n" + WASM_PLANTER
+    for _ in range(2):
+        assert _seen(alice, warm_place, "ag_wasm", WASM_PLANTER) == []
+    before = _pool(warm_place, "ag_wasm")
+    assert _seen(alice, warm_place, "ag_wasm", WASM_PLANTER) == []
+    assert _seen(alice, warm_place, "ag_wasm", other) == []  # another program: same worker
+    after = _pool(warm_place, "ag_wasm")
+    assert after.warm == before.warm + 2, "not served warm"
+    assert _seen(mallory, warm_place, "ag_wasm", WASM_PLANTER) == []
+    assert _pool(warm_place, "ag_wasm").fresh == after.fresh + 1, "another principal's worker"
 
 
 def test_a_fresh_meet_never_gets_a_warm_worker(warm_place: RunningPlace, alice: Path) -> None:

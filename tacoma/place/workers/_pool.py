@@ -48,10 +48,11 @@ from ...wire._errors import (
     LimitExceeded,
     MeetTimeout,
     PlaceUnavailable,
+    ProtocolError,
     TacomaError,
     error_from_wire,
 )
-from ...wire._protocol import Event, Failed, Keep, Log, Meet, Ready, Result, Role
+from ...wire._protocol import Event, Failed, Keep, Log, Meet, Ready, Result, Role, heavy
 from ._cgroups import Group
 from ._containment import Containment, private_output, tail
 from ._zygotes import START_TIMEOUT, ZygoteHandle
@@ -225,12 +226,23 @@ class Worker:
                 reply.set_exception(exc)
 
         self.told_keep = keep
-        if keep:  # before the Meet: a worker whose meet ends at once may be gone after it,
-            # and writing to its closed channel would lose the answer it left there
-            self.channel.send(Keep())
-        # A large briefcase is encoded on a thread (see Channel.send): others go on meanwhile.
-        self.channel.send(Meet(self.served, meet.agent, meet.briefcase, "sync", timeout,
-                               meet.principal), refused)
+        event = Meet(self.served, meet.agent, meet.briefcase, "sync", timeout, meet.principal)
+        if keep and not heavy(event):
+            # Keep before the Meet (a worker whose meet ends at once may be gone after it,
+            # and writing to its closed channel would lose the answer it left there), in
+            # one write: the worker wakes once for both.
+            kept = self.channel.conn.send(Keep())
+            try:
+                kept += self.channel.conn.send(event)
+            except (LimitExceeded, ProtocolError) as exc:
+                refused(exc)
+            self.channel.write(kept)
+        else:
+            if keep:
+                self.channel.send(Keep())
+            # A large briefcase is encoded on a thread (see Channel.send): others go on
+            # meanwhile.
+            self.channel.send(event, refused)
         meet.step("hand to worker")
         waits: set[asyncio.Future[Any]] = {reply, exited, went}
         watch = self._watch_cpu() if self.group is not None and self.group.accounts_cpu \

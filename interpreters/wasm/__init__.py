@@ -35,15 +35,17 @@ from ..c import INCLUDE  # the one tacoma.h: C agents build for either language
 from ..c import interpreter as _c
 
 #: Debian's packages for building C agents for WebAssembly (a module or WAT needs none).
-C_HINT = ("to build C agents for WebAssembly, install clang, lld and WASI's libc (Debian: "
-          "apt-get install clang lld wasi-libc libclang-rt-14-dev-wasm32)")
+C_HINT = ("to build C agents for WebAssembly, install clang, lld, WASI's libc and clang's "
+          "wasm32 runtime (Debian: apt-get install clang lld wasi-libc libclang-rt-dev-wasm32)")
 RUNTIME_HINT = "install wasmtime (pip install -e . in a clone of tacoma installs it)"
 #: Where Debian's wasi-libc puts its headers and libraries (include/wasm32-wasi, lib/...).
 SYSROOT = "/usr"
 #: -g: a trap's backtrace names the agent's functions, files and lines (as agent.c, not
 #: the build's directory at the place).
+#: The linker on one thread: its threads' stacks do not fit the address space a build
+#: has at a small --memory (it failed one build in seven at 256 MiB).
 FLAGS = ("--target=wasm32-wasi", f"--sysroot={SYSROOT}", "-std=gnu17", "-O2", "-g",
-         "-fdebug-compilation-dir=.", "-Wall")
+         "-fdebug-compilation-dir=.", "-Wall", "-Wl,--threads=1")
 LIBS = ("-lm",)
 #: What the build step writes: the module, precompiled for this runtime's engine.
 OUTPUT = "agent.cwasm"
@@ -95,7 +97,20 @@ def c_problem() -> str | None:
         return f"no wasm-ld (lld); {C_HINT}"
     if not os.path.isfile(os.path.join(SYSROOT, "lib", "wasm32-wasi", "libc.a")):
         return f"no WASI libc in {SYSROOT}/lib/wasm32-wasi; {C_HINT}"
+    if not _builtins_found(clang):
+        return f"no compiler-rt builtins for wasm32; {C_HINT}"
     return None
+
+
+@functools.cache
+def _builtins_found(clang: str) -> bool:
+    """Whether clang's runtime library for wasm32 (compiler-rt's builtins) is installed."""
+    try:
+        out = subprocess.run([clang, "--target=wasm32-wasi", "-print-libgcc-file-name"],  # noqa: S603 - the compiler, found on PATH
+                             capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return os.path.isfile(out.stdout.strip())
 
 
 def _check() -> str | None:

@@ -9,6 +9,7 @@ which the place returns with a failed compile.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -17,8 +18,18 @@ from ._engine import compile_module, new_engine
 
 
 def main() -> int:
-    done = subprocess.run(clang_command("agent.wasm"), stdout=sys.stdout,  # noqa: S603 - the compiler, found on PATH
-                          stderr=subprocess.STDOUT, check=False)
+    try:
+        command = clang_command("agent.wasm")
+    except LookupError as exc:
+        print(f"agent.c: error: cannot build C for WebAssembly here: {exc}")
+        return 1
+    # clang's temporary files in the build's own /tmp. Its working directory is written
+    # through the descriptor it started in; by its path, below a state directory that
+    # lies below the host's /tmp, it is the host's, shown read-only, and clang (unlike
+    # gcc) does not fall back from an unwritable TMPDIR.
+    env = {**os.environ, "TMPDIR": "/tmp"}  # noqa: S108 - the build's own, private /tmp
+    done = subprocess.run(command, stdout=sys.stdout, stderr=subprocess.STDOUT,  # noqa: S603 - the compiler, found on PATH
+                          env=env, check=False)
     if done.returncode != 0:
         return done.returncode if done.returncode > 0 else 1
     with open("agent.wasm", "rb") as f:

@@ -48,14 +48,41 @@ def new_engine(parallel: bool = False) -> wasmtime.Engine:
 
 
 def compile_module(program: bytes, engine: wasmtime.Engine | None = None) -> wasmtime.Module:
-    """A module from its binary or text (WAT); ValueError saying why it is not one."""
+    """A module from its binary or text (WAT); ValueError saying why it is not one an agent
+    may be: not valid, or with a start function (which would run as it is instantiated,
+    before its meet's limits are watched: an agent begins in `_start`)."""
     try:
-        source: bytes | str = program if program.startswith(b"\0asm") else program.decode()
-        return wasmtime.Module(engine or new_engine(), source)
+        binary = program if program.startswith(b"\0asm") else \
+            bytes(wasmtime.wat2wasm(program.decode()))
+        module = wasmtime.Module(engine or new_engine(), binary)
     except UnicodeDecodeError as exc:
         raise ValueError(f"neither a WebAssembly module nor its text (WAT): {exc}") from None
     except wasmtime.WasmtimeError as exc:
         raise ValueError(_first_line(str(exc))) from None
+    if _has_start(binary):
+        raise ValueError("the module has a start function, which a place does not run: "
+                         "an agent begins in its exported _start")
+    return module
+
+
+def _has_start(binary: bytes) -> bool:
+    """Whether a valid module's binary has a start section (id 8). Read here because
+    wasmtime does not say; the format is a magic, a version, then sections, each an id
+    byte and its size as an unsigned LEB128."""
+    at = 8
+    while at < len(binary):
+        section, at = binary[at], at + 1
+        size = shift = 0
+        while True:
+            byte, at = binary[at], at + 1
+            size |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        if section == 8:
+            return True
+        at += size
+    return False
 
 
 def _first_line(message: str) -> str:

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..wire._briefcase import Briefcase
-from ..wire._errors import MeetError
+from ..wire._errors import LimitExceeded, MeetError
 from ._channel import AgentChannel, AgentFailure
 
 __all__ = ["Calls", "Unframer", "frame"]
@@ -96,6 +96,13 @@ class Calls:
         self.next_handle = 1
         #: The message of the agent's `fail`, once it called it.
         self.failure: str | None = None
+        #: The most bytes its briefcases may hold together: the largest briefcase a place
+        #: takes, and no more than a quarter of its memory limit (the worker encodes the
+        #: result too). Counted exactly only now and then (`_room`).
+        memory = channel.plan.limits.memory_bytes if channel.plan is not None else 0
+        self.most = min(channel.conn.max_frame, memory // 4) if memory else \
+            channel.conn.max_frame
+        self._added = 0
 
     def answer(self, request: list[bytes]) -> list[bytes]:
         """The reply to one request: `ok VALUES...` or `error KIND MESSAGE`."""
@@ -103,8 +110,23 @@ class Calls:
             return [b"ok", *self._call(request)]
         except MeetError as exc:
             return [b"error", exc.kind.encode(), exc.message.encode("utf-8", "replace")]
-        except (ValueError, KeyError, IndexError, UnicodeDecodeError) as exc:
+        except LimitExceeded as exc:
+            return [b"error", exc.kind.encode(), str(exc).encode("utf-8", "replace")]
+        except (ValueError, TypeError, KeyError, IndexError, UnicodeDecodeError) as exc:
+            # (TypeError: an event's own checks, as of a log level or a meet's timeout)
             return [b"error", b"bad-argument", str(exc).encode("utf-8", "replace")]
+
+    def _room(self, adding: int) -> None:
+        """LimitExceeded if the briefcases would hold more than `most` bytes with `adding`
+        more. The exact sum is taken once an eighth of `most` was added since the last."""
+        self._added += adding
+        if self._added < self.most // 8 and adding < self.most // 8:
+            return
+        held = sum(bc.held() for bc in self.briefcases.values())
+        self._added = 0
+        if held + adding > self.most:
+            raise LimitExceeded(f"the agent's briefcases would hold {held + adding:,} bytes, "
+                                f"over the {self.most:,} it may hold (free some handles)")
 
     def _briefcase(self, handle: bytes) -> Briefcase:
         try:
@@ -132,11 +154,15 @@ class Calls:
         return [text.encode() for text in self._briefcase(args[0]).text(args[1].decode())]
 
     def call_append(self, args: list[bytes]) -> list[bytes]:
-        self._briefcase(args[0]).append(args[1].decode(), args[2])
+        briefcase = self._briefcase(args[0])
+        self._room(len(args[2]))
+        briefcase.append(args[1].decode(), args[2])
         return []
 
     def call_replace(self, args: list[bytes]) -> list[bytes]:
-        self._briefcase(args[0]).replace(args[1].decode(), list(args[2:]))
+        briefcase = self._briefcase(args[0])
+        self._room(sum(len(element) for element in args[2:]))
+        briefcase.replace(args[1].decode(), list(args[2:]))
         return []
 
     def call_remove(self, args: list[bytes]) -> list[bytes]:
@@ -218,6 +244,7 @@ class Calls:
         return []
 
     def _new(self, briefcase: Briefcase) -> bytes:
+        self._room(briefcase.held())
         handle = self.next_handle
         self.next_handle += 1
         self.briefcases[handle] = briefcase

@@ -434,6 +434,11 @@ class Briefcase(MutableMapping[str, list[bytes]]):
                    if self._lazy is not None and self._lazy[name].items is None)
         return lazy + sum(len(e) for elements in self._folders.values() for e in elements)
 
+    def held(self) -> int:
+        """Bytes of elements held in this process's memory (a lazy folder not yet read
+        holds none): what a worker counts against what an agent may keep."""
+        return sum(len(e) for elements in self._folders.values() for e in elements)
+
     # -- lazy folders (see _lazy)
     def _refs(self) -> dict[str, Ref]:
         """The references of the folders that travel lazily now."""

@@ -100,8 +100,8 @@ def _cancelled(meet_id: str, place: str | None) -> None:
                    "move, cabinet, lazy and status (default: all).")
 @click.option("--fresh", is_flag=True,
               help="Run the agent in a fresh worker process, never a warm one that served "
-                   "your same program before (puts a FRESH folder in the briefcase: every "
-                   "place it goes to does the same).")
+                   "you before (puts a FRESH folder in the briefcase: every place it goes "
+                   "to does the same).")
 def meet(target: str, code_path: Path | None, folders: tuple[str, ...], is_async: bool,
          timeout: float | None, as_json: bool, traced: bool, progress: bool | None,
          places: tuple[str, ...], programs: tuple[str, ...], may: str | None,

@@ -89,7 +89,8 @@ def top(places: tuple[str, ...], interval: float, once: bool, iterations: int | 
     each). Each place is asked what tacoma status PLACE and tacoma ps show, and its section
     says: its version, uptime, pid and load; its meets running, queued and ended, and
     meets ended per second since its previous answer (a dash until there are two); how it
-    uses its workers (warm ones kept for the same principal and program, fresh ones); the
+    uses its workers (warm ones kept for the same principal and program, or any program
+    of the principal where each meet is a fresh instance; fresh ones); the
     agents running, one row per principal and agent, with how many run in a warm worker
     and how many in a fresh one; and its worker pools, with each pool's meets per second
     (the place counts ended meets per pool, not per principal).

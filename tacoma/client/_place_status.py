@@ -46,7 +46,8 @@ class Pool:
     """The workers of one language: ready now, kept ready now (from --pool-size, growing
     under load up to `most`, --pool-max), meets that ran in one and ended since the place
     started, and meets that found none ready; warm workers idle now (kept for later meets
-    of the same principal and program), and of the meets that ended, how many a warm
+    of the same principal and program, or of the same principal where each meet is a fresh
+    instance: `Interpreter.instances`), and of the meets that ended, how many a warm
     worker served and how many a fresh one."""
 
     agent: str
@@ -206,7 +207,8 @@ class PlaceStatus:
             return ("a fresh process for every meet (reuse needs a PID namespace, a tmpfs "
                     "and cgroups per worker, and principals: a place run as root, not "
                     "--insecure)")
-        return (f"reused for later meets of the same principal and program only; "
+        return (f"reused for later meets of the same principal and program (fresh "
+                f"instances: of any of its programs); "
                 f"{reuse.get('idle', 0)} warm idle (at most {reuse.get('most', 0)})")
 
     POOL_HEADERS = ("LANGUAGE", "AGENT", "READY", "POOL", "MOST", "ENDED", "MISSED", "WARM",

@@ -295,7 +295,8 @@ def _reuse(a: Answer) -> str:
         return "fresh for every meet (--reuse never)"
     if not a.reuses:
         return "fresh for every meet (reuse cannot apply here: see tacoma status)"
-    return f"reused (same principal and program), {a.warm_idle} warm idle of at most {a.warm_most}"
+    return (f"reused (same principal and program; fresh instances: any program), "
+            f"{a.warm_idle} warm idle of at most {a.warm_most}")
 
 
 def _clock(at: float) -> str:

@@ -1,4 +1,5 @@
-"""Warm workers: a worker reused for later meets of one principal's one program.
+"""Warm workers: a worker reused for later meets of one principal's one program (or, for a
+language whose every meet is a fresh instance of its runtime, of any of its programs).
 
 Forking and confining a worker costs a few milliseconds of CPU, most of it the kernel's
 (copy-on-write faults, exit, fork): with a fresh process per meet, two cores serve a few
@@ -59,7 +60,8 @@ SEEN = 4096
 
 @dataclass(frozen=True, slots=True)
 class WarmKey:
-    """Which meets may share a worker: one language, one principal, one program."""
+    """Which meets may share a worker: one language, one principal, one program (b"" for
+    a language whose meets are fresh instances: any program of the principal)."""
 
     language: str
     principal: str

@@ -258,6 +258,7 @@ PRINCIPAL_READER = {
         }
     """),
 }
+PRINCIPAL_READER["ag_wasm"] = PRINCIPAL_READER["ag_c"]  # the C source, built for WebAssembly
 
 
 @pytest.mark.parametrize("agent", LANGUAGES)

@@ -59,7 +59,7 @@ OUTPUT_TAIL = 4096
 MODULES = 32
 #: How often the ticker looks at a running meet's CPU time and deadline, in seconds; and
 #: after how long without a meet it sleeps until the next (no wake-ups while idle).
-TICK = 0.01
+TICK = 0.05
 IDLE = 1.0
 #: Memory the worker keeps for itself (its Python, the runtime) out of the meet's limit,
 #: where the process has no RLIMIT_AS to measure it against; else what it maps already,

@@ -31,6 +31,7 @@ __all__ = [
     "ServerProcess",
     "close_meet_connections",
     "rss_kib",
+    "served",
     "start_passive",
     "start_place",
 ]
@@ -176,3 +177,14 @@ def close_meet_connections(loop: asyncio.AbstractEventLoop) -> None:
         cache.close()
         loop.run_until_complete(asyncio.sleep(0))  # let the transports run their close
 
+
+def served(place: ServerProcess, agent: str) -> tuple[int, int]:
+    """(warm, fresh): the meets a warm and a fresh worker of `agent` served at `place` so
+    far (from its status, with its admin token)."""
+    import tacoma
+
+    assert place.state_dir is not None
+    token = (place.state_dir / "admin.token").read_text().strip()
+    status = tacoma.place_status(place.address, token=token)
+    pool = next(p for p in status.pools if p.agent == agent)
+    return pool.warm, pool.fresh

@@ -29,7 +29,7 @@ from tacoma.bench._overhead import TRUSTED_NULL, install_trusted_null
 from tacoma.client._client import PlaceClient
 from tacoma.wire._program import code_digest
 
-from _harness import PAYLOAD, PassiveClient, ServerProcess, rss_kib
+from _harness import PAYLOAD, PassiveClient, ServerProcess, rss_kib, served
 
 Summary = Callable[[str], None]
 
@@ -286,15 +286,6 @@ def _machine_cpu_seconds() -> float:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
-def _served(place: ServerProcess) -> tuple[int, int]:
-    """(warm, fresh): the meets a warm and a fresh Python worker served at `place` so far."""
-    assert place.state_dir is not None
-    token = (place.state_dir / "admin.token").read_text().strip()
-    status = tacoma.place_status(place.address, token=token)
-    pool = next(p for p in status.pools if p.agent == "ag_python")
-    return pool.warm, pool.fresh
-
-
 def _sustained(benchmark: Any, loop: asyncio.AbstractEventLoop, place: ServerProcess,
                summary: Summary, meet: Callable[[int], Awaitable[None]], what: str,
                **info: Any) -> None:
@@ -317,10 +308,11 @@ def _sustained(benchmark: Any, loop: asyncio.AbstractEventLoop, place: ServerPro
         measures=f"one round = {SUSTAINED_MEETS} sync meets to ag_python, {IN_FLIGHT} in "
                  f"flight at once; {what}", in_flight=IN_FLIGHT, meets=SUSTAINED_MEETS,
         **info)
-    warm, fresh = _served(place)
+    warm, fresh = served(place, "ag_python")
     benchmark.pedantic(lambda: loop.run_until_complete(round_of_meets()),
                        rounds=SUSTAINED_ROUNDS, warmup_rounds=1, iterations=1)
-    warm, fresh = (n - before for n, before in zip(_served(place), (warm, fresh), strict=True))
+    after = served(place, "ag_python")
+    warm, fresh = (n - before for n, before in zip(after, (warm, fresh), strict=True))
     median = _median_seconds(benchmark)
     if median is not None and warm + fresh:
         rate = round(SUSTAINED_MEETS / median)

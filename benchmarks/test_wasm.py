@@ -27,7 +27,7 @@ import pytest
 import tacoma
 from tacoma.agent._interpreter import discover_interpreters
 
-from _harness import PAYLOAD, ServerProcess
+from _harness import PAYLOAD, ServerProcess, served
 
 WASM = next((i for i in discover_interpreters().values() if i.language == "wasm"), None)
 pytestmark = pytest.mark.skipif(WASM is None or WASM.check() is not None,
@@ -100,15 +100,6 @@ def test_wasm_null_meet_beside_echo(benchmark: Any, loop: asyncio.AbstractEventL
             f"{e50:,.0f} µs (p99 {e99:,.0f}): {w50 / e50:.2f}x (goal 1.5x)")
 
 
-def _served(place: ServerProcess) -> tuple[int, int]:
-    """(warm, fresh): meets a warm and a new ag_wasm worker served at `place` so far."""
-    assert place.state_dir is not None
-    token = (place.state_dir / "admin.token").read_text().strip()
-    status = tacoma.place_status(place.address, token=token)
-    pool = next(p for p in status.pools if p.agent == "ag_wasm")
-    return pool.warm, pool.fresh
-
-
 def test_wasm_sustained_fresh_instances(benchmark: Any, loop: asyncio.AbstractEventLoop,
                                         place: ServerProcess, summary: Any) -> None:
     """SUSTAINED_MEETS ag_wasm meets a round, IN_FLIGHT at once, each in a fresh instance
@@ -126,10 +117,11 @@ def test_wasm_sustained_fresh_instances(benchmark: Any, loop: asyncio.AbstractEv
         await asyncio.gather(*(caller() for _ in range(IN_FLIGHT)))
 
     loop.run_until_complete(round_of_meets())  # the principal's workers, warm
-    warm, fresh = _served(place)
+    warm, fresh = served(place, "ag_wasm")
     benchmark.pedantic(lambda: loop.run_until_complete(round_of_meets()),
                        rounds=SUSTAINED_ROUNDS, iterations=1)
-    warm, fresh = (n - before for n, before in zip(_served(place), (warm, fresh), strict=True))
+    after = served(place, "ag_wasm")
+    warm, fresh = (n - before for n, before in zip(after, (warm, fresh), strict=True))
     assert warm + fresh >= SUSTAINED_MEETS  # they ran at the place, in its workers
     stats = benchmark.stats.stats if benchmark.stats is not None else None
     if stats is None or not getattr(stats, "data", None):

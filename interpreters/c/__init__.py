@@ -40,11 +40,14 @@ def _check() -> str | None:
 @functools.cache
 def _version() -> str:
     cc = _compiler()
-    if cc is None:
-        return ""
-    out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=10,  # noqa: S603 - the compiler, found on PATH
+    return compiler_version(cc) if cc is not None else ""
+
+
+def compiler_version(compiler: str) -> str:
+    """The first line of what `compiler --version` says (its name, if it says nothing)."""
+    out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=10,  # noqa: S603 - the compiler, found on PATH
                          check=False)
-    return out.stdout.splitlines()[0].strip() if out.stdout else os.path.basename(cc)
+    return out.stdout.splitlines()[0].strip() if out.stdout else os.path.basename(compiler)
 
 
 def _command() -> list[str]:
@@ -62,18 +65,26 @@ def _build_id() -> str:
 
 def _check_program(program: bytes, name: str) -> str | None:
     """Compile it, as the place would (the same command), in a directory of its own."""
-    import tempfile
-
     if _compiler() is None:
         return None
+    return compile_check(_command(), program, name, "the C compiler")
+
+
+def compile_check(command: list[str], program: bytes, name: str, compiler: str) -> str | None:
+    """Run `command` on `program` as agent.c in a directory of its own: None if it
+    compiles, else its first error and its messages, naming the file `name`. For
+    `tacoma install`, which refuses a program that does not compile (C for either
+    language that builds it)."""
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="tacoma-check-") as work:
         with open(os.path.join(work, "agent.c"), "wb") as source:
             source.write(program)
         try:
-            out = subprocess.run(_command(), cwd=work, capture_output=True, text=True,  # noqa: S603 - the compiler, found on PATH
+            out = subprocess.run(command, cwd=work, capture_output=True, text=True,  # noqa: S603 - the compiler, found on PATH
                                  errors="replace", timeout=120, check=False)
         except (OSError, subprocess.SubprocessError) as exc:
-            return f"{name}: the C compiler could not run: {exc}"
+            return f"{name}: {compiler} could not run: {exc}"
     if out.returncode == 0:
         return None
     messages = out.stderr.replace("agent.c:", f"{name}:")

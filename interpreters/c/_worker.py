@@ -31,7 +31,7 @@ import subprocess
 
 from tacoma.agent import _zygote as zygote
 from tacoma.agent._api import check_bound
-from tacoma.agent._calls import Calls, Unframer, frame
+from tacoma.agent._calls import Calls, Unframer, frame, output_since
 from tacoma.agent._channel import AgentChannel, AgentFailure
 from tacoma.agent._sandbox import describe_exit
 from tacoma.wire._briefcase import CODE, Briefcase
@@ -49,8 +49,6 @@ SOURCE = interpreter.build.source_name if interpreter.build is not None else "ag
 CRASHES = {signal.SIGSEGV: "segmentation fault", signal.SIGABRT: "abort",
            signal.SIGBUS: "bus error", signal.SIGFPE: "arithmetic error",
            signal.SIGILL: "illegal instruction"}
-#: Output returned with a failure: enough for a backtrace.
-OUTPUT_TAIL = 4096
 #: A function tacoma.h declares for agents (its own helpers are named tc__...).
 _DECLARATION = re.compile(r"^TC__API\b[^(;]*?\b(tc_[a-z]\w*)\(", re.MULTILINE)
 
@@ -101,18 +99,6 @@ def _program(meet: Meet, channel: AgentChannel) -> str:
     if not os.path.isfile(path):
         raise AgentFailure(f"the compiled program {key[:16]} is not in the place's cache")
     return path
-
-
-def _output_tail(start: int) -> str:
-    """What the agent wrote to the meet's output (our stdout) since offset `start`."""
-    try:
-        end = os.fstat(1).st_size
-        begin = max(start, end - OUTPUT_TAIL)
-        data = os.pread(1, end - begin, begin)
-    except OSError:
-        return ""
-    text = data.decode("utf-8", "replace")
-    return ("...\n" if begin > start else "") + text.strip()
 
 
 _FRAME = re.compile(r"^agent\(\+0x([0-9a-f]+)\)\[0x[0-9a-f]+\]$")
@@ -210,7 +196,7 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
         raise AgentFailure(agent.failure)
     if code == 0:
         return agent.briefcases[0]
-    output = _output_tail(output_start)
+    output = output_since(output_start)
     if code < 0 and -code in CRASHES:
         name = signal.Signals(-code).name
         raise AgentFailure(_crash_message(name, CRASHES[signal.Signals(-code)], output),

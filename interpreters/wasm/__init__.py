@@ -31,7 +31,11 @@ import subprocess
 from tacoma.agent._api import spell
 from tacoma.agent._interpreter import Build, Interpreter, python_argv
 
-from ..c import INCLUDE  # the one tacoma.h: C agents build for either language
+from ..c import (  # the one tacoma.h: C builds for either language
+    INCLUDE,
+    compile_check,
+    compiler_version,
+)
 from ..c import interpreter as _c
 
 #: Debian's packages for building C agents for WebAssembly (a module or WAT needs none).
@@ -122,11 +126,7 @@ def _check() -> str | None:
 @functools.cache
 def _clang_version() -> str:
     clang = _clang()
-    if clang is None:
-        return ""
-    out = subprocess.run([clang, "--version"], capture_output=True, text=True, timeout=10,  # noqa: S603 - the compiler, found on PATH
-                         check=False)
-    return out.stdout.splitlines()[0].strip() if out.stdout else "clang"
+    return compiler_version(clang) if clang is not None else ""
 
 
 #: How this place runs instances, for `tacoma doctor`: the one mode there is.
@@ -176,21 +176,7 @@ def _check_program(program: bytes, name: str) -> str | None:
         return None
     if c_problem() is not None:
         return None
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="tacoma-check-") as work:
-        with open(os.path.join(work, "agent.c"), "wb") as source:
-            source.write(program)
-        try:
-            out = subprocess.run(clang_command(), cwd=work, capture_output=True, text=True,  # noqa: S603 - the compiler, found on PATH
-                                 errors="replace", timeout=120, check=False)
-        except (OSError, subprocess.SubprocessError) as exc:
-            return f"{name}: clang could not run: {exc}"
-    if out.returncode == 0:
-        return None
-    messages = out.stderr.replace("agent.c:", f"{name}:")
-    errors = [line for line in messages.splitlines() if ": error:" in line]
-    return (errors[0] if errors else f"{name}: does not compile") + "\n" + messages.rstrip()
+    return compile_check(clang_command(), program, name, "clang")
 
 
 #: A module that starts and ends: the null agent, with no WASI import at all.

@@ -42,7 +42,7 @@ import time
 import wasmtime
 from tacoma.agent import _zygote as zygote
 from tacoma.agent._api import check_bound
-from tacoma.agent._calls import Calls, Unframer, frame
+from tacoma.agent._calls import Calls, Unframer, frame, output_since
 from tacoma.agent._channel import AgentChannel, AgentFailure
 from tacoma.wire._briefcase import CODE, Briefcase
 from tacoma.wire._errors import AgentKilled
@@ -53,8 +53,6 @@ from ..c import INCLUDE
 from . import MINIMAL, interpreter, kind
 from ._engine import compile_module, new_engine
 
-#: Output returned with a failure: its last lines.
-OUTPUT_TAIL = 4096
 #: Compiled modules a worker keeps, the most recently used (a worker serves one principal).
 MODULES = 32
 #: How often the ticker looks at a running meet's CPU time and deadline, in seconds; and
@@ -317,17 +315,6 @@ def _free_address_space() -> int | None:
     return max(16 << 20, (soft - mapped - MARGIN) // 2 - GROWTH)
 
 
-def _output_tail(start: int) -> str:
-    try:
-        end = os.fstat(1).st_size
-        begin = max(start, end - OUTPUT_TAIL)
-        data = os.pread(1, end - begin, begin)
-    except OSError:
-        return ""
-    text = data.decode("utf-8", "replace")
-    return ("...\n" if begin > start else "") + text.strip()
-
-
 def run(meet: Meet, channel: AgentChannel) -> Briefcase:
     global _running
     module = _module(meet, channel)
@@ -376,7 +363,7 @@ def run(meet: Meet, channel: AgentChannel) -> Briefcase:
         raise AgentFailure(running.calls.failure)
     if code != 0:
         raise AgentFailure(f"WebAssembly agent exited with status {code}",
-                           _output_tail(output_start))
+                           output_since(output_start))
     return running.calls.briefcases[0]
 
 
@@ -392,7 +379,7 @@ def _stopped(exc: Exception, running: _Running, ticker: Ticker | None, memory: i
              memory_limit: int, limits: object, output_start: int, name: str) -> None:
     """Raise why the instance stopped: its fault, its limits, or its own trap (with its
     backtrace, whose C lines name the agent's file as the user calls it: `name`)."""
-    output = _output_tail(output_start)
+    output = output_since(output_start)
     if running.fault is not None:
         raise AgentFailure(f"WebAssembly agent stopped: {running.fault}", output)
     if running.calls.failure is not None:

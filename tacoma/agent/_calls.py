@@ -28,13 +28,30 @@ briefcase): this runs inside workers.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from ..wire._briefcase import Briefcase
 from ..wire._errors import LimitExceeded, MeetError
 from ._channel import AgentChannel, AgentFailure
 
-__all__ = ["Calls", "Unframer", "frame"]
+__all__ = ["Calls", "Unframer", "frame", "output_since"]
+
+#: What of an agent's output comes back with its failure: the end, enough for a backtrace.
+OUTPUT_TAIL = 4096
+
+
+def output_since(start: int) -> str:
+    """The end of what the agent wrote to the meet's output (the worker's stdout, which
+    an agent outside the worker's interpreter writes to directly) since offset `start`."""
+    try:
+        end = os.fstat(1).st_size
+        begin = max(start, end - OUTPUT_TAIL)
+        data = os.pread(1, end - begin, begin)
+    except OSError:
+        return ""
+    text = data.decode("utf-8", "replace")
+    return ("...\n" if begin > start else "") + text.strip()
 
 
 def frame(parts: list[bytes]) -> bytes:

@@ -1195,6 +1195,25 @@ def test_tmp_is_the_agents_own_even_where_the_place_lies_below_it(
     still_serves(place_below_tmp, language)
 
 
+def test_a_c_agent_builds_for_webassembly_where_the_place_lies_below_tmp(
+        place_below_tmp: RunningPlace) -> None:
+    """The build's directory, by its path, is the host's there, shown read-only (the build
+    writes through the descriptor it started in); clang, unlike gcc, does not fall back
+    from an unwritable TMPDIR, and must be given the build's own /tmp."""
+    wasm = next((i for i in discover_interpreters().values() if i.language == "wasm"), None)
+    if wasm is None or wasm.check() is not None:
+        pytest.skip("ag_wasm cannot run here")
+    from tacoma.interpreters.wasm import c_problem
+
+    if (problem := c_problem()) is not None:
+        pytest.skip(problem)
+    hello = (Path(__file__).parent.parent / "examples" / "hello" / "hello.c").read_text()
+    code = f"/* {uuid.uuid4().hex}: a build of its own */\n{hello}"
+    result = tacoma.meet(place_below_tmp.target("ag_wasm"), {"NAME": ["tmp"]}, code=code,
+                         timeout=120)
+    assert result.text("GREETING") == ["hello, tmp from wasm"]
+
+
 HUGE_OUTPUT = {
     # Write to stdout until refused; then fail with the error and the size stdout reached.
     "python": """

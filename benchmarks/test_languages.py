@@ -82,6 +82,10 @@ def _bare_command(language: str, tmp_path: Path) -> list[str]:
         if guile is None:
             pytest.skip("no guile command to time")
         return [guile, "-c", "(exit)"]
+    if language == "wasm":  # wasmtime has no command here: its Python, running the null module
+        return [sys.executable, "-c", "import wasmtime; e = wasmtime.Engine(); "
+                "s = wasmtime.Store(e); m = wasmtime.Module(e, '(module (func (export "
+                "\"_start\")))'); wasmtime.Instance(s, m, []).exports(s)['_start'](s)"]
     pytest.skip(f"no bare start-up command known for {language}")
 
 

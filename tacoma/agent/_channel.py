@@ -531,10 +531,13 @@ def serve_one(run: Runner, plan: SandboxPlan,
         if (instances and baseline is not None and channel.keep and channel.gone is None
                 and isinstance(reply, Result)):  # told Keep with its meet: see `kept`
             channel.keep = False
-            if baseline.renew():
-                channel.again(reply)
-                del meet, reply
-                continue
+            if not baseline.renew():  # its life's CPU time spent: the place destroys it
+                channel.finish(reply)
+                channel.drain()
+                return
+            channel.again(reply)
+            del meet, reply
+            continue
         channel.finish(reply)
         if baseline is None or not isinstance(reply, Result) or channel.gone is not None:
             channel.drain()

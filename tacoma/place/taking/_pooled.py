@@ -93,10 +93,7 @@ class PooledRuns:
             if timeout <= 0:
                 raise MeetTimeout(f"compiling {meet.agent}'s program took the meet's whole "
                                   "time")
-        # A language whose every meet is a fresh instance (WebAssembly) shares a warm
-        # worker among its principal's programs; any other, only among one program's meets.
-        key = (WarmKey.of(pool.interpreter.language, meet.principal,
-                          [] if pool.interpreter.instances else briefcase[CODE])
+        key = (WarmKey.of(pool.interpreter, meet.principal, briefcase[CODE])
                if pool.containment.reuses and FRESH not in briefcase else None)
         worker = await self._worker(pool, key)
         meet.step("take worker")

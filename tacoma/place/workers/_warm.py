@@ -40,6 +40,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from ...agent._interpreter import Interpreter
 from ...wire._program import code_digest
 from .._settings import PlaceSettings
 from ._pool import Worker
@@ -65,12 +66,16 @@ class WarmKey:
 
     language: str
     principal: str
-    program: bytes  # the program's hash, as passports and CODE_HASH name it
+    program: bytes  # the program's hash, as passports and CODE_HASH name it; or b""
 
     @classmethod
-    def of(cls, language: str, principal: str, code: list[bytes]) -> WarmKey:
-        """The key of a meet of `language` for `principal` with CODE folder `code`."""
-        return cls(language, principal, code_digest(code))
+    def of(cls, interpreter: Interpreter, principal: str, code: list[bytes]) -> WarmKey:
+        """The key of a meet of `interpreter`'s language for `principal` with CODE folder
+        `code`: without the program where each meet is a fresh instance of its runtime
+        (`Interpreter.instances`), since the instance, not the process, then keeps one
+        meet from the next."""
+        return cls(interpreter.language, principal,
+                   b"" if interpreter.instances else code_digest(code))
 
 
 class WarmWorkers:

@@ -28,22 +28,29 @@ import wasmtime
 
 __all__ = ["CONFIG_ID", "compile_module", "new_engine"]
 
-#: Every setting below, for the build's id (see the module).
-CONFIG_ID = "epochs reservation=0 guard=0 growth=16M no-cow serial speed details"
+#: The engine's settings (wasmtime.Config's attributes), as the module says.
+SETTINGS: dict[str, object] = {
+    "epoch_interruption": True,
+    "memory_reservation": 0,
+    "memory_guard_size": 0,
+    "memory_reservation_for_growth": 16 << 20,
+    "memory_init_cow": False,
+    "cranelift_opt_level": "speed",
+}
+#: What the engine is made with, for the build's id: a precompiled module loads only in an
+#: engine made alike.
+CONFIG_ID = " ".join(f"{name}={value}" for name, value in sorted(SETTINGS.items())) + \
+    " WASMTIME_BACKTRACE_DETAILS=1"
 
 
 def new_engine(parallel: bool = False) -> wasmtime.Engine:
-    """An engine with the settings above (`parallel`: compile on several threads, for a
-    build step of its own, which ends after it)."""
+    """An engine with SETTINGS (`parallel`: compile on several threads, for a build step of
+    its own, which ends after it; a worker compiles on its own thread)."""
     os.environ["WASMTIME_BACKTRACE_DETAILS"] = "1"
     config = wasmtime.Config()
-    config.epoch_interruption = True
-    config.memory_reservation = 0
-    config.memory_guard_size = 0
-    config.memory_reservation_for_growth = 16 << 20
-    config.memory_init_cow = False
+    for name, value in SETTINGS.items():
+        setattr(config, name, value)
     config.parallel_compilation = parallel
-    config.cranelift_opt_level = "speed"
     return wasmtime.Engine(config)
 
 

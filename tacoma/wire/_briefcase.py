@@ -432,7 +432,7 @@ class Briefcase(MutableMapping[str, list[bytes]]):
         yet read counts its whole size, as if it were here)."""
         lazy = sum(ref.size for name, ref in self._refs().items()
                    if self._lazy is not None and self._lazy[name].items is None)
-        return lazy + sum(len(e) for elements in self._folders.values() for e in elements)
+        return lazy + self.held()
 
     def held(self) -> int:
         """Bytes of elements held in this process's memory (a lazy folder not yet read

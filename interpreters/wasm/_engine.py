@@ -5,7 +5,7 @@ the same engine settings (wasmtime checks, and refuses one that differs): both m
 engine here, and CONFIG_ID, part of the build's id, changes the cache key when they change.
 
 - Epoch interruption: the worker stops a running instance by bumping the engine's epoch
-  (its meet's CPU time or deadline passed; see _worker.Ticker).
+  (its meet's CPU time or deadline passed; see _runner.Ticker).
 - No large virtual reservation per linear memory: a worker runs under RLIMIT_AS (the
   meet's memory limit), which wasmtime's default 4 GiB reservation and 2 GiB guard would
   exceed. Memories are bounds-checked explicitly instead, and grow by moving.

@@ -41,13 +41,14 @@ __all__ = ["Calls", "Unframer", "frame", "output_since"]
 OUTPUT_TAIL = 4096
 
 
-def output_since(start: int) -> str:
+def output_since(start: int, fd: int = 1) -> str:
     """The end of what the agent wrote to the meet's output (the worker's stdout, which
-    an agent outside the worker's interpreter writes to directly) since offset `start`."""
+    an agent outside the worker's interpreter writes to directly; or `fd`) since offset
+    `start`."""
     try:
-        end = os.fstat(1).st_size
+        end = os.fstat(fd).st_size
         begin = max(start, end - OUTPUT_TAIL)
-        data = os.pread(1, end - begin, begin)
+        data = os.pread(fd, end - begin, begin)
     except OSError:
         return ""
     text = data.decode("utf-8", "replace")

@@ -14,7 +14,8 @@ later ones (by hash). Every meet gets a new store and a new instance: nothing of
 memory, globals or tables is there for the next, whichever program or principal sent it.
 The instances run inside a worker process confined by every layer of the OS sandbox, and
 a worker serves one principal only (see _worker.py), so that an escape from the runtime
-still meets the kernel's walls.
+still meets the kernel's walls; a place run with --instances-in-place runs them on threads
+of its own process instead (`_runner.lease`), with the runtime as their only wall.
 
 The agent API is tacoma.h's (the same functions as ag_c, `tc_...`), reaching the worker
 through two host functions, `tacoma.call` and `tacoma.reply`, instead of a socket.
@@ -29,7 +30,7 @@ import shutil
 import subprocess
 
 from tacoma.agent._api import spell
-from tacoma.agent._interpreter import Build, Interpreter, python_argv
+from tacoma.agent._interpreter import Build, InPlaceRunner, Interpreter, python_argv
 
 from ..c import (  # the one tacoma.h: C builds for either language
     INCLUDE,
@@ -129,14 +130,17 @@ def _clang_version() -> str:
     return compiler_version(clang) if clang is not None else ""
 
 
-#: How this place runs instances, for `tacoma doctor`: the one mode there is.
-MODE = "a fresh instance per meet, in a confined worker of the meet's principal"
-
-
 def _version() -> str:
     c = c_problem()
-    return (f"wasmtime {runtime_version()}, {MODE}; C agents: "
+    return (f"wasmtime {runtime_version()}; C agents: "
             + (_clang_version() if c is None else f"not built here ({c})"))
+
+
+def _in_place(output: int, file_limit: int, memory: int) -> InPlaceRunner:
+    """A runner for a thread of a place that runs instances in its own process."""
+    from ._runner import lease
+
+    return lease(output, file_limit, memory)
 
 
 def clang_command(output: str = "agent.wasm") -> list[str]:
@@ -201,4 +205,5 @@ interpreter = Interpreter(
         "roamer": _c.programs["roamer"],
     },
     instances=True,
+    in_place=_in_place,
 )

@@ -65,7 +65,7 @@ from ..wire._trace import record
 from . import _sandbox
 from ._reuse import Baseline  # in the zygote's image: a worker imports nothing on its own
 
-__all__ = ["AgentChannel", "AgentFailure", "program_text", "serve_one"]
+__all__ = ["AgentChannel", "AgentFailure", "program_text", "serve_one", "serve_thread"]
 
 #: Acknowledged sends an agent may have outstanding at once.
 MAX_UNACKED = 1024
@@ -553,6 +553,39 @@ def serve_one(run: Runner, plan: SandboxPlan,
         if reset is not None:  # after: a new interpreter reads the environment made clean
             reset()
         channel.again()
+
+
+def serve_thread(run: Runner, plan: SandboxPlan) -> None:
+    """Serve meets with `run` on this thread of the place, over the socket `plan.fd`, until
+    the place closes it or keeps it no more; the place's own process, unconfined: only for a
+    language that runs each meet in a fresh instance of its runtime (`Interpreter.in_place`),
+    on a place that runs instances in its own process.
+
+    As `serve_one` without the sandbox: nothing to enter, and between meets nothing to make
+    clean (the instance went with its meet; the runner bounds each meet's CPU time from
+    the thread's own clock). Lazy folders are read through this thread's channel."""
+    channel = AgentChannel(plan.fd, plan.max_frame)
+    channel.place = plan.place
+    channel.plan = plan
+    attach_lazy(channel.lazy_fetch, channel.lazy_keep, plan.prefetch, this_thread=True)
+    try:
+        channel.hello()
+        while True:
+            meet = channel.wait_meet()
+            reply = _serve(run, channel, meet)
+            if (plan.reuse and channel.keep and channel.gone is None
+                    and isinstance(reply, Result)):
+                channel.keep = False
+                channel.again(reply)
+                del meet, reply
+                continue
+            channel.finish(reply)
+            channel.drain()
+            return
+    except (SystemExit, OSError, ProtocolError):
+        return  # the place closed the channel, or broke it: it destroys this worker
+    finally:
+        attach_lazy(None, None, this_thread=True)
 
 
 def _serve(run: Runner, channel: AgentChannel, meet: Meet) -> Result | Failed:

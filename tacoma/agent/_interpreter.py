@@ -30,10 +30,17 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from ._api import unbound
 
-__all__ = ["PROGRAMS", "Build", "Interpreter", "discover_interpreters", "python_argv"]
+if TYPE_CHECKING:
+    from ..wire._briefcase import Briefcase
+    from ..wire._protocol import Meet
+    from ._channel import AgentChannel
+
+__all__ = ["PROGRAMS", "Build", "InPlaceRunner", "Interpreter", "discover_interpreters",
+           "python_argv"]
 
 log = logging.getLogger("tacoma.place")
 
@@ -91,6 +98,23 @@ class InProcess:
     null: str
 
 
+class InPlaceRunner(Protocol):
+    """What runs meets on one thread of a place that runs instances in its own process
+    (`Interpreter.in_place`), one meet at a time, each in a fresh instance.
+
+    run: runs one meet (as a worker's runner does: `_channel.serve_thread` calls it),
+    bounding its CPU time by the thread's own clock and its time by the meet's; it must
+    never end the process (a moving agent's `go` returns). stop: from any thread, stops the
+    meet running now at once (the place gave up on it). close: the thread is done with it.
+    """
+
+    def run(self, meet: Meet, channel: AgentChannel) -> Briefcase: ...
+
+    def stop(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Interpreter:
     """A language adapter.
@@ -112,7 +136,12 @@ class Interpreter:
     be told (a syntax error, a compile error), or None when nothing wrong is found, for
     `tacoma install` to refuse it at once rather than at its first meet; in_process: for
     the language the place itself is written in, how it runs trusted agents in its own
-    process (None: every agent of the language runs in a worker).
+    process (None: every agent of the language runs in a worker); instances: each meet
+    runs in a fresh instance of the language's runtime, which keeps one meet from the next
+    (a warm worker then serves any program of its principal); in_place: for such a
+    language, what runs its instances on a thread of a place that runs them in its own
+    process (`--instances-in-place`), given the meet output's file descriptor, the most
+    bytes it may hold and the most memory an instance may have.
     """
 
     language: str
@@ -129,6 +158,8 @@ class Interpreter:
         default=lambda program, name: None, compare=False, hash=False)
     in_process: InProcess | None = field(default=None, compare=False, hash=False)
     instances: bool = False
+    in_place: Callable[[int, int, int], InPlaceRunner] | None = field(
+        default=None, compare=False, hash=False)
 
     def worker_argv(self) -> list[str]:
         """The command that starts one worker (the sandbox plan is appended to it).

@@ -141,7 +141,7 @@ def agents_table(rows: list[dict[str, Any]]) -> None:
     table(("MEET", "PRINCIPAL", "NAME", "AGENT", "LANGUAGE", "WORKER", "PID", "PROCS", "AGE",
            "CPU", "MEMORY", "NET", "MAILBOX"), [(
                r["meet"], _whose(r), r["name"] or "-", r["agent"], r["language"],
-               r.get("worker", "-"), r["pid"], r["processes"], f"{r['age']:.1f}s",
+               r.get("worker", "-"), r["pid"] or "-", r["processes"], f"{r['age']:.1f}s",
                f"{r['cpu']:.2f}s", f"{r['rss'] / 2**20:.1f}M", r.get("network", "-"),
                "-" if r["mailbox"] is None else r["mailbox"],
            ) for r in rows], right=("PID", "PROCS", "AGE", "CPU", "MEMORY", "MAILBOX"))

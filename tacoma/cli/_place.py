@@ -15,7 +15,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -35,6 +35,9 @@ from ._common import (
     format_size,
     state_dir_option,
 )
+
+if TYPE_CHECKING:
+    from ..agent._interpreter import Interpreter
 
 __all__ = ["doctor", "install", "place"]
 
@@ -134,6 +137,16 @@ class _PlaceCommand(click.Command):
                    "the same principal and the same program only (never anyone else's); "
                    "'never': a fresh process for every meet. A meet with a FRESH folder "
                    "always gets a fresh one.")
+@click.option("--instances-in-place", is_flag=True,
+              help="Run the instances of languages whose every meet is a fresh instance "
+                   "of their runtime (WebAssembly) on threads of the place's own process, "
+                   "not in confined worker processes: faster, but the runtime is then the "
+                   "only wall between an agent and the place. See tacoma doctor.")
+@click.option("--instances-memory", type=ByteSize(0), default=None,
+              help="With --instances-in-place: the most memory the instances running in "
+                   "the place's process may hold together, each charged its --memory; "
+                   "meets past it are refused until some end. [default: half the host's "
+                   "memory]")
 @click.option("--warm-max", type=click.IntRange(0, 4096), default=_SETTINGS.warm_max,
               show_default=True, help="The most idle warm workers kept, of all languages; "
               "any one principal may keep half of them. Idle ones go after 5 s.")
@@ -249,8 +262,10 @@ class _PlaceCommand(click.Command):
                    "options given here, and exit (state in /var/lib/tacoma, trust directory "
                    "/etc/tacoma/trust).")
 def place(listen: str, state_dir: Path | None, pool_size: int, pool_max: int | None,
-          reuse: str, warm_max: int, warm_meets: int, warm_seconds: float, max_frame: int,
-          max_meets: int, max_connections: int, grace_seconds: float, mailbox_messages: int,
+          reuse: str, instances_in_place: bool, instances_memory: int | None,
+          warm_max: int, warm_meets: int,
+          warm_seconds: float, max_frame: int, max_meets: int, max_connections: int,
+          grace_seconds: float, mailbox_messages: int,
           mailbox_bytes: int, mailbox_total_bytes: int, same_uid: bool,
           max_receiving: int, idle_seconds: float, max_queued: int, keep_results: float,
           handshake_seconds: float, hello_seconds: float,
@@ -290,7 +305,8 @@ def place(listen: str, state_dir: Path | None, pool_size: int, pool_max: int | N
             handshake_seconds=handshake_seconds, hello_seconds=hello_seconds,
             max_receiving=max_receiving, max_queued=max_queued, keep_results=keep_results,
             journal_bytes=journal_bytes, lazy_bytes=lazy_bytes, lazy_seconds=lazy_seconds,
-            prefetch=prefetch, cabinet_bytes=cabinet_bytes)
+            prefetch=prefetch, cabinet_bytes=cabinet_bytes,
+            instances_in_place=instances_in_place, instances_memory=instances_memory)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if print_systemd_unit:
@@ -347,14 +363,17 @@ def place(listen: str, state_dir: Path | None, pool_size: int, pool_max: int | N
 @click.option("--same-uid", is_flag=True, help="Report for a place run with --same-uid.")
 @click.option("--agent-network", type=click.Choice(["none", "host"]), default="none",
               show_default=True, help="Report for a place run with this --agent-network.")
-def doctor(as_json: bool, same_uid: bool, agent_network: str) -> None:
+@click.option("--instances-in-place", is_flag=True,
+              help="Report for a place run with --instances-in-place.")
+def doctor(as_json: bool, same_uid: bool, agent_network: str, instances_in_place: bool) -> None:
     """Which languages a place here can run, and which layers of the sandbox it applies.
 
-    For each language: its version, or why it cannot run and how to fix that. For each
-    sandbox layer (uid per agent, namespaces, Landlock, seccomp, cgroups): applied, or why
-    not, tried for real as a place run by this user would. Exits 0 if every installed
-    interpreter can run, 1 otherwise (a layer that does not apply is reported, not an error:
-    without root several cannot).
+    For each language: its version, or why it cannot run and how to fix that; for a
+    language whose every meet is a fresh instance of its runtime (WebAssembly), where those
+    instances run and what that protects against. For each sandbox layer (uid per agent,
+    namespaces, Landlock, seccomp, cgroups): applied, or why not, tried for real as a place
+    run by this user would. Exits 0 if every installed interpreter can run, 1 otherwise (a
+    layer that does not apply is reported, not an error: without root several cannot).
     """
     from ..agent._interpreter import discover_interpreters
     from ..place.workers._layers import probe
@@ -368,9 +387,11 @@ def doctor(as_json: bool, same_uid: bool, agent_network: str) -> None:
                 version = interpreter.version()
             except Exception as exc:  # noqa: BLE001 - a broken adapter is what doctor reports
                 problem = f"cannot read its version: {exc}"
+        runs_in = instances_mode(interpreter, instances_in_place)
         report.append({"agent": agent, "language": interpreter.language,
                        "suffixes": list(interpreter.suffixes), "ok": problem is None,
-                       "version": version, "problem": problem or ""})
+                       "version": version, "problem": problem or "",
+                       "instances": runs_in or None})
     layers = [{"layer": layer.name, "applied": layer.applied, "detail": layer.detail}
               for layer in probe(not same_uid, agent_network, create=False).report]
     if as_json:
@@ -381,6 +402,11 @@ def doctor(as_json: bool, same_uid: bool, agent_network: str) -> None:
         table(("OK", "AGENT", "LANGUAGE", "VERSION, OR WHY NOT"),
               [("ok" if row["ok"] else "no", row["agent"], row["language"],
                 row["version"] if row["ok"] else row["problem"]) for row in report])
+        for row in report:
+            mode = row["instances"]
+            if isinstance(mode, str):
+                click.echo("\n" + click.wrap_text(f"{row['agent']}: {INSTANCES[mode]}",
+                                                  width=96, subsequent_indent="  "))
         click.echo()
         table(("OK", "LAYER", "WHAT IT DOES, OR WHY NOT"),
               [("ok" if layer["applied"] else "no", layer["layer"], layer["detail"])
@@ -388,6 +414,28 @@ def doctor(as_json: bool, same_uid: bool, agent_network: str) -> None:
               title="sandbox layers for a place run here by this user:")
     if not all(row["ok"] for row in report):
         sys.exit(1)
+
+
+#: Where a language's instances run, and what that protects against, for `tacoma doctor`.
+INSTANCES = {
+    "workers": "each meet in a fresh instance of its runtime, in a confined worker process "
+               "of the meet's principal. The instance keeps one meet from the next; the "
+               "worker's sandbox layers (below) still stand if an agent escapes the runtime, "
+               "and no principal's meets share a process with another's.",
+    "place": "each meet in a fresh instance of its runtime, on a thread of the place's own "
+             "process (--instances-in-place). The instance keeps one meet from the next, and "
+             "the runtime's limits hold its CPU time, memory and output; no sandbox layer "
+             "stands around it: an agent that escapes the runtime has the place's identity, "
+             "every principal's meets and cabinets.",
+}
+
+
+def instances_mode(interpreter: Interpreter, in_place: bool) -> str:
+    """Where a place here runs `interpreter`'s instances: "workers" or "place"; "" for a
+    language whose meets are not instances."""
+    if not interpreter.instances:
+        return ""
+    return "place" if in_place and interpreter.in_place is not None else "workers"
 
 
 @click.command(short_help="Install a program as an agent at a place.")

@@ -60,6 +60,10 @@ class Pool:
     idle_warm: int = 0
     warm: int = 0
     fresh: int = 0
+    #: Where its meets run: "workers" (confined worker processes), or "place": on threads
+    #: of the place's own process (--instances-in-place), at most `at_once` at a time.
+    runs_in: str = "workers"
+    at_once: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +191,11 @@ class PlaceStatus:
                          f"named theirs, {self.programs.asked} were asked for theirs, "
                          f"{human_size(self.programs.saved)} not sent"),
         ]
+        in_place = [p for p in self.pools if p.runs_in == "place"]
+        if in_place:
+            facts.append(("in its process", "; ".join(
+                f"{p.agent} instances (at most {p.at_once} at once)" for p in in_place)
+                + " (--instances-in-place: their runtime is their only wall)"))
         if self.installed:
             facts.append(("installed", ", ".join(self.installed)))
         if self.trusted:

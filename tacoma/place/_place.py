@@ -67,6 +67,7 @@ from .workers._cgroups import Cgroups
 from .workers._containment import Containment
 from .workers._layers import probe
 from .workers._pool import LogBudget, WorkerPool
+from .workers._threads import ThreadPool
 from .workers._uids import AgentUids
 from .workers._warm import WarmWorkers
 
@@ -245,7 +246,13 @@ class Place:
             if interpreter.build is not None:
                 builds.prune(interpreter, leftovers=True)
                 extras = functools.partial(builds.worker_plan, interpreter)
-            agents.pools[agent] = pool = WorkerPool(interpreter, containment, extras, logs)
+            in_place = settings.instances_in_place and interpreter.in_place is not None
+            if in_place:
+                log.warning("%s agents run in the place's own process (--instances-in-place): "
+                            "their runtime is the only wall between them and the place",
+                            agent)
+            kind = ThreadPool if in_place else WorkerPool
+            agents.pools[agent] = pool = kind(interpreter, containment, extras, logs)
             pool.fill()
         return Router(settings, agents, meets, builtins, builds, residents, trips,
                       self.access, self.journal, clients)

@@ -206,6 +206,16 @@ class PlaceSettings:
         principal may keep half of them.
     warm_meets: a warm worker that has served this many meets is destroyed after its last.
     warm_seconds: a warm worker that has lived this long is destroyed after its meet.
+    instances_in_place: run the meets of languages whose every meet is a fresh instance of
+        their runtime (WebAssembly) on threads of the place's own process, not in confined
+        worker processes: no process per principal and no sandbox layer around the
+        runtime, whose memory safety and limits are then the only wall between an agent
+        and the place (its identity, every principal's meets and cabinets). For operators
+        who accept that trade; off by default.
+    instances_memory: with instances_in_place, the most memory the instances running in the
+        place's process may hold together, each charged its agent's memory limit: that
+        many meets run at once (any one principal its share of them), and more are refused
+        until some end. None: half of the host's memory.
     """
 
     listen: str = DEFAULT_LISTEN
@@ -244,6 +254,8 @@ class PlaceSettings:
     warm_max: int = 64
     warm_meets: int = 1000
     warm_seconds: float = 60.0
+    instances_in_place: bool = False
+    instances_memory: int | None = None
 
     def __post_init__(self) -> None:
         # Absolute: agents' working directories are below it, and they start elsewhere.
@@ -266,6 +278,10 @@ class PlaceSettings:
                 raise ValueError(f"{name} must be above 0, got {value!r}")
         if not isinstance(self.idle_seconds, int | float) or not self.idle_seconds > 0:
             raise ValueError(f"idle_seconds must be above 0, got {self.idle_seconds!r}")
+        if self.instances_memory is not None and (
+                not isinstance(self.instances_memory, int) or self.instances_memory < 0):
+            raise ValueError(f"instances_memory must be at least 0 bytes, got "
+                             f"{self.instances_memory!r}")
         if self.reuse not in REUSE:
             raise ValueError(f"reuse must be one of {', '.join(REUSE)}, got {self.reuse!r}")
         for name in ("warm_max", "warm_meets"):

@@ -17,6 +17,7 @@ This module is imported inside agent processes: standard library and msgpack onl
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 
 from ._errors import LazyFolderError
@@ -105,20 +106,48 @@ def _as_bytes(value: object, name: str, index: int | None = None) -> bytes:
                     f"got {type(value).__name__}")
 
 
-#: How this process fetches a lazy folder's chunks, and keeps a folder's data at its place so
-#: that it can travel by reference (see attach_lazy); None where it cannot.
-_fetch: Callable[[Ref, int, int, bool], tuple[bytes | None, list[bytes]]] | None = None
-_keep: Callable[[str, list[bytes]], Ref] | None = None
-#: Chunks fetched after each run of missing ones (Accent: one always pays).
-_prefetch = 1
+Fetch = Callable[[Ref, int, int, bool], tuple[bytes | None, list[bytes]]]
+Keep = Callable[[str, list[bytes]], Ref]
 
 
-def attach_lazy(fetch: Callable[[Ref, int, int, bool], tuple[bytes | None, list[bytes]]] | None,
-                keep: Callable[[str, list[bytes]], Ref] | None, prefetch: int = 1) -> None:
+class _Hooks:
+    """How lazy folders' chunks are fetched, and folders' data kept at a place so that it
+    can travel by reference (see attach_lazy); None where they cannot be."""
+
+    __slots__ = ("fetch", "keep", "prefetch")
+
+    def __init__(self, fetch: Fetch | None = None, keep: Keep | None = None,
+                 prefetch: int = 1) -> None:
+        self.fetch = fetch
+        self.keep = keep
+        self.prefetch = max(0, prefetch)  # chunks fetched after each run of missing ones
+
+
+#: This process's hooks, and a thread's own where it set them (a thread of a place that
+#: runs an agent: see attach_lazy).
+_process = _Hooks()
+_threads = threading.local()
+
+
+def _hooks() -> _Hooks:
+    hooks: _Hooks | None = getattr(_threads, "hooks", None)
+    return hooks if hooks is not None else _process
+
+
+def attach_lazy(fetch: Fetch | None, keep: Keep | None, prefetch: int = 1,
+                this_thread: bool = False) -> None:
     """Say how this process reads lazy folders and keeps folders' data (an agent's process:
-    through its channel to its place; a client's: its own store)."""
-    global _fetch, _keep, _prefetch
-    _fetch, _keep, _prefetch = fetch, keep, max(0, prefetch)
+    through its channel to its place; a client's: its own store); or, `this_thread`, how
+    this thread does (an agent run by a thread of its place, which answers for it alone;
+    all None: as the process does again)."""
+    global _process
+    hooks = _Hooks(fetch, keep, prefetch)
+    if not this_thread:
+        _process = hooks
+    elif fetch is None and keep is None:
+        _threads.hooks = None
+    else:
+        _threads.hooks = hooks
 
 
 class _Held:
@@ -452,7 +481,8 @@ class Briefcase(MutableMapping[str, list[bytes]]):
         held = self._lazy[name]
         if held.items is not None:
             return
-        items = held.lazy.elements(_fetch, _prefetch)
+        hooks = _hooks()
+        items = held.lazy.elements(hooks.fetch, hooks.prefetch)
         self._folders[name] = items
         held.items, held.snapshot = items, tuple(items)
 
@@ -470,11 +500,12 @@ class Briefcase(MutableMapping[str, list[bytes]]):
             raise ValueError(f"folder {name} cannot be lazy: the system reads it")
         if name in self._refs():
             return
-        if _keep is None:
+        keep = _hooks().keep
+        if keep is None:
             raise LazyFolderError("nothing here can keep a lazy folder's data: an agent's "
                                   "place keeps it, or a client's (tacoma.lazy)")
         items = self._folders[name]
-        ref = _keep(name, list(items))
+        ref = keep(name, list(items))
         if self._lazy is None:
             self._lazy = {}
         self._lazy[name] = _Held(Lazy(ref), items)
@@ -488,7 +519,9 @@ class Briefcase(MutableMapping[str, list[bytes]]):
         if self._lazy and name in self._lazy and self._lazy[name].items is None:
             lazy = self._lazy[name].lazy
             size = lazy.ref.size
-            return lazy.read(_fetch, offset, size if length is None else length, _prefetch)
+            hooks = _hooks()
+            return lazy.read(hooks.fetch, offset, size if length is None else length,
+                             hooks.prefetch)
         folder = self._folders.get(name, [])
         end = None if length is None else offset + length
         if len(folder) == 1:  # the usual data folder: slice it, with no copy of the rest

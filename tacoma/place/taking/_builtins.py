@@ -316,10 +316,11 @@ class BuiltIns:
                        "ready": pool.ready, "size": pool.size, "most": pool.most,
                        "ended": pool.ended, "misses": pool.misses,
                        "idle_warm": self.agents.warm.idle_of(pool.interpreter.language),
-                       "warm": pool.warm, "fresh": pool.fresh}
+                       "warm": pool.warm, "fresh": pool.fresh,
+                       "runs_in": pool.runs_in, "at_once": pool.at_once}
                       for agent, pool in sorted(pools.items())],
             "reuse": {"setting": self.settings.reuse,
-                      "applies": any(p.containment.reuses for p in pools.values()),
+                      "applies": any(p.reuses for p in pools.values()),
                       "idle": self.agents.warm.idle, "most": self.agents.warm.most},
             "unavailable": sorted(set(self.agents.interpreters) - set(pools)),
             "installed": installed,
@@ -365,7 +366,8 @@ class BuiltIns:
                 "processes": processes, "age": round(now - meet.started, 3),
                 "cpu": round(cpu, 3), "rss": rss,
                 "network": worker.pool.settings.agent_network,
-                "worker": "warm" if worker.warm else "fresh",
+                "worker": ("warm" if worker.warm else "fresh")
+                + (" thread" if worker.pool.runs_in == "place" else ""),
                 "mailbox": len(resident.queue) if resident is not None else None,
             })
         return rows

@@ -94,8 +94,14 @@ class PooledRuns:
                 raise MeetTimeout(f"compiling {meet.agent}'s program took the meet's whole "
                                   "time")
         key = (WarmKey.of(pool.interpreter, meet.principal, briefcase[CODE])
-               if pool.containment.reuses and FRESH not in briefcase else None)
-        worker = await self._worker(pool, key)
+               if pool.reuses and FRESH not in briefcase else None)
+        give_back = pool.hold(meet.principal)
+        try:
+            worker = await self._worker(pool, key)
+        except BaseException:
+            if give_back is not None:
+                give_back()
+            raise
         meet.step("take worker")
         if meet.trace is not None:
             briefcase[TRACE] = []  # the worker's signal to time its own steps
@@ -112,6 +118,8 @@ class PooledRuns:
                                            functools.partial(self._agent_meet, meet),
                                            keep=key is not None and self.warm.wants(key))
             finally:
+                if give_back is not None:
+                    give_back()
                 meet.worker = None
                 resided = meet.resident is not None
                 self.residents.leave(meet)

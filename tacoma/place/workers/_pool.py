@@ -538,6 +538,23 @@ class WorkerPool:
         self.misses = 0
 
     @property
+    def reuses(self) -> bool:
+        """Whether its workers may be kept warm (`Containment.reuses`)."""
+        return self.containment.reuses
+
+    #: Where its meets run ("workers": processes; "place": threads of the place), and how
+    #: many may run at once (0: as many as the place runs meets).
+    runs_in = "workers"
+    at_once = 0
+
+    def hold(self, principal: str) -> Callable[[], None] | None:
+        """Room for one more running meet of `principal` in this pool's workers, and what
+        gives it back when the meet's run here ends (None: nothing to give back); raises
+        PlaceUnavailable where there is none now. Worker processes are bounded by their
+        own cgroups and rlimits: always room."""
+        return None
+
+    @property
     def ready(self) -> int:
         """Workers ready for a meet now."""
         return sum(1 for worker in self._ready if worker.alive)

@@ -199,9 +199,32 @@ def test_doctor_lists_the_languages() -> None:
     assert rows["ag_python"]["version"].startswith("CPython 3.")
     assert rows["ag_tcl"]["ok"]
     assert rows["ag_tcl"]["version"].startswith("Tcl 8.")
+    assert rows["ag_python"]["instances"] is None  # its meets are processes, not instances
     if rows.get("ag_wasm", {}).get("ok"):  # the runtime, and how the place runs instances
         assert rows["ag_wasm"]["version"].startswith("wasmtime ")
-        assert "a fresh instance per meet, in a confined worker" in rows["ag_wasm"]["version"]
+        assert rows["ag_wasm"]["instances"] == "workers"
+
+
+def test_doctor_says_where_instances_run_and_what_that_protects_against() -> None:
+    """By default in confined workers, with the sandbox around the runtime; with
+    --instances-in-place in the place's process, with the runtime as the only wall."""
+    default = tacoma("doctor")
+    in_place = tacoma("doctor", "--instances-in-place")
+    assert default.returncode == in_place.returncode == 0, default.stderr + in_place.stderr
+    rows = {row["agent"]: row for row in
+            json.loads(tacoma("doctor", "--json", "--instances-in-place").stdout)["interpreters"]}
+    if "ag_wasm" not in rows:
+        pytest.skip("ag_wasm is not installed")
+    assert rows["ag_wasm"]["instances"] == "place"
+    assert rows["ag_python"]["instances"] is None
+    said = " ".join(default.stdout.split())
+    assert "ag_wasm: each meet in a fresh instance of its runtime, in a confined worker " \
+           "process of the meet's principal" in said
+    assert "still stand if an agent escapes the runtime" in said
+    said = " ".join(in_place.stdout.split())
+    assert "ag_wasm: each meet in a fresh instance of its runtime, on a thread of the " \
+           "place's own process (--instances-in-place)" in said
+    assert "no sandbox layer stands around it" in said
 
 
 def test_a_third_party_language_plugs_in_and_doctor_says_why_it_cannot_run(

@@ -32,6 +32,11 @@ from conftest import RunningPlace, launch_place
 INTERPRETERS: dict[str, Interpreter] = {
     interpreter.language: interpreter for interpreter in discover_interpreters().values()
 }
+#: WebAssembly again, on a place that runs its instances in its own process
+#: (--instances-in-place): the same suite, as a language of its own here.
+IN_PLACE = "wasm-in-place"
+if "wasm" in INTERPRETERS:
+    INTERPRETERS[IN_PLACE] = INTERPRETERS["wasm"]
 LANGUAGE_NAMES = sorted(INTERPRETERS)
 
 
@@ -266,21 +271,42 @@ AGENTS: dict[str, dict[str, str]] = {
 # built by clang for wasm32-wasi, each meet in a fresh instance.
 # (Its cabinet is named for its language, as each language's is.)
 for _agents in AGENTS.values():
-    _agents.setdefault("wasm", _agents["c"].replace('"conf-c"', '"conf-wasm"'))
+    for _wasm in ("wasm", IN_PLACE):
+        _agents.setdefault(_wasm, _agents["c"].replace('"conf-c"', f'"conf-{_wasm}"'))
 
 #: What shows the language's own trace came back: the function the error came from, or
 #: (Guile's interpreted code has no procedure names in its frames) Guile's backtrace.
 TRACE_MARK = {"python": "inner", "tcl": 'procedure "inner"',
               "scheme": "in the form at <agent> line", "c": "inner at agent.c:2",
-              "wasm": "- inner"}
+              "wasm": "- inner", IN_PLACE: "- inner"}
+
+
+LIMITS = ("--cpu-seconds", "2", "--memory", str(512 * 2**20), "--file-size", str(2**20))
 
 
 @pytest.fixture(scope="module")
-def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPlace]:
-    running = launch_place(tmp_path_factory.mktemp("conformance"), "--cpu-seconds", "2",
-                           "--memory", str(512 * 2**20), "--file-size", str(2**20))
+def worker_place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPlace]:
+    running = launch_place(tmp_path_factory.mktemp("conformance"), *LIMITS)
     yield running
     assert running.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def in_place_place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPlace]:
+    running = launch_place(tmp_path_factory.mktemp("conformance-in-place"), *LIMITS,
+                           "--instances-in-place")
+    yield running
+    assert running.stop() == 0
+
+
+@pytest.fixture
+def place(request: pytest.FixtureRequest) -> RunningPlace:
+    """The place for the test's language: one with --instances-in-place for IN_PLACE."""
+    callspec = getattr(request.node, "callspec", None)
+    language = callspec.params.get("language") if callspec is not None else None
+    name = "in_place_place" if language == IN_PLACE else "worker_place"
+    place: RunningPlace = request.getfixturevalue(name)
+    return place
 
 
 def run(place: RunningPlace, language: str, case: str, **folders: list[bytes]) -> Briefcase:
@@ -396,12 +422,12 @@ def test_hello_examples(place: RunningPlace, language: str) -> None:
     interpreter = INTERPRETERS[language]
     examples = Path(__file__).parent.parent / "examples" / "hello"
     # hello.c builds for WebAssembly as it is (and says so)
-    suffix = ".c" if language == "wasm" else interpreter.suffixes[0]
+    suffix = ".c" if interpreter.language == "wasm" else interpreter.suffixes[0]
     code = (examples / f"hello{suffix}").read_text()
     result = tacoma.meet(place.target(interpreter.agent), {"NAME": ["world", "Tromsø"]},
                          code=code)
-    assert result.text("GREETING") == [f"hello, world from {language}",
-                                       f"hello, Tromsø from {language}"]
+    assert result.text("GREETING") == [f"hello, world from {interpreter.language}",
+                                       f"hello, Tromsø from {interpreter.language}"]
 
 
 #: The languages examples/relay is written in, in the order the agent passes through them.
@@ -470,6 +496,7 @@ PROBES: dict[str, str | Callable[[list[str]], str]] = {
         '          (bc-text "NAMES"))\n'),
     "c": _c_probe,
     "wasm": _c_probe,
+    IN_PLACE: _c_probe,
 }
 
 
@@ -501,9 +528,13 @@ def _probe(place: RunningPlace, language: str) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def bound(place: RunningPlace) -> Callable[[str], set[str]]:
-    """The names each language binds, probed once per language."""
-    return functools.cache(functools.partial(_probe, place))
+def bound(request: pytest.FixtureRequest) -> Callable[[str], set[str]]:
+    """The names each language binds, probed once per language (at its place)."""
+    def probe(language: str) -> set[str]:
+        name = "in_place_place" if language == IN_PLACE else "worker_place"
+        return _probe(request.getfixturevalue(name), language)
+
+    return functools.cache(probe)
 
 
 @pytest.mark.parametrize(("language", "call"), [

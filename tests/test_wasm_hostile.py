@@ -78,14 +78,18 @@ LARGEST_BRIEFCASE = DEFAULT_MAX_FRAME
 MEETS_IN_A_ROW = 20
 
 
-@pytest.fixture(scope="module")
-def wasm_place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPlace]:
-    """One place with tight limits for all the attacks."""
+@pytest.fixture(scope="module", params=["worker", "in-place"])
+def wasm_place(request: pytest.FixtureRequest,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPlace]:
+    """One place with tight limits for all the attacks: instances in confined workers (the
+    default), and again on a place that runs them in its own process
+    (--instances-in-place), where the runtime is the only wall."""
+    mode = ("--instances-in-place",) if request.param == "in-place" else ()
     running = launch_place(
-        tmp_path_factory.mktemp("wasm-hostile"),
+        tmp_path_factory.mktemp(f"wasm-hostile-{request.param}"),
         "--cpu-seconds", str(CPU_SECONDS), "--memory", str(MEMORY), "--processes", "32",
         "--disk", str(16 * MiB), "--file-size", str(FILE_SIZE), "--open-files", "64",
-        "--meet-seconds", "30")
+        "--meet-seconds", "30", *mode)
     yield running
     assert running.stop() == 0, running.log()
 

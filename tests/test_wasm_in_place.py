@@ -179,6 +179,33 @@ def test_instances_at_once_are_bounded_and_shared_between_principals(
     serves(place)
 
 
+# ------------------------------------------------------------------ its builds' native code
+def test_a_subverted_builds_native_code_never_runs_in_the_place(place: RunningPlace) -> None:
+    """A C agent's build runs clang on the agent's source, confined; an exploit of clang
+    could leave any native code in the build's precompiled module. A worker runs that code
+    as it is (confined as the build was); the place's own process must not: it compiles
+    the module the build left beside it. Planted here as such a build's output: a module
+    that records "module", precompiled as one that records "native code"."""
+    import wasmtime
+    from tacoma.agent._interpreter import discover_interpreters
+    from tacoma.interpreters.wasm._engine import compile_module, new_engine, pack_artifact
+    from tacoma.wire._program import artifact_key
+
+    def recorder(word: bytes) -> bytes:
+        return bytes(wasmtime.wat2wasm(wat_agent("(call $record (i32.const 0) (i32.const "
+                                                 f"{len(word)}))", data={0: word})))
+
+    interpreter = discover_interpreters()["ag_wasm"]
+    assert interpreter.build is not None
+    program = c_agent(f"int main(void) {{ return 0; }} /* {uuid.uuid4().hex} */\n")
+    cache = place.state_dir / "cache" / "wasm"
+    cache.mkdir(parents=True, exist_ok=True)
+    planted = cache / artifact_key(interpreter.build.build_id(), program.encode())
+    native = bytes(compile_module(recorder(b"native code"), new_engine()).serialize())
+    planted.write_bytes(pack_artifact(recorder(b"module"), native))
+    assert meet(place, program)["R"] == [b"module"]
+
+
 # ------------------------------------------------------------------- asleep, then stopped
 SLEEPER = c_agent("""
     #include <unistd.h>

@@ -156,11 +156,12 @@ def _command() -> list[str]:
 
 
 def _build_id() -> str:
-    from ._engine import CONFIG_ID
+    from ._engine import ARTIFACT_MAGIC, CONFIG_ID
 
     with open(os.path.join(INCLUDE, "tacoma.h"), "rb") as f:
         header = hashlib.sha256(f.read()).hexdigest()
-    return "\n".join([f"wasmtime {runtime_version()} {CONFIG_ID}", _clang_version(),
+    return "\n".join([f"wasmtime {runtime_version()} {CONFIG_ID}", ARTIFACT_MAGIC.hex(),
+                      _clang_version(),
                       *clang_command(), f"tacoma.h {header}"])
 
 

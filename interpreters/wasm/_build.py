@@ -2,9 +2,10 @@
 a directory of its own holding agent.c (see tacoma/place/workers/_builds.py).
 
 clang compiles agent.c for wasm32-wasi (tacoma.h on its include path) into agent.wasm, and
-the runtime precompiles that into agent.cwasm, what workers load in a fraction of a
-millisecond where compiling takes tens. clang's messages, and the runtime's, go to stdout,
-which the place returns with a failed compile.
+the runtime precompiles that: agent.cwasm holds both (`_engine.pack_artifact`). Workers
+load the precompiled module in a fraction of a millisecond where compiling takes tens; a
+place that runs instances in its own process compiles the module instead. clang's
+messages, and the runtime's, go to stdout, which the place returns with a failed compile.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import subprocess
 import sys
 
 from . import OUTPUT, clang_command
-from ._engine import compile_module, new_engine
+from ._engine import compile_module, new_engine, pack_artifact
 
 
 def main() -> int:
@@ -40,7 +41,7 @@ def main() -> int:
         print(f"agent.c: error: the runtime does not take clang's module: {exc}")
         return 1
     with open(OUTPUT, "wb") as f:
-        f.write(module.serialize())
+        f.write(pack_artifact(program, bytes(module.serialize())))
     return 0
 
 

@@ -26,7 +26,7 @@ import os
 
 import wasmtime
 
-__all__ = ["CONFIG_ID", "compile_module", "new_engine"]
+__all__ = ["CONFIG_ID", "compile_module", "new_engine", "pack_artifact", "unpack_artifact"]
 
 #: The engine's settings (wasmtime.Config's attributes), as the module says.
 SETTINGS: dict[str, object] = {
@@ -52,6 +52,31 @@ def new_engine(parallel: bool = False) -> wasmtime.Engine:
         setattr(config, name, value)
     config.parallel_compilation = parallel
     return wasmtime.Engine(config)
+
+
+#: What a C agent's build leaves in the place's cache: this magic, the module's length (a
+#: big-endian u64), the module (clang's, as the runtime validated it), then the module
+#: precompiled for this engine. A confined worker loads the precompiled form (native code,
+#: run as it is: it trusts its build no more than itself); a place that runs instances in its
+#: own process compiles the module itself, so that a build subverted by its source (an
+#: exploit of clang) cannot hand the place native code.
+ARTIFACT_MAGIC = b"tacoma-wasm-1\0"
+
+
+def pack_artifact(module: bytes, precompiled: bytes) -> bytes:
+    return ARTIFACT_MAGIC + len(module).to_bytes(8, "big") + module + precompiled
+
+
+def unpack_artifact(data: bytes) -> tuple[bytes, bytes]:
+    """(the module, its precompiled form) from what `pack_artifact` made; ValueError if it
+    is not that."""
+    head = len(ARTIFACT_MAGIC)
+    if not data.startswith(ARTIFACT_MAGIC) or len(data) < head + 8:
+        raise ValueError("not a WebAssembly build's output")
+    size = int.from_bytes(data[head:head + 8], "big")
+    if head + 8 + size > len(data):
+        raise ValueError("a WebAssembly build's output cut short")
+    return data[head + 8:head + 8 + size], data[head + 8 + size:]
 
 
 def compile_module(program: bytes, engine: wasmtime.Engine | None = None) -> wasmtime.Module:

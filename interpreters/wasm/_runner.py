@@ -53,7 +53,7 @@ from tacoma.wire._program import artifact_key, program_bytes, program_name
 from tacoma.wire._protocol import Meet
 
 from . import kind
-from ._engine import compile_module, new_engine
+from ._engine import compile_module, new_engine, unpack_artifact
 
 __all__ = ["Runner", "lease"]
 
@@ -202,11 +202,16 @@ class Runner:
 
     def __init__(self, output: int = 1, file_limit: int | None = None,
                  memory: int | None = None, by_principal: bool = False,
-                 watch: bool = True) -> None:
+                 watch: bool = True, compiled: Compiled | None = None) -> None:
         self.output = output
         self.file_limit = file_limit
         self.memory = memory
         self.by_principal = by_principal
+        #: Whether it loads its builds' precompiled modules (native code) as they are: a
+        #: confined worker does; a runner that shares its modules through `compiled` (the
+        #: place's own process) compiles them itself.
+        self.trusts_builds = compiled is None
+        self.compiled = compiled
         self.engine = new_engine()
         self.linker = wasmtime.Linker(self.engine)
         self.linker.define_wasi()
@@ -396,27 +401,48 @@ class Runner:
         if module is not None:
             self._modules.move_to_end(key)
             return module
-        if kind(program) == "c":
-            artifacts = channel.plan.artifacts if channel.plan is not None else None
-            if artifacts is None:
-                raise AgentFailure("this WebAssembly runner was started without the place's "
-                                   "compiled programs")
-            path = os.path.join(artifacts.directory, artifact_key(artifacts.build_id, program))
-            try:
-                module = wasmtime.Module.deserialize_file(self.engine, path)
-            except (OSError, wasmtime.WasmtimeError) as exc:
-                raise AgentFailure(f"the compiled program is not in the place's cache: {exc}") \
-                    from None
-        else:
-            try:
-                module = compile_module(program, self.engine)
-            except ValueError as exc:
-                raise AgentFailure(f"the CODE folder is not a WebAssembly module the runtime "
-                                   f"takes: {exc}") from None
+        if self.compiled is not None:
+            module = self.compiled.load(key, self.engine)
+            if module is not None:
+                self._keep(key, module)
+                return module
+        module = (self._built(program, channel) if kind(program) == "c"
+                  else self._compile(program))
+        if self.compiled is not None:
+            self.compiled.keep(key, module)
+        self._keep(key, module)
+        return module
+
+    def _keep(self, key: bytes, module: wasmtime.Module) -> None:
         self._modules[key] = module
         if len(self._modules) > MODULES:
             self._modules.popitem(last=False)
-        return module
+
+    def _compile(self, program: bytes) -> wasmtime.Module:
+        try:
+            return compile_module(program, self.engine)
+        except ValueError as exc:
+            raise AgentFailure(f"the CODE folder is not a WebAssembly module the runtime "
+                               f"takes: {exc}") from None
+
+    def _built(self, program: bytes, channel: AgentChannel) -> wasmtime.Module:
+        """A C program's module, from the place's cache of builds: precompiled (a confined
+        worker), or compiled here from the module clang made (a runner that does not trust
+        its builds' native code: see _engine.ARTIFACT_MAGIC)."""
+        artifacts = channel.plan.artifacts if channel.plan is not None else None
+        if artifacts is None:
+            raise AgentFailure("this WebAssembly runner was started without the place's "
+                               "compiled programs")
+        path = os.path.join(artifacts.directory, artifact_key(artifacts.build_id, program))
+        try:
+            with open(path, "rb") as f:
+                module, precompiled = unpack_artifact(f.read())
+            if self.trusts_builds:
+                return wasmtime.Module.deserialize(self.engine, precompiled)
+        except (OSError, ValueError, wasmtime.WasmtimeError) as exc:
+            raise AgentFailure(f"the compiled program is not in the place's cache: {exc}") \
+                from None
+        return self._compile(module)
 
     def _memory_limit(self, channel: AgentChannel) -> int:
         """The most linear memory an instance may have: the runner's bound, or the meet's
@@ -569,6 +595,38 @@ def _instantiate_error(exc: wasmtime.WasmtimeError, module: wasmtime.Module) -> 
     return f"the module cannot be instantiated: {text.splitlines()[0] if text else exc}"
 
 
+class Compiled:
+    """Modules the runners of one process compiled, serialized (by principal and program,
+    as their own caches key them), so that each program is compiled once, not once per
+    runner: at most MOST bytes, the least recently used forgotten first. Only modules this
+    process compiled are kept: what it loads from here is native code it made itself."""
+
+    MOST = 64 << 20
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: collections.OrderedDict[bytes, bytes] = collections.OrderedDict()
+        self._bytes = 0
+
+    def load(self, key: bytes, engine: wasmtime.Engine) -> wasmtime.Module | None:
+        with self._lock:
+            data = self._kept.get(key)
+            if data is not None:
+                self._kept.move_to_end(key)
+        return wasmtime.Module.deserialize(engine, data) if data is not None else None
+
+    def keep(self, key: bytes, module: wasmtime.Module) -> None:
+        data = bytes(module.serialize())
+        with self._lock:
+            if key in self._kept or len(data) > self.MOST:
+                return
+            self._kept[key] = data
+            self._bytes += len(data)
+            while self._bytes > self.MOST:
+                _, dropped = self._kept.popitem(last=False)
+                self._bytes -= len(dropped)
+
+
 class Lease:
     """A runner lent to one thread of the place (`lease`), until it gives it back."""
 
@@ -605,6 +663,7 @@ class Lease:
 FREE = 16
 _free: list[Runner] = []
 _free_lock = threading.Lock()
+_shared = Compiled()
 
 
 def lease(output: int, file_limit: int, memory: int) -> Lease:
@@ -614,6 +673,6 @@ def lease(output: int, file_limit: int, memory: int) -> Lease:
     with _free_lock:
         runner = _free.pop() if _free else None
     if runner is None:
-        runner = Runner(by_principal=True)
+        runner = Runner(by_principal=True, compiled=_shared)
     runner.output, runner.file_limit, runner.memory = output, file_limit, memory
     return Lease(runner)

@@ -15,13 +15,14 @@ the mode itself, none of which needs root:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -121,17 +122,12 @@ HOLDER = c_agent("""
 """)
 
 
-def _hold(who: Path | None, place: RunningPlace, cabinet: str,
-          outcomes: list[Any]) -> threading.Thread:
-    """A holder meet of `who` (None: this user's default identity), on a thread of its own;
-    its outcome (a Briefcase or the error) appended to `outcomes`."""
+def _run(call: Callable[[], Any], outcomes: list[Any]) -> threading.Thread:
+    """`call` on a thread of its own; its outcome (what it returned, or the error) appended
+    to `outcomes`."""
     def run() -> None:
         try:
-            if who is None:
-                outcomes.append(meet(place, HOLDER, CAB=[cabinet]))
-            else:
-                outcomes.append(meet_as(who, place.address, "ag_wasm", {"CAB": [cabinet]},
-                                        code=HOLDER))
+            outcomes.append(call())
         except Exception as exc:  # noqa: BLE001 - the test looks at it
             outcomes.append(exc)
 
@@ -140,10 +136,29 @@ def _hold(who: Path | None, place: RunningPlace, cabinet: str,
     return thread
 
 
+def _hold(who: Path, place: RunningPlace, cabinet: str, outcomes: list[Any]) -> threading.Thread:
+    """A holder meet of `who`, on a thread of its own (see _run)."""
+    return _run(lambda: meet_as(who, place.address, "ag_wasm", {"CAB": [cabinet]},
+                                code=HOLDER), outcomes)
+
+
+NESTER = c_agent("""
+    int main(void) {
+        tc_bc inner = tc_new();
+        tc_append_text(inner, "CODE", "(module (func (export \\"_start\\")))");
+        tc_bc got = tc_meet("ag_wasm", inner, 0);
+        tc_append_text(TC_SELF, "R", got < 0 ? tc_error() : "served");
+        return 0;
+    }
+""")
+NULL = '(module (func (export "_start")))'
+
+
 def test_instances_at_once_are_bounded_and_shared_between_principals(
         place: RunningPlace, alice: Path, mallory: Path) -> None:
-    """Alice runs her share; her next meet is refused, while Mallory's still run; with all
-    the place's room taken, anyone's next meet is refused; once they end, all are served."""
+    """Alice runs her share: her next meet waits (past its time: MeetTimeout, saying why),
+    and her agent's own meet is refused at once, while Mallory's meets still run; with all
+    the place's room taken, anyone's next meet waits; once some end, a waiting meet runs."""
     pool = next(p for p in tacoma.place_status(place.address, token=token(place)).pools
                 if p.agent == "ag_wasm")
     assert (pool.runs_in, pool.at_once) == ("place", AT_ONCE)
@@ -151,32 +166,77 @@ def test_instances_at_once_are_bounded_and_shared_between_principals(
     outcomes: list[Any] = []
     holders: list[threading.Thread] = []
     try:
-        holders += [_hold(alice, place, cabinets["alice"], outcomes) for _ in range(SHARE)]
+        holders.append(_hold(alice, place, cabinets["alice"], outcomes))
+        wait_until(lambda: len(published(place, cabinets["alice"], "HERE")) == 1
+                   or bool(outcomes), 30, "alice's first meet to run")
+        # Her agent's meet here would be her third at once: refused, not waiting for itself.
+        nested = meet_as(alice, place.address, "ag_wasm", code=NESTER)
+        assert nested.text("R")[0].endswith(
+            f"has its share of {SHARE} wasm instances in its own process running at once; "
+            "try again when some end"), nested.text("R")
+        holders.append(_hold(alice, place, cabinets["alice"], outcomes))
         wait_until(lambda: len(published(place, cabinets["alice"], "HERE")) == SHARE
                    or bool(outcomes), 30, "alice's meets to run")
         assert not outcomes, outcomes
-        with pytest.raises(tacoma.PlaceUnavailable, match=f"has its share of {SHARE}"):
-            meet_as(alice, place.address, "ag_wasm", code='(module (func (export "_start")))')
+        # Held back, not run (it would end at once): its time runs out waiting, and the
+        # place says why (unless the caller's own clock ran out first, on a loaded host).
+        with pytest.raises(tacoma.MeetTimeout,
+                           match=f"has its share of {SHARE}|did not finish within"):
+            meet_as(alice, place.address, "ag_wasm", code=NULL, timeout=3)
         holders += [_hold(mallory, place, cabinets["mallory"], outcomes)
                     for _ in range(AT_ONCE - SHARE)]
         wait_until(lambda: len(published(place, cabinets["mallory"], "HERE")) == SHARE, 30,
                    "mallory's meets to run beside alice's")
-        with pytest.raises(tacoma.PlaceUnavailable, match=f"its most of {AT_ONCE}"):
-            meet(place, '(module (func (export "_start")))')
-        assert not outcomes, outcomes  # nobody's held meet was disturbed
+        with pytest.raises(tacoma.MeetTimeout,
+                           match=f"its most of {AT_ONCE}|did not finish within"):
+            meet(place, NULL, timeout=3)
+        waiting = _run(lambda: meet_as(alice, place.address, "ag_wasm", code=NULL), outcomes)
+        assert not outcomes, outcomes  # nobody's held meet was disturbed; one waits
     finally:
         for cabinet in cabinets.values():
             with contextlib.suppress(tacoma.MeetError):
                 release(place, cabinet)
         for holder in holders:
             holder.join(60)
-    assert len(outcomes) == AT_ONCE
-    assert all(isinstance(o, Briefcase) and o.text("DONE") == ["yes"] for o in outcomes), \
-        outcomes
+    waiting.join(60)
+    assert len(outcomes) == AT_ONCE + 1
+    held = [o for o in outcomes if isinstance(o, Briefcase) and o.text("DONE") == ["yes"]]
+    assert len(held) == AT_ONCE, outcomes
+    assert all(isinstance(o, Briefcase) for o in outcomes), outcomes  # the waiting one ran
     wait_until(lambda: not place.agents(), 30, "the holders to end")
-    assert meet_as(alice, place.address, "ag_wasm",
-                   code='(module (func (export "_start")))') is not None
     serves(place)
+
+
+def test_room_is_shared_in_order_and_given_back_once() -> None:
+    """The bound itself (the place's Slots): at most `most` at once, one principal its
+    share; refused at once without a wait, a waiter served in order when room is given
+    back, and a wait past its time says which bound held it."""
+    from tacoma.place.workers._threads import Slots
+
+    async def main() -> None:
+        slots = Slots(most=2, share=1)
+        give_a = await slots.take("a", "instances", None)
+        with pytest.raises(tacoma.PlaceUnavailable, match="a has its share of 1 instances"):
+            await slots.take("a", "instances", None)
+        give_b = await slots.take("b", "instances", None)
+        with pytest.raises(tacoma.PlaceUnavailable, match="its most of 2 instances"):
+            await slots.take("c", "instances", None)
+        with pytest.raises(tacoma.MeetTimeout, match=r"waiting for room: .*its most of 2"):
+            await slots.take("c", "instances", 0.05)
+        first = asyncio.ensure_future(slots.take("c", "instances", 10))
+        second = asyncio.ensure_future(slots.take("d", "instances", 10))
+        await asyncio.sleep(0.01)
+        give_a()
+        give_a()  # once only
+        give_c = await asyncio.wait_for(first, 1)
+        assert not second.done() and slots.running == 2
+        give_b()
+        give_d = await asyncio.wait_for(second, 1)
+        give_c()
+        give_d()
+        assert slots.running == 0 and not slots.by_principal
+
+    asyncio.run(main())
 
 
 # ------------------------------------------------------------------ its builds' native code

@@ -37,6 +37,10 @@ from ..workers._warm import WarmKey, WarmWorkers
 
 __all__ = ["PooledRuns"]
 
+#: Seconds of a meet's time left, at least, when it gives up waiting for room in its pool:
+#: enough for its caller to hear why before its own time runs out.
+ROOM_MARGIN = 0.5
+
 
 class PooledRuns:
     """Runs meets' agents in workers (see the module)."""
@@ -95,7 +99,13 @@ class PooledRuns:
                                   "time")
         key = (WarmKey.of(pool.interpreter, meet.principal, briefcase[CODE])
                if pool.reuses and FRESH not in briefcase else None)
-        give_back = pool.hold(meet.principal)
+        # A meet from outside may wait for room, but for the end of its time, in which its
+        # caller is told why; an agent's own meet here may not (its caller holds room
+        # already, and could wait for itself).
+        waited_from = time.monotonic()
+        give_back = await pool.hold(meet.principal, max(0.0, timeout - ROOM_MARGIN)
+                                    if meet.caller is None else None)
+        timeout -= time.monotonic() - waited_from
         try:
             worker = await self._worker(pool, key)
         except BaseException:

@@ -547,11 +547,12 @@ class WorkerPool:
     runs_in = "workers"
     at_once = 0
 
-    def hold(self, principal: str) -> Callable[[], None] | None:
+    async def hold(self, principal: str, wait: float | None) -> Callable[[], None] | None:
         """Room for one more running meet of `principal` in this pool's workers, and what
-        gives it back when the meet's run here ends (None: nothing to give back); raises
-        PlaceUnavailable where there is none now. Worker processes are bounded by their
-        own cgroups and rlimits: always room."""
+        gives it back when the meet's run here ends (None: nothing to give back), waiting
+        at most `wait` seconds for it (None: not at all); PlaceUnavailable or MeetTimeout
+        where there is none. Worker processes are bounded by their own cgroups and
+        rlimits: always room."""
         return None
 
     @property

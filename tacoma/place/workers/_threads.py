@@ -37,7 +37,7 @@ from ...agent._channel import serve_thread
 from ...agent._interpreter import InPlaceRunner
 from ...agent._plan import Rlimits, SandboxPlan
 from ...transport import Channel
-from ...wire._errors import PlaceUnavailable
+from ...wire._errors import MeetTimeout, PlaceUnavailable
 from ...wire._protocol import Result, Role
 from .._settings import PlaceSettings
 from ._containment import private_output
@@ -90,40 +90,78 @@ class ThreadWorker(Worker):
 
 class Slots:
     """How many meets may run instances in the place's process at once: `most` in all, and
-    any one principal `share` of them (so that one principal's meets cannot hold them
-    all). Past either, a meet is refused at once, not queued: a meet waiting here while its
-    caller (an agent's own nested meet) holds a slot could wait for itself."""
+    any one principal `share` of them (so that one principal's meets cannot hold them all).
+
+    A meet from outside (a client, another place) that finds none waits for one, first come
+    first served, within its own time; an agent's own meet here is refused at once instead
+    (PlaceUnavailable), since its caller holds a slot and, waiting, could wait for itself."""
 
     def __init__(self, most: int, share: int) -> None:
         self.most = most
         self.share = share
         self.running = 0
         self.by_principal: collections.Counter[str] = collections.Counter()
+        self._waiting: collections.deque[tuple[str, asyncio.Future[None]]] = \
+            collections.deque()
 
-    def take(self, principal: str, what: str) -> Callable[[], None]:
-        """A slot for a meet of `principal`, and what gives it back (once); PlaceUnavailable
-        where there is none."""
-        if self.running >= self.most:
-            raise PlaceUnavailable(f"the place runs its most of {self.most} {what} at once "
-                                   "(--instances-memory, each charged its --memory); try "
-                                   "again when some end")
-        if self.by_principal[principal] >= self.share:
-            raise PlaceUnavailable(f"{principal or 'anonymous'} has its share of "
-                                   f"{self.share} {what} running at once; try again when "
-                                   "some end")
+    def _free_for(self, principal: str) -> bool:
+        return self.running < self.most and self.by_principal[principal] < self.share
+
+    def _hold(self, principal: str) -> None:
         self.running += 1
         self.by_principal[principal] += 1
+
+    def _give(self, principal: str) -> None:
+        self.running -= 1
+        self.by_principal[principal] -= 1
+        if not self.by_principal[principal]:
+            del self.by_principal[principal]
+        for entry in list(self._waiting):  # the first waiters that may run now, in order
+            waiter_of, waiter = entry
+            if waiter.done():
+                self._waiting.remove(entry)
+            elif self._free_for(waiter_of):
+                self._waiting.remove(entry)
+                self._hold(waiter_of)
+                waiter.set_result(None)
+
+    def _refusal(self, principal: str, what: str) -> PlaceUnavailable:
+        if self.running >= self.most:
+            return PlaceUnavailable(f"the place runs its most of {self.most} {what} at once "
+                                    "(--instances-memory, each charged its --memory); try "
+                                    "again when some end")
+        return PlaceUnavailable(f"{principal or 'anonymous'} has its share of {self.share} "
+                                f"{what} running at once; try again when some end")
+
+    async def take(self, principal: str, what: str, wait: float | None) -> Callable[[], None]:
+        """A slot for a meet of `principal`, and what gives it back (once): at once, or
+        after waiting at most `wait` seconds (None: no wait); PlaceUnavailable, saying which
+        bound, where there is none (MeetTimeout after a wait)."""
+        if not self._free_for(principal):
+            if wait is None:
+                raise self._refusal(principal, what)
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiting.append((principal, waiter))
+            try:
+                await asyncio.wait_for(asyncio.shield(waiter), wait)
+            except (TimeoutError, asyncio.CancelledError) as exc:
+                if waiter.done() and not waiter.cancelled():  # given just now: give it on
+                    self._give(principal)
+                else:
+                    waiter.cancel()
+                if isinstance(exc, TimeoutError):
+                    raise MeetTimeout(f"the meet's time ran out waiting for room: "
+                                      f"{self._refusal(principal, what)}") from None
+                raise
+        else:
+            self._hold(principal)
         given = False
 
         def give_back() -> None:
             nonlocal given
-            if given:
-                return
-            given = True
-            self.running -= 1
-            self.by_principal[principal] -= 1
-            if not self.by_principal[principal]:
-                del self.by_principal[principal]
+            if not given:
+                given = True
+                self._give(principal)
 
         return give_back
 
@@ -150,9 +188,9 @@ class ThreadPool(WorkerPool):
 
     runs_in = "place"
 
-    def hold(self, principal: str) -> Callable[[], None] | None:
-        return self.slots.take(principal, f"{self.interpreter.language} instances in its "
-                                          "own process")
+    async def hold(self, principal: str, wait: float | None) -> Callable[[], None] | None:
+        return await self.slots.take(principal, f"{self.interpreter.language} instances in "
+                                                "its own process", wait)
 
     @property
     def reuses(self) -> bool:

@@ -121,8 +121,10 @@ class Ticker:
         self._active = False
         self._cpu_from = self._cpu_limit = self._deadline = 0.0
         self._last = time.monotonic()
-        #: Why the last meet was stopped ("cpu", "deadline" or "stopped"), or None.
+        #: Why the last meet was stopped ("cpu", "deadline" or "stopped"), or None; and a
+        #: stop for the next meet, made before it began.
         self.fired: str | None = None
+        self._pending: str | None = None
         self._thread: threading.Thread | None = None
 
     def begin(self) -> None:
@@ -134,14 +136,19 @@ class Ticker:
             self._thread.start()
 
     def start(self, cpu_seconds: float, seconds: float) -> None:
-        """A meet begins on this thread: watch its CPU time and its deadline."""
+        """A meet begins on this thread: watch its CPU time and its deadline (or stop it at
+        once, if it was stopped before it began: see `fire`)."""
         with self._lock:
-            self.fired = None
+            self.fired = self._pending
+            self._pending = None
             self._clock = time.pthread_getcpuclockid(threading.get_ident())
             self._cpu_from = time.clock_gettime(self._clock)
             self._cpu_limit = cpu_seconds
             self._deadline = time.monotonic() + seconds
             self._active = True
+            if self.fired is not None:
+                self._engine.increment_epoch()
+                self._wake.set()
         if not self._awake.is_set():
             self._awake.set()
 
@@ -158,13 +165,23 @@ class Ticker:
             return max(0.0, self._deadline - time.monotonic())
 
     def fire(self, why: str) -> None:
-        """Stop the running meet now, if one runs (`why` it was stopped)."""
+        """Stop the running meet now (`why` it was stopped); or, with none running, the
+        next one as it begins (the place stopped a meet still being set up), until
+        `forget` says the next one is someone else's."""
         with self._lock:
-            if not self._active or self.fired is not None:
+            if not self._active:
+                self._pending = why
+                return
+            if self.fired is not None:
                 return
             self.fired = why
             self._engine.increment_epoch()
             self._wake.set()
+
+    def forget(self) -> None:
+        """A stop for no meet yet begun is void: the runner serves a new thread now."""
+        with self._lock:
+            self._pending = None
 
     def _loop(self) -> None:
         while True:
@@ -675,4 +692,5 @@ def lease(output: int, file_limit: int, memory: int) -> Lease:
     if runner is None:
         runner = Runner(by_principal=True, compiled=_shared)
     runner.output, runner.file_limit, runner.memory = output, file_limit, memory
+    runner.ticker.forget()
     return Lease(runner)

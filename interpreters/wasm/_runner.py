@@ -38,6 +38,7 @@ from __future__ import annotations
 import collections
 import errno
 import hashlib
+import math
 import os
 import re
 import struct
@@ -59,10 +60,8 @@ __all__ = ["Runner", "lease"]
 
 #: Compiled modules a runner keeps, the most recently used.
 MODULES = 32
-#: How often the ticker looks at a running meet's CPU time and deadline, in seconds; and
-#: after how long without a meet it sleeps until the next (no wake-ups while idle).
+#: The least time, in seconds, between two looks of the ticker at a running meet.
 TICK = 0.05
-IDLE = 1.0
 #: Memory a worker keeps for itself (its Python, the runtime) out of the meet's limit,
 #: where the process has no RLIMIT_AS to measure it against.
 WORKER_SHARE = 96 << 20
@@ -105,22 +104,23 @@ class _Running:
 class Ticker:
     """Stops a running instance once its meet's CPU time or deadline is spent.
 
-    A thread of its own (wasmtime runs the instance with the GIL released) looks every
-    TICK seconds, while a meet runs, at the CPU clock of the thread that runs it and at
-    the time; past either, it bumps the engine's epoch, and the instance (its store's
-    deadline one epoch on) traps at its next check; a sleeping `poll_oneoff` wakes. Idle
-    for IDLE seconds, it sleeps until the next meet.
+    A thread of its own (wasmtime runs the instance with the GIL released) looks, while a
+    meet runs, at the CPU clock of the thread that runs it and at the time; past either, it
+    bumps the engine's epoch, and the instance (its store's deadline one epoch on) traps at
+    its next check; a sleeping `poll_oneoff` wakes. It looks only when the meet could have
+    spent one or the other (its thread cannot use more CPU time than time passes), so a
+    meet that ends sooner costs it no wake-up; with no meet to watch, it sleeps.
     """
 
     def __init__(self, engine: wasmtime.Engine, wake: threading.Event) -> None:
         self._engine = engine
         self._wake = wake
         self._lock = threading.Lock()
-        self._awake = threading.Event()
+        self._changed = threading.Condition(self._lock)
         self._clock = 0
         self._active = False
         self._cpu_from = self._cpu_limit = self._deadline = 0.0
-        self._last = time.monotonic()
+        self._due = math.inf  # when the thread looks next (monotonic)
         #: Why the last meet was stopped ("cpu", "deadline" or "stopped"), or None; and a
         #: stop for the next meet, made before it began.
         self.fired: str | None = None
@@ -144,18 +144,20 @@ class Ticker:
             self._clock = time.pthread_getcpuclockid(threading.get_ident())
             self._cpu_from = time.clock_gettime(self._clock)
             self._cpu_limit = cpu_seconds
-            self._deadline = time.monotonic() + seconds
+            now = time.monotonic()
+            self._deadline = now + seconds
             self._active = True
             if self.fired is not None:
                 self._engine.increment_epoch()
                 self._wake.set()
-        if not self._awake.is_set():
-            self._awake.set()
+            first = now + min(seconds, cpu_seconds)
+            if first < self._due:
+                self._due = first
+                self._changed.notify()
 
     def stop(self) -> None:
         with self._lock:
             self._active = False
-            self._last = time.monotonic()
 
     def left(self) -> float:
         """Seconds until the running meet's deadline (0 once it is stopped)."""
@@ -184,22 +186,23 @@ class Ticker:
             self._pending = None
 
     def _loop(self) -> None:
-        while True:
-            self._awake.wait()
-            time.sleep(TICK)
-            with self._lock:
+        with self._lock:
+            while True:
                 now = time.monotonic()
-                if not self._active:
-                    if now - self._last > IDLE:
-                        self._awake.clear()
+                if now < self._due:
+                    self._changed.wait(None if self._due == math.inf else self._due - now)
                     continue
-                if self.fired is not None:
+                self._due = math.inf
+                if not self._active or self.fired is not None:
                     continue
-                if time.clock_gettime(self._clock) - self._cpu_from >= self._cpu_limit:
+                used = time.clock_gettime(self._clock) - self._cpu_from
+                if used >= self._cpu_limit:
                     self.fired = "cpu"
                 elif now >= self._deadline:
                     self.fired = "deadline"
-                else:
+                else:  # neither can be spent before this
+                    self._due = now + max(TICK, min(self._deadline - now,
+                                                    self._cpu_limit - used))
                     continue
                 self._engine.increment_epoch()
                 self._wake.set()

@@ -13,6 +13,10 @@ from the same run, since this machine's speed varies from hour to hour:
 - `test_wasm_cold_start_of_a_new_module`: the first meet with a new module of about 100 KB
   (compiled by the worker that takes it), against the next meet with it (compiled already),
   and the compile alone in this process (the goal: at most 20 ms for the first meet).
+
+The first two run again (`[in-place]`) at a place started with --instances-in-place, whose
+instances run on threads of the place's own process (with --memory 256M, so that the 32 in
+flight all find room: each is charged its --memory against half the host's memory).
 """
 
 from __future__ import annotations
@@ -21,13 +25,15 @@ import asyncio
 import statistics
 import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import tacoma
 from tacoma.agent._interpreter import discover_interpreters
 
-from _harness import PAYLOAD, ServerProcess, served
+from _harness import PAYLOAD, ServerProcess, served, start_place
 
 WASM = next((i for i in discover_interpreters().values() if i.language == "wasm"), None)
 pytestmark = pytest.mark.skipif(WASM is None or WASM.check() is not None,
@@ -54,14 +60,37 @@ COLD_ROUNDS = 8
 COLD_FUNCTIONS = 950
 
 
+@pytest.fixture(scope="module")
+def in_place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A place that runs WebAssembly instances on threads of its own process."""
+    server = start_place(Path(tmp_path_factory.mktemp("in_place")) / "state",
+                         "--instances-in-place", "--memory", "256M")
+    try:
+        yield server
+    finally:
+        server.stop_checked()
+
+
+@pytest.fixture(params=["workers", "in-place"])
+def wasm_place(request: pytest.FixtureRequest) -> tuple[ServerProcess, str]:
+    """The place of the session (instances in confined workers), or `in_place`; and where
+    its instances run, for the summary."""
+    server: ServerProcess = request.getfixturevalue(
+        "place" if request.param == "workers" else "in_place")
+    return server, ("in confined workers" if request.param == "workers"
+                    else "in the place's process")
+
+
 def _quantile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
 def test_wasm_null_meet_beside_echo(benchmark: Any, loop: asyncio.AbstractEventLoop,
-                                    place: ServerProcess, summary: Any) -> None:
+                                    wasm_place: tuple[ServerProcess, str],
+                                    summary: Any) -> None:
     """The null ag_wasm meet (timed), each after an ag_echo meet (timed apart, in the
     round's setup): the two on the same connection, in the same minute."""
+    place, where = wasm_place
     echo, wasm = f"ag_echo@{place.address}", f"ag_wasm@{place.address}"
     with_code = {**PAYLOAD, "CODE": [NULL.encode()]}
     echo_times: list[float] = []
@@ -95,15 +124,18 @@ def test_wasm_null_meet_beside_echo(benchmark: Any, loop: asyncio.AbstractEventL
         measures="one sync tacoma.ameet to ag_wasm with a null module (a fresh instance), "
                  "each after an ag_echo meet on the same connection",
         echo_p50_us=round(e50, 1), echo_p99_us=round(e99, 1), wasm_p50_us=round(w50, 1),
-        wasm_p99_us=round(w99, 1), ratio_p50=round(w50 / e50, 2), goal_ratio=1.5)
-    summary(f"null ag_wasm meet p50 {w50:,.0f} µs (p99 {w99:,.0f}) beside ag_echo p50 "
+        wasm_p99_us=round(w99, 1), ratio_p50=round(w50 / e50, 2), goal_ratio=1.5,
+        instances=where)
+    summary(f"null ag_wasm meet {where} p50 {w50:,.0f} µs (p99 {w99:,.0f}) beside ag_echo p50 "
             f"{e50:,.0f} µs (p99 {e99:,.0f}): {w50 / e50:.2f}x (goal 1.5x)")
 
 
 def test_wasm_sustained_fresh_instances(benchmark: Any, loop: asyncio.AbstractEventLoop,
-                                        place: ServerProcess, summary: Any) -> None:
+                                        wasm_place: tuple[ServerProcess, str],
+                                    summary: Any) -> None:
     """SUSTAINED_MEETS ag_wasm meets a round, IN_FLIGHT at once, each in a fresh instance
     (the module fails its meet otherwise): the rate, and how many a warm worker served."""
+    place, where = wasm_place
     target = f"ag_wasm@{place.address}"
 
     async def round_of_meets() -> None:
@@ -130,8 +162,10 @@ def test_wasm_sustained_fresh_instances(benchmark: Any, loop: asyncio.AbstractEv
     benchmark.extra_info.update(
         measures=f"one round = {SUSTAINED_MEETS} sync ag_wasm meets, {IN_FLIGHT} in flight, "
                  "each in a fresh instance (checked by the module)",
-        meets_per_s=round(rate), warm_share=round(warm / (warm + fresh), 3), goal=2000)
-    summary(f"{rate:,.0f} ag_wasm meets/s, {IN_FLIGHT} in flight, each a fresh instance; "
+        meets_per_s=round(rate), warm_share=round(warm / (warm + fresh), 3), goal=2000,
+        instances=where)
+    summary(f"{rate:,.0f} ag_wasm meets/s {where}, {IN_FLIGHT} in flight, each a fresh "
+            "instance; "
             f"{warm / (warm + fresh):.0%} in a warm worker (goal 2,000/s)")
 
 

@@ -128,3 +128,13 @@ def test_its_reprs_are_short_and_its_html_escaped(busy: RunningPlace) -> None:
     assert "<table>" in page and "ag_python" in page and "clerk" in page
     hostile = PlaceStatus.from_json({**status.data, "state_dir": "<script>x</script>"})
     assert "<script>" not in hostile._repr_html_()
+
+
+def test_a_newer_places_pools_are_read_for_what_this_client_knows(busy: RunningPlace) -> None:
+    """A place newer than the client may say more of each pool: the client reads the rest."""
+    status = place_status(busy.address)
+    data = {**status.data, "pools": [{**row, "said_by_a_newer_place": 1}
+                                     for row in status.data["pools"]]}
+    newer = PlaceStatus.from_json(data)
+    assert [p.agent for p in newer.pools] == [p.agent for p in status.pools]
+    assert all(p.runs_in == "workers" for p in newer.pools)

@@ -19,7 +19,7 @@ import datetime
 import io
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import IO, Any
 
 from ..display import human_duration, human_size
@@ -64,6 +64,9 @@ class Pool:
     #: of the place's own process (--instances-in-place), at most `at_once` at a time.
     runs_in: str = "workers"
     at_once: int = 0
+
+
+_POOL_FIELDS = frozenset(f.name for f in fields(Pool))
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +145,9 @@ class PlaceStatus:
             started=data["started"], uptime=data["uptime"], state_dir=data["state_dir"],
             agent_network=data["agent_network"],
             layers=tuple(Layer(r["layer"], r["applied"], r["detail"]) for r in data["layers"]),
-            pools=tuple(Pool(**r) for r in data["pools"]),
+            # A newer place may say more of a pool than this client knows: what it knows.
+            pools=tuple(Pool(**{k: v for k, v in r.items() if k in _POOL_FIELDS})
+                        for r in data["pools"]),
             unavailable=tuple(data["unavailable"]), installed=tuple(data["installed"]),
             running=meets["running"], queued=meets["queued"], ended=meets["ended"],
             max_meets=meets["max_meets"], max_queued=meets["max_queued"],

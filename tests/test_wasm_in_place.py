@@ -266,6 +266,27 @@ def test_a_subverted_builds_native_code_never_runs_in_the_place(place: RunningPl
     assert meet(place, program)["R"] == [b"module"]
 
 
+def test_every_module_is_compiled_confined_before_the_place_compiles_it(
+        place: RunningPlace) -> None:
+    """A module or WAT, which a worker would compile itself, is built first in a confined
+    process here (what compiling it takes is bounded there by the agent's limits, not
+    spent first in the place's process); one that does not compile is refused there."""
+    from tacoma.agent._interpreter import discover_interpreters
+    from tacoma.wire._program import artifact_key
+
+    interpreter = discover_interpreters()["ag_wasm"]
+    assert interpreter.build is not None
+    program = wat_agent("(call $record (i32.const 0) (i32.const 4))",
+                        data={0: uuid.uuid4().hex[:4].encode()})
+    cached = (place.state_dir / "cache" / "wasm"
+              / artifact_key(interpreter.build.build_id(), program.encode()))
+    assert not cached.exists()
+    assert len(meet(place, program)["R"]) == 1
+    assert cached.exists()
+    with pytest.raises(tacoma.AgentFailed, match="does not compile.*has a start function"):
+        meet(place, '(module (func $s) (start $s) (func (export "_start")))')
+
+
 # ------------------------------------------------------------------- asleep, then stopped
 SLEEPER = c_agent("""
     #include <unistd.h>

@@ -89,7 +89,8 @@ class PooledRuns:
             raise MeetError(f"{meet.agent} needs its program in the CODE folder "
                             f"(tacoma meet {meet.agent} --code FILE)")
         program = program_bytes(briefcase)
-        if pool.interpreter.build is not None and pool.interpreter.build.wanted(program):
+        build = pool.interpreter.build
+        if build is not None and (pool.builds_all or build.wanted(program)):
             started = time.monotonic()
             await self.builds.ensure(pool.interpreter, program, timeout,
                                      program_name(briefcase))

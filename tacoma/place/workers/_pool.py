@@ -543,9 +543,11 @@ class WorkerPool:
         return self.containment.reuses
 
     #: Where its meets run ("workers": processes; "place": threads of the place), and how
-    #: many may run at once (0: as many as the place runs meets).
+    #: many may run at once (0: as many as the place runs meets); whether every program of
+    #: a compiled language is built first, even one its workers take as it comes.
     runs_in = "workers"
     at_once = 0
+    builds_all = False
 
     async def hold(self, principal: str, wait: float | None) -> Callable[[], None] | None:
         """Room for one more running meet of `principal` in this pool's workers, and what

@@ -187,6 +187,10 @@ class ThreadPool(WorkerPool):
         self.at_once = most
 
     runs_in = "place"
+    #: Every program is built, in a confined process, before a thread runs it: what
+    #: compiling it takes (memory, time) is bounded there by the agent's limits, not
+    #: spent first in the place's own process.
+    builds_all = True
 
     async def hold(self, principal: str, wait: float | None) -> Callable[[], None] | None:
         return await self.slots.take(principal, f"{self.interpreter.language} instances in "

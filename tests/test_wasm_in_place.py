@@ -283,7 +283,7 @@ def test_every_module_is_compiled_confined_before_the_place_compiles_it(
     assert not cached.exists()
     assert len(meet(place, program)["R"]) == 1
     assert cached.exists()
-    with pytest.raises(tacoma.AgentFailed, match="does not compile.*has a start function"):
+    with pytest.raises(tacoma.AgentFailed, match=r"does not compile.*has a start function"):
         meet(place, '(module (func $s) (start $s) (func (export "_start")))')
 
 

@@ -162,6 +162,8 @@ def test_protocol_error_status(tmp_path: Path) -> None:
     (["place", "--silent-after", "0"], "--silent-after"),
     (["place", "--lost-after", "2s", "--rear-guard-every", "5s"],
      "--lost-after (2 s) and --silent-after (30 s) must be at least --rear-guard-every"),
+    (["place", "--instances-memory", "1G"], "give it with --instances-in-place"),
+    (["place", "--instances-in-place", "--instances-memory", "lots"], "is not a size"),
 ])
 def test_usage_errors(args: list[str], message: str) -> None:
     out = tacoma(*args)

@@ -282,6 +282,9 @@ class PlaceSettings:
                 not isinstance(self.instances_memory, int) or self.instances_memory < 0):
             raise ValueError(f"instances_memory must be at least 0 bytes, got "
                              f"{self.instances_memory!r}")
+        if self.instances_memory is not None and not self.instances_in_place:
+            raise ValueError("--instances-memory bounds the instances run in the place's own "
+                             "process: give it with --instances-in-place")
         if self.reuse not in REUSE:
             raise ValueError(f"reuse must be one of {', '.join(REUSE)}, got {self.reuse!r}")
         for name in ("warm_max", "warm_meets"):

@@ -148,8 +148,7 @@ class Ticker:
             self._deadline = now + seconds
             self._active = True
             if self.fired is not None:
-                self._engine.increment_epoch()
-                self._wake.set()
+                self._stop_now()
             first = now + min(seconds, cpu_seconds)
             if first < self._due:
                 self._due = first
@@ -174,11 +173,14 @@ class Ticker:
             if not self._active:
                 self._pending = why
                 return
-            if self.fired is not None:
-                return
-            self.fired = why
-            self._engine.increment_epoch()
-            self._wake.set()
+            if self.fired is None:
+                self.fired = why
+                self._stop_now()
+
+    def _stop_now(self) -> None:
+        """(Under the lock.) The running meet stops at its next check; its sleep wakes."""
+        self._engine.increment_epoch()
+        self._wake.set()
 
     def forget(self) -> None:
         """A stop for no meet yet begun is void: the runner serves a new thread now."""
@@ -204,8 +206,7 @@ class Ticker:
                     self._due = now + max(TICK, min(self._deadline - now,
                                                     self._cpu_limit - used))
                     continue
-                self._engine.increment_epoch()
-                self._wake.set()
+                self._stop_now()
 
 
 class Runner:

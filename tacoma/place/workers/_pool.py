@@ -738,14 +738,7 @@ class WorkerPool:
                 worker.pid, worker.exited = await zygote.spawn(plan, [theirs.fileno(),
                                                                        out.fileno()])
             theirs.close()
-            loop = asyncio.get_running_loop()
-            _, worker.channel = await loop.create_unix_connection(
-                lambda: Channel(Role.HOST, worker, settings.max_frame), sock=ours)
-            waits: set[asyncio.Future[Any]] = {worker.channel.ready, worker.exited}
-            await asyncio.wait(waits, timeout=START_TIMEOUT, return_when=asyncio.FIRST_COMPLETED)
-            if not worker.channel.ready.done() or worker.channel.ready.exception():
-                raise PlaceUnavailable(f"a {self.interpreter.language} worker did not start",
-                                       worker.output_tail())
+            await self._connect(worker, ours, "worker")
         except BaseException:
             for sock in (theirs, ours):
                 if sock is not None:
@@ -753,6 +746,19 @@ class WorkerPool:
             await asyncio.shield(worker.destroy())
             raise
         return worker
+
+    async def _connect(self, worker: Worker, ours: socket.socket, what: str) -> None:
+        """Make `worker`'s channel on the place's end of its socketpair, and wait for its
+        Hello (PlaceUnavailable, with its output, if it ends or stays silent first)."""
+        assert worker.exited is not None
+        loop = asyncio.get_running_loop()
+        _, worker.channel = await loop.create_unix_connection(
+            lambda: Channel(Role.HOST, worker, self.settings.max_frame), sock=ours)
+        waits: set[asyncio.Future[Any]] = {worker.channel.ready, worker.exited}
+        await asyncio.wait(waits, timeout=START_TIMEOUT, return_when=asyncio.FIRST_COMPLETED)
+        if not worker.channel.ready.done() or worker.channel.ready.exception():
+            raise PlaceUnavailable(f"a {self.interpreter.language} {what} did not start",
+                                   worker.output_tail())
 
     async def close(self) -> None:
         self._closed = True

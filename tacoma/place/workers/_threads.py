@@ -36,13 +36,11 @@ from typing import Any
 from ...agent._channel import serve_thread
 from ...agent._interpreter import InPlaceRunner
 from ...agent._plan import Rlimits, SandboxPlan
-from ...transport import Channel
 from ...wire._errors import MeetTimeout, PlaceUnavailable
-from ...wire._protocol import Result, Role
+from ...wire._protocol import Result
 from .._settings import PlaceSettings
 from ._containment import private_output
 from ._pool import HandedMeet, Moved, NestedHandler, Worker, WorkerPool
-from ._zygotes import START_TIMEOUT
 
 __all__ = ["ThreadPool", "ThreadWorker"]
 
@@ -53,6 +51,7 @@ class ThreadWorker(Worker):
 
     def __init__(self, pool: WorkerPool, workdir: Path, output: Path) -> None:
         super().__init__(pool, workdir, output, on_disk=False)
+        # Its pid stays 0: Worker.destroy kills a process group only where there is a pid.
         self.runner: InPlaceRunner | None = None
         self.thread: threading.Thread | None = None
         self._cpu_from = 0.0
@@ -242,14 +241,7 @@ class ThreadPool(WorkerPool):
                 name=f"tacoma-{name}", daemon=True)
             theirs = None  # the thread's now: it closes it
             worker.thread.start()
-            _, worker.channel = await loop.create_unix_connection(
-                lambda: Channel(Role.HOST, worker, settings.max_frame), sock=ours)
-            waits: set[asyncio.Future[Any]] = {worker.channel.ready, exited}
-            await asyncio.wait(waits, timeout=START_TIMEOUT,
-                               return_when=asyncio.FIRST_COMPLETED)
-            if not worker.channel.ready.done() or worker.channel.ready.exception():
-                raise PlaceUnavailable(f"a {interpreter.language} thread did not start",
-                                       worker.output_tail())
+            await self._connect(worker, ours, "thread")
         except BaseException:
             for sock in (theirs, ours):
                 if sock is not None:

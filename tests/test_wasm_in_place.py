@@ -32,7 +32,7 @@ from tacoma import Briefcase
 
 from conftest import RunningPlace, launch_place, meet_as, release, tacoma_cli, wait_until
 from test_lazy import LAZY_AND_GO, READ_RANGE
-from test_wasm_hostile import WASM_PROBLEM, c_agent, published, wat_agent
+from test_wasm_hostile import WASM_PROBLEM, c_agent, published, wat_agent, wat_string
 
 pytestmark = pytest.mark.skipif(WASM_PROBLEM is not None,
                                 reason=f"WebAssembly C agents cannot run here: {WASM_PROBLEM}")
@@ -99,6 +99,46 @@ def test_no_access_outside_the_instances_memory(place: RunningPlace, attack: str
                        match=TRAPS.get(attack, "out of bounds memory access")):
         meet(place, wat_agent(OUT_OF_BOUNDS[attack], declarations=DECLARATIONS))
     serves(place)
+
+
+#: A module that would hold more than one memory or table: each limit of the store bounds
+#: one memory and one table, not their sum, so one is all an instance may have.
+MANY = {
+    "two-memories": ('(module (memory (export "memory") 1) (memory 1) (func (export "_start")))',
+                     "multiple memories"),
+    "two-tables": ('(module (memory (export "memory") 1) (table 1 funcref) (table 1 funcref) '
+                   '(func (export "_start")))', "table"),
+}
+
+
+@pytest.mark.parametrize("module", MANY)
+def test_an_instance_holds_one_memory_and_one_table(place: RunningPlace, module: str) -> None:
+    code, message = MANY[module]
+    with pytest.raises(tacoma.AgentFailed, match=message):
+        meet(place, code)
+    serves(place)
+
+
+def test_a_sleep_on_a_cpu_clock_is_refused(place: RunningPlace) -> None:
+    """An absolute sleep on the process's CPU-time clock would tell an agent how much CPU
+    the place spent (every principal's meets): WASI's poll_oneoff refuses it (EINVAL, 28,
+    in the event), as it does any clock but realtime and monotonic."""
+    subscription = (b"\0" * 8 + b"\0" * 8 + (2).to_bytes(4, "little") + b"\0" * 4
+                    + (8 * 10**9).to_bytes(8, "little") + b"\0" * 8
+                    + (1).to_bytes(2, "little") + b"\0" * 6)
+    code = f"""(module
+  (import "wasi_snapshot_preview1" "poll_oneoff"
+    (func $poll (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) {wat_string(subscription)})
+  (func (export "_start")
+    (drop (call $poll (i32.const 0) (i32.const 64) (i32.const 1) (i32.const 128)))
+    (call $exit (i32.load16_u (i32.const 72)))))"""
+    started = time.monotonic()
+    with pytest.raises(tacoma.AgentFailed, match="exited with status 28"):  # the event's
+        meet(place, code)
+    assert time.monotonic() - started < 5  # not the 8 s it asked for, less the place's CPU
 
 
 def test_a_memory_cannot_grow_past_its_limit(place: RunningPlace) -> None:
@@ -383,6 +423,30 @@ def test_failed_meets_leave_no_thread_behind(place: RunningPlace) -> None:
     wait_until(lambda: threads(place) <= before + 2, 30,
                f"the place's threads to come back to {before} (+2)")
     serves(place)
+
+
+def test_runners_past_those_kept_for_later_end_their_threads(tmp_path: Path) -> None:
+    """More threads at once than the place keeps runners for (FREE): the runners given back
+    past that are dropped, and their tickers' threads end with them."""
+    from tacoma.interpreters.wasm import _runner
+
+    def tickers() -> int:
+        return sum(1 for t in threading.enumerate() if t.name == "tacoma-ticker")
+
+    output = os.open(tmp_path / "out", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        leases = [_runner.lease(output, 1 << 20, 64 << 20) for _ in range(_runner.FREE + 8)]
+        most = tickers()
+        assert most >= _runner.FREE + 8
+        for lease in leases:
+            lease.close()
+        wait_until(lambda: tickers() <= _runner.FREE, 10, "the dropped runners' tickers to end")
+        again = [_runner.lease(output, 1 << 20, 64 << 20) for _ in range(_runner.FREE)]
+        assert tickers() <= _runner.FREE  # the kept ones, lent again: no new threads
+        for lease in again:
+            lease.close()
+    finally:
+        os.close(output)
 
 
 def test_status_says_the_instances_run_in_the_place(place: RunningPlace) -> None:

@@ -15,6 +15,9 @@ engine here, and CONFIG_ID, part of the build's id, changes the cache key when t
 - Backtraces with file and line, inlined functions included, where the module has DWARF
   (C agents are built with -g): WASMTIME_BACKTRACE_DETAILS, which the engine reads when
   it is made.
+- One linear memory per module (no multi-memory), and at most one table and one instance
+  per store (the worker's limits): the store's limits bound each memory and each table,
+  not their sum.
 - Compilation on the calling thread only: a worker is forked from its zygote, and a
   compiler's thread pool must not be started in one and used in another; nor may a
   worker's meet leave threads behind.
@@ -36,6 +39,8 @@ SETTINGS: dict[str, object] = {
     "memory_reservation_for_growth": 16 << 20,
     "memory_init_cow": False,
     "cranelift_opt_level": "speed",
+    # One linear memory per module: the store's limit bounds each memory, not their sum.
+    "wasm_multi_memory": False,
 }
 #: What the engine is made with, for the build's id: a precompiled module loads only in an
 #: engine made alike.
@@ -46,7 +51,8 @@ CONFIG_ID = " ".join(f"{name}={value}" for name, value in sorted(SETTINGS.items(
 def new_engine(parallel: bool = False) -> wasmtime.Engine:
     """An engine with SETTINGS (`parallel`: compile on several threads, for a build step of
     its own, which ends after it; a worker compiles on its own thread)."""
-    os.environ["WASMTIME_BACKTRACE_DETAILS"] = "1"
+    if os.environ.get("WASMTIME_BACKTRACE_DETAILS") != "1":  # once: others read it
+        os.environ["WASMTIME_BACKTRACE_DETAILS"] = "1"
     config = wasmtime.Config()
     for name, value in SETTINGS.items():
         setattr(config, name, value)

@@ -70,8 +70,10 @@ MEET_SECONDS = 300.0
 #: A memory this close to its limit when the instance trapped was stopped by the limit (a
 #: malloc of a few MiB more fails before the memory is quite full).
 NEAR_LIMIT = 4 << 20
-#: The largest table an instance may have, in elements.
+#: The largest table an instance may have, in elements, and how many (each limit bounds
+#: one table, not their sum: a C agent has one).
 TABLE_ELEMENTS = 1 << 20
+TABLES = 1
 #: A backtrace's line of the agent's C source, as clang's debug information names it.
 _SOURCE_LINE = re.compile(r"at (?:\./)?agent\.c:(\d+)(?::\d+)?")
 _I32 = wasmtime.ValType.i32()
@@ -85,8 +87,10 @@ _CLOCK, _FD_READ, _FD_WRITE = 0, 1, 2
 _ABSTIME = 1
 _HANGUP = 1
 _ERRNO_SUCCESS, _ERRNO_BADF, _ERRNO_FAULT, _ERRNO_INVAL = 0, 8, 21, 28
-_CLOCKS = {0: time.CLOCK_REALTIME, 1: time.CLOCK_MONOTONIC,
-           2: time.CLOCK_PROCESS_CPUTIME_ID, 3: time.CLOCK_THREAD_CPUTIME_ID}
+#: The clocks a sleep may name: realtime and monotonic. Not the CPU-time clocks (2, 3): the
+#: process's counts every meet it runs (an absolute sleep on it would tell an agent how
+#: busy the place is), and a sleeping thread's never advances; wasmtime reads both as 0.
+_CLOCKS = {0: time.CLOCK_REALTIME, 1: time.CLOCK_MONOTONIC}
 
 
 class _Running:
@@ -126,6 +130,7 @@ class Ticker:
         self.fired: str | None = None
         self._pending: str | None = None
         self._thread: threading.Thread | None = None
+        self._closed = False
 
     def begin(self) -> None:
         """Start its thread (not in a zygote, which forks: a thread is not forked with it,
@@ -187,9 +192,15 @@ class Ticker:
         with self._lock:
             self._pending = None
 
+    def close(self) -> None:
+        """End its thread (its runner is dropped)."""
+        with self._lock:
+            self._closed = True
+            self._changed.notify()
+
     def _loop(self) -> None:
         with self._lock:
-            while True:
+            while not self._closed:
                 now = time.monotonic()
                 if now < self._due:
                     self._changed.wait(None if self._due == math.inf else self._due - now)
@@ -217,8 +228,13 @@ class Runner:
     most it may hold, where the runner bounds it itself (None: the process's RLIMIT_FSIZE
     does); memory: the most linear memory an instance may have (None: the meet's memory
     limit less WORKER_SHARE); by_principal: keep compiled modules by principal and program
-    (a runner that serves several principals in turn), so that no meet can tell by its
-    speed which programs another principal ran.
+    (a runner that serves several principals in turn), so that no principal's instance is
+    made from a module another principal's meet compiled (which programs a place knows is
+    no secret from its clients: programs travel by hash, and builds are cached by it);
+    watch: start the ticker's thread now (else `ticker.begin` does, later: a zygote's
+    runner); compiled: the modules the runners of one process compiled, which this one
+    loads rather than compile them again (and then it compiles its builds' modules
+    itself: see `trusts_builds`).
     """
 
     def __init__(self, output: int = 1, file_limit: int | None = None,
@@ -480,7 +496,8 @@ class Runner:
         module = self.module(meet, channel)
         store = wasmtime.Store(self.engine)
         memory_limit = self._memory_limit(channel)
-        store.set_limits(memory_size=memory_limit, table_elements=TABLE_ELEMENTS)
+        store.set_limits(memory_size=memory_limit, table_elements=TABLE_ELEMENTS,
+                         instances=1, tables=TABLES, memories=1)
         store.set_epoch_deadline(1)
         wasi = wasmtime.WasiConfig()
         wasi.argv = ["agent"]
@@ -677,8 +694,11 @@ class Lease:
             runner, self._runner = self._runner, None
         if runner is not None:
             with _free_lock:
-                if len(_free) < FREE:
+                kept = len(_free) < FREE
+                if kept:
                     _free.append(runner)
+            if not kept:  # dropped: its ticker's thread ends, and its engine goes with it
+                runner.ticker.close()
 
 
 #: Runners given back by threads of the place, kept for the next (each holds an engine, its

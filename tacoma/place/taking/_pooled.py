@@ -111,7 +111,7 @@ class PooledRuns:
             worker = await self._worker(pool, key)
         except BaseException:
             if give_back is not None:
-                give_back()
+                give_back(None, False)
             raise
         meet.step("take worker")
         if meet.trace is not None:
@@ -129,14 +129,19 @@ class PooledRuns:
                                            functools.partial(self._agent_meet, meet),
                                            keep=key is not None and self.warm.wants(key))
             finally:
-                if give_back is not None:
-                    give_back()
                 meet.worker = None
                 resided = meet.resident is not None
                 self.residents.leave(meet)
-                # Kept warm only after a meet that ended well (not moved on, not resident).
-                pool.release(worker, kept=key is not None and isinstance(outcome, Result)
-                             and not resided and self.warm.offer(key, worker))
+                kept = False
+                try:
+                    # Kept warm only after a meet that ended well (not moved on, not
+                    # resident).
+                    kept = (key is not None and isinstance(outcome, Result) and not resided
+                            and self.warm.offer(key, worker))
+                    pool.release(worker, kept=kept)
+                finally:
+                    if give_back is not None:
+                        give_back(worker, kept)
             if isinstance(outcome, Moved):  # the agent moved on: its trip goes on
                 if hop:
                     return outcome  # the next place has the trip now

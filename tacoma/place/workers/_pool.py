@@ -57,7 +57,7 @@ from ._cgroups import Group
 from ._containment import Containment, private_output, tail
 from ._zygotes import START_TIMEOUT, ZygoteHandle
 
-__all__ = ["LogBudget", "Moved", "Worker", "WorkerPool"]
+__all__ = ["GiveBack", "LogBudget", "Moved", "Worker", "WorkerPool"]
 
 log = logging.getLogger("tacoma.place")
 
@@ -110,6 +110,9 @@ IDLE_CPU = 0.05
 SHRINK_AFTER = 5.0
 
 NestedHandler = Callable[["Worker", Meet], Awaitable[None]]
+#: Gives back a meet's room in a pool (`WorkerPool.hold`): given its worker, if it got one,
+#: and whether that worker is kept warm.
+GiveBack = Callable[["Worker | None", bool], None]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -549,12 +552,13 @@ class WorkerPool:
     at_once = 0
     builds_all = False
 
-    async def hold(self, principal: str, wait: float | None) -> Callable[[], None] | None:
+    async def hold(self, principal: str, wait: float | None) -> GiveBack | None:
         """Room for one more running meet of `principal` in this pool's workers, and what
-        gives it back when the meet's run here ends (None: nothing to give back), waiting
-        at most `wait` seconds for it (None: not at all); PlaceUnavailable or MeetTimeout
-        where there is none. Worker processes are bounded by their own cgroups and
-        rlimits: always room."""
+        gives it back when the meet's run here ends, given its worker (None: it got none)
+        and whether that worker is kept warm (None: nothing to give back); waiting at most
+        `wait` seconds for it (None: not at all); PlaceUnavailable or MeetTimeout where
+        there is none. Worker processes are bounded by their own cgroups and rlimits:
+        always room."""
         return None
 
     @property

@@ -40,7 +40,7 @@ from ...wire._errors import MeetTimeout, PlaceUnavailable
 from ...wire._protocol import Result
 from .._settings import PlaceSettings
 from ._containment import private_output
-from ._pool import HandedMeet, Moved, NestedHandler, Worker, WorkerPool
+from ._pool import GiveBack, HandedMeet, Moved, NestedHandler, Worker, WorkerPool
 
 __all__ = ["ThreadPool", "ThreadWorker"]
 
@@ -191,9 +191,21 @@ class ThreadPool(WorkerPool):
     #: spent first in the place's own process.
     builds_all = True
 
-    async def hold(self, principal: str, wait: float | None) -> Callable[[], None] | None:
-        return await self.slots.take(principal, f"{self.interpreter.language} instances in "
-                                                "its own process", wait)
+    async def hold(self, principal: str, wait: float | None) -> GiveBack | None:
+        """As WorkerPool's; the room is held until the meet's thread is idle again (kept
+        warm) or has ended: a thread the place gave up on may still be in a runtime call
+        that cannot be stopped (compiling a module), and counts until it returns."""
+        release = await self.slots.take(principal, f"{self.interpreter.language} instances "
+                                                   "in its own process", wait)
+
+        def give_back(worker: Worker | None, kept: bool) -> None:
+            exited = worker.exited if worker is not None else None
+            if kept or exited is None or exited.done():
+                release()
+            else:
+                exited.add_done_callback(lambda _: release())
+
+        return give_back
 
     @property
     def reuses(self) -> bool:

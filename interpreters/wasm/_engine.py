@@ -8,7 +8,9 @@ engine here, and CONFIG_ID, part of the build's id, changes the cache key when t
   (its meet's CPU time or deadline passed; see _runner.Ticker).
 - No large virtual reservation per linear memory: a worker runs under RLIMIT_AS (the
   meet's memory limit), which wasmtime's default 4 GiB reservation and 2 GiB guard would
-  exceed. Memories are bounds-checked explicitly instead, and grow by moving.
+  exceed. Memories are bounds-checked explicitly instead, and grow by moving. (A place
+  that runs instances in its own process, which has no RLIMIT_AS, keeps wasmtime's own
+  reservations: `new_engine(reserve=True)`.)
 - Memories initialised by copying, not from a memory-mapped image: such an image is a
   file descriptor the module holds, and a warm worker closes, between meets, every
   descriptor it did not have before its first (agent._reuse).
@@ -48,14 +50,24 @@ CONFIG_ID = " ".join(f"{name}={value}" for name, value in sorted(SETTINGS.items(
     " WASMTIME_BACKTRACE_DETAILS=1"
 
 
-def new_engine(parallel: bool = False) -> wasmtime.Engine:
+#: The settings that keep memories small in address space: the place's own process has no
+#: RLIMIT_AS, so there a memory is reserved whole, with its guard pages, and never moves as
+#: it grows (moving copies it: a memory grown a page at a time to 256 MiB took seconds).
+SMALL_RESERVATIONS = frozenset({"memory_reservation", "memory_guard_size",
+                                "memory_reservation_for_growth"})
+
+
+def new_engine(parallel: bool = False, reserve: bool = False) -> wasmtime.Engine:
     """An engine with SETTINGS (`parallel`: compile on several threads, for a build step of
-    its own, which ends after it; a worker compiles on its own thread)."""
+    its own, which ends after it; a worker compiles on its own thread; `reserve`: with
+    wasmtime's own reservations for memories, for a process with address space to spare,
+    whose engine loads no build's precompiled module)."""
     if os.environ.get("WASMTIME_BACKTRACE_DETAILS") != "1":  # once: others read it
         os.environ["WASMTIME_BACKTRACE_DETAILS"] = "1"
     config = wasmtime.Config()
     for name, value in SETTINGS.items():
-        setattr(config, name, value)
+        if not (reserve and name in SMALL_RESERVATIONS):
+            setattr(config, name, value)
     config.parallel_compilation = parallel
     return wasmtime.Engine(config)
 

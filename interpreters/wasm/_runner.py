@@ -249,7 +249,8 @@ class Runner:
         #: place's own process) compiles them itself.
         self.trusts_builds = compiled is None
         self.compiled = compiled
-        self.engine = new_engine()
+        # A runner that loads no build's precompiled module may reserve memories whole.
+        self.engine = new_engine(reserve=not self.trusts_builds)
         self.linker = wasmtime.Linker(self.engine)
         self.linker.define_wasi()
         self.linker.allow_shadowing = True

@@ -397,6 +397,19 @@ AGENT = {"python": "ag_python", "tcl": "ag_tcl", "scheme": "ag_scheme", "c": "ag
          "wasm": "ag_wasm"}
 
 
+def wasm_c_problem() -> str | None:
+    """Why ag_wasm cannot run C agents here (no runtime, or no clang, lld, WASI libc or
+    compiler-rt for wasm32-wasi), or None when it can."""
+    from tacoma.agent._interpreter import discover_interpreters
+
+    wasm = discover_interpreters().get("ag_wasm")
+    if wasm is None:
+        return "ag_wasm is not installed"
+    from tacoma.interpreters.wasm import c_problem
+
+    return wasm.check() or c_problem()
+
+
 def language_params(agents: bool = False, leave_out: tuple[str, ...] = ()) -> list[object]:
     """A pytest parameter per language (its name, or with `agents` its agent's), skipped
     with the reason where its interpreter cannot run here; but the languages `leave_out`."""

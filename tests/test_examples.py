@@ -9,22 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import wasm_c_problem
+
 EXAMPLES = Path(__file__).parent.parent / "examples"
-
-
-def _wasm_c_problem() -> str | None:
-    """Why ag_wasm cannot run C agents here (no runtime, or no clang for wasm32-wasi)."""
-    from tacoma.agent._interpreter import discover_interpreters
-
-    wasm = discover_interpreters().get("ag_wasm")
-    if wasm is None:
-        return "not installed"
-    from tacoma.interpreters.wasm import c_problem
-
-    return wasm.check() or c_problem()
-
-
-WASM_PROBLEM = _wasm_c_problem()
+WASM_PROBLEM = wasm_c_problem()
 
 
 def _run(name: str) -> str:

@@ -50,6 +50,7 @@ from conftest import (
     process_status,
     processes_of_uid,
     wait_until,
+    wasm_c_problem,
 )
 
 pytestmark = [
@@ -1200,12 +1201,7 @@ def test_a_c_agent_builds_for_webassembly_where_the_place_lies_below_tmp(
     """The build's directory, by its path, is the host's there, shown read-only (the build
     writes through the descriptor it started in); clang, unlike gcc, does not fall back
     from an unwritable TMPDIR, and must be given the build's own /tmp."""
-    wasm = next((i for i in discover_interpreters().values() if i.language == "wasm"), None)
-    if wasm is None or wasm.check() is not None:
-        pytest.skip("ag_wasm cannot run here")
-    from tacoma.interpreters.wasm import c_problem
-
-    if (problem := c_problem()) is not None:
+    if (problem := wasm_c_problem()) is not None:
         pytest.skip(problem)
     hello = (Path(__file__).parent.parent / "examples" / "hello" / "hello.c").read_text()
     code = f"/* {uuid.uuid4().hex}: a build of its own */\n{hello}"

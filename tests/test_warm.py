@@ -26,7 +26,6 @@ from typing import Any
 
 import pytest
 import tacoma
-from tacoma.agent._interpreter import discover_interpreters
 
 from conftest import (
     RunningPlace,
@@ -35,6 +34,7 @@ from conftest import (
     meet_as,
     tacoma_cli,
     wait_until,
+    wasm_c_problem,
 )
 
 pytestmark = [
@@ -287,13 +287,7 @@ def test_a_webassembly_worker_serves_its_principals_programs_each_in_a_new_insta
         warm_place: RunningPlace, alice: Path, mallory: Path) -> None:
     """A warm ag_wasm worker serves later meets of its principal, whatever their program;
     each finds nothing of the meets before; another principal never gets it."""
-    interpreter = next((i for i in discover_interpreters().values() if i.language == "wasm"),
-                       None)
-    if interpreter is None or interpreter.check() is not None:
-        pytest.skip("ag_wasm cannot run here")
-    from tacoma.interpreters.wasm import c_problem
-
-    if (problem := c_problem()) is not None:
+    if (problem := wasm_c_problem()) is not None:
         pytest.skip(problem)
     other = "/* another program */\n" + WASM_PLANTER
     for _ in range(2):

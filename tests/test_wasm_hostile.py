@@ -42,22 +42,17 @@ from tacoma.agent._calls import Unframer, frame
 from tacoma.place.workers._pool import LOG_CHARS_PER_MEET, LOG_LINE, LOG_LINES_PER_MEET
 from tacoma.wire._protocol import DEFAULT_MAX_FRAME
 
-from conftest import AGENT, RunningPlace, launch_place, meet_as, release, wait_until
+from conftest import (
+    AGENT,
+    RunningPlace,
+    launch_place,
+    meet_as,
+    release,
+    wait_until,
+    wasm_c_problem,
+)
 
-
-def _wasm_c_problem() -> str | None:
-    """Why ag_wasm cannot run C agents here (no runtime, or no clang for wasm32-wasi)."""
-    from tacoma.agent._interpreter import discover_interpreters
-
-    wasm = discover_interpreters().get("ag_wasm")
-    if wasm is None:
-        return "ag_wasm is not installed"
-    from tacoma.interpreters.wasm import c_problem
-
-    return wasm.check() or c_problem()
-
-
-WASM_PROBLEM = _wasm_c_problem()
+WASM_PROBLEM = wasm_c_problem()
 
 pytestmark = [
     pytest.mark.root,

@@ -473,6 +473,16 @@ def warm_up(run: Runner, meet: Meet) -> None:
     _warm_up(run, AgentChannel(-1, 1 << 20), meet)
 
 
+def _open(plan: SandboxPlan, this_thread: bool = False) -> AgentChannel:
+    """The worker's channel on `plan.fd`, through which this process (or, `this_thread`,
+    this thread) reads lazy folders."""
+    channel = AgentChannel(plan.fd, plan.max_frame)
+    channel.place = plan.place
+    channel.plan = plan
+    attach_lazy(channel.lazy_fetch, channel.lazy_keep, plan.prefetch, this_thread)
+    return channel
+
+
 def serve_one(run: Runner, plan: SandboxPlan,
               prepare: Callable[[], None] | None = None,
               warm: Meet | None = None,
@@ -512,12 +522,8 @@ def serve_one(run: Runner, plan: SandboxPlan,
         prepare()
     if warm is not None and plan.ahead:
         warm_up(run, warm)
-    fd = plan.fd
-    os.set_inheritable(fd, False)  # the agent's own children do not get it
-    channel = AgentChannel(fd, plan.max_frame)
-    channel.place = plan.place
-    channel.plan = plan
-    attach_lazy(channel.lazy_fetch, channel.lazy_keep, plan.prefetch)
+    os.set_inheritable(plan.fd, False)  # the agent's own children do not get it
+    channel = _open(plan)
     baseline = Baseline(plan) if plan.reuse else None
     channel.hello()
     while True:
@@ -564,10 +570,7 @@ def serve_thread(run: Runner, plan: SandboxPlan) -> None:
     As `serve_one` without the sandbox: nothing to enter, and between meets nothing to make
     clean (the instance went with its meet; the runner bounds each meet's CPU time from
     the thread's own clock). Lazy folders are read through this thread's channel."""
-    channel = AgentChannel(plan.fd, plan.max_frame)
-    channel.place = plan.place
-    channel.plan = plan
-    attach_lazy(channel.lazy_fetch, channel.lazy_keep, plan.prefetch, this_thread=True)
+    channel = _open(plan, this_thread=True)
     try:
         channel.hello()
         while True:

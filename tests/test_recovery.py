@@ -11,6 +11,7 @@ import signal
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 import tacoma
@@ -27,13 +28,36 @@ LOST_AFTER = ("--lost-after", "2s")
 home = place_fixture(*LOST_AFTER)
 
 
+class OnArrival(threading.Thread):
+    """Do `act` as soon as an agent runs at `place` (its `tacoma ps`), not after a fixed
+    time: a build or a loaded machine may keep the agent from getting there for seconds,
+    and a place killed before it arrives is a place that cannot be reached, not one that
+    died with the agent on it. `cancel` stops waiting."""
+
+    def __init__(self, place: RunningPlace, act: Callable[[], None]) -> None:
+        super().__init__(daemon=True)
+        self.place, self.act, self.cancelled = place, act, threading.Event()
+
+    def run(self) -> None:
+        deadline = time.monotonic() + 90
+        while not self.cancelled.is_set() and time.monotonic() < deadline:
+            if self.place.agents():
+                self.act()
+                return
+            self.cancelled.wait(0.1)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+        self.join(15)
+
+
 def test_a_place_dying_with_the_agent_on_it_is_reported_by_the_rear_guard(
         start_place, home: RunningPlace) -> None:
     """The place that handed the agent on notices within seconds that the next place died
     with it (not at the trip's 60 s deadline), and the caller hears where and why."""
     a, b = home, start_place()
     code = f"import time\nif place == {b.address!r}:\n    time.sleep(60)\ngo_next()"
-    killer = threading.Timer(1.5, lambda: b.proc.send_signal(signal.SIGKILL))
+    killer = OnArrival(b, lambda: b.proc.send_signal(signal.SIGKILL))
     killer.start()
     started = time.monotonic()
     try:
@@ -57,7 +81,7 @@ def test_a_place_dying_with_the_agent_on_it_ends_the_trip_at_the_deadline(
         c.proc.send_signal(signal.SIGSTOP)
         b.proc.send_signal(signal.SIGKILL)
 
-    killer = threading.Timer(1.5, cut)
+    killer = OnArrival(c, cut)
     killer.start()
     started = time.monotonic()
     try:
@@ -120,7 +144,7 @@ def test_every_language_chooses_what_happens_when_a_place_dies_with_it(
     """RECOVERY skip, set by the agent itself: b is killed with the agent on it; a's rear
     guard hands the agent, as a handed it over, on to c, and notes b in SKIPPED."""
     a, b, c = home, start_place(), shared_place
-    killer = threading.Timer(2, lambda: b.proc.send_signal(signal.SIGKILL))
+    killer = OnArrival(b, lambda: b.proc.send_signal(signal.SIGKILL))
     killer.start()
     try:
         result = tacoma.meet(a.target(agent), {"ITINERARY": [b.address, c.address],

@@ -13,6 +13,7 @@ and nothing else, for alice.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import textwrap
 import time
 import uuid
@@ -434,3 +435,43 @@ def test_a_clients_next_launch_takes_the_passport_signed_ahead(a: RunningPlace,
     ahead_id, meet_id, answer = asyncio.run(two())
     assert meet_id == ahead_id
     assert answer.text("WHO")[0] == name_of(alice)
+
+
+def test_launches_faster_than_signing_ahead_queue_no_signatures(a: RunningPlace,
+                                                                 alice: Path) -> None:
+    """A burst of launches of one program: one passport at a time is signed ahead for
+    them, not one more queued on the client's threads for each launch (which grew without
+    bound under load, each a signature no launch took)."""
+    credentials = Credentials(alice)
+    launch = Briefcase(CODE=[WHOAMI.encode()])
+
+    class Counting(concurrent.futures.ThreadPoolExecutor):
+        """The loop's executor, counting the work given to it and not yet done."""
+        waiting = most = 0
+
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            Counting.waiting += 1
+            Counting.most = max(Counting.most, Counting.waiting)
+            future = super().submit(fn, *args, **kwargs)
+            future.add_done_callback(lambda _: setattr(Counting, "waiting",
+                                                       Counting.waiting - 1))
+            return future
+
+    async def burst() -> list[Any]:
+        asyncio.get_running_loop().set_default_executor(Counting(max_workers=2))
+        client = await PlaceClient.connect(a.address, credentials=credentials)
+        try:
+            todo = iter(range(48))
+
+            async def caller() -> list[Any]:
+                return [await client.meet("ag_python", Briefcase(launch), "sync", 30)
+                        for _ in todo]
+
+            return [answer for answers in await asyncio.gather(*(caller() for _ in range(12)))
+                    for answer in answers]
+        finally:
+            client.close()
+
+    answers = asyncio.run(burst())
+    assert [answer.text("WHO")[0] for answer in answers] == [name_of(alice)] * 48
+    assert Counting.most == 1

@@ -170,8 +170,9 @@ class PlaceClient:
             finally:  # once this one is answered, the next like it is signed ahead, on a
                 # thread: off the loop, while its caller waits or sleeps (the signature
                 # holds the GIL, about 200 us made cold)
-                asyncio.get_running_loop().run_in_executor(None, functools.partial(
-                    credentials.sign_ahead, self.address, agent, program, timeout, terms))
+                ahead = credentials.ahead(self.address, agent, program, timeout, terms)
+                if ahead is not None:
+                    asyncio.get_running_loop().run_in_executor(None, ahead)
         papers = papers or b""
         return await self._meet_named(agent, briefcase, mode, timeout, principal, meet_id,
                                       papers)

@@ -15,12 +15,13 @@ reach it (`register_place`): it has a CA of its own that nobody else holds.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import secrets
 import ssl
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -144,6 +145,8 @@ class Credentials:
         #: Passports signed ahead (see sign_ahead), by (place, agent, program, timeout,
         #: terms): the meet id each names, its papers, and when it was signed (monotonic).
         self._ahead: dict[_Launch, tuple[str, bytes, float]] = {}
+        #: Launches whose passport is being signed ahead now (see ahead).
+        self._signing: set[_Launch] = set()
 
     def bundle(self) -> Bundle:
         """The identity file in use (TrustError if there is none)."""
@@ -201,28 +204,46 @@ class Credentials:
             return ahead[1]
         return self._sign(key, meet_id, 0.0)
 
-    def sign_ahead(self, address: str, agent: str, program: str, timeout: float | None,
-                   terms: Terms = DEFAULT_TERMS) -> None:
-        """Sign the passport of the next launch like this one now, off its path.
+    def ahead(self, address: str, agent: str, program: str, timeout: float | None,
+              terms: Terms = DEFAULT_TERMS) -> Callable[[], None] | None:
+        """The work of signing ahead the passport of the next launch like this one (see
+        _sign_ahead), for a thread; None where none is wanted: credentials that do not
+        sign, one ready and fresh, or one being signed already.
+
+        One at a time for each launch: launches faster than a thread signs after its pause
+        (a few hundred a second) would otherwise each queue one more, and the queue would
+        grow with every launch, each item a signature no launch takes."""
+        if not self.signs_for(agent):
+            return None
+        key = self._launch(address, agent, program, timeout, terms)
+        ready = self._ahead.get(key)
+        if key in self._signing or (
+                ready is not None and time.monotonic() - ready[2] < AHEAD_SECONDS / 2):
+            return None
+        self._signing.add(key)
+        return functools.partial(self._sign_ahead, key)
+
+    def _sign_ahead(self, key: _Launch) -> None:
+        """Sign the passport of the next launch like `key` now, off its path.
 
         An ECDSA signature costs about 30 us with the CPU's caches warm, and ten times
         that after a pause (measured: 380 us between meets a third of a second apart),
         which a launch would wait for; signed right after a launch, the next one like it
         takes it ready (within AHEAD_SECONDS, its deadline as far ahead as if signed then).
-        Called on a thread (see PlaceClient.meet): dict updates are atomic."""
-        if not self.signs_for(agent):
-            return
-        key = self._launch(address, agent, program, timeout, terms)
-        if len(self._ahead) >= 64:
-            self._ahead.clear()
-        meet_id = new_meet_id()
-        time.sleep(AHEAD_PAUSE)  # the GIL is its caller's meanwhile: it takes its answer
+        Runs on a thread (see PlaceClient.meet): dict and set updates are atomic."""
         try:
-            papers = self._sign(key, meet_id, AHEAD_SECONDS)
-        except Exception as exc:  # noqa: BLE001 - the launch signs its own, and says why
-            log.debug("signing a passport ahead failed: %s", exc)
-            return
-        self._ahead[key] = (meet_id, papers, time.monotonic())
+            if len(self._ahead) >= 64:
+                self._ahead.clear()
+            meet_id = new_meet_id()
+            time.sleep(AHEAD_PAUSE)  # the GIL is its caller's meanwhile: it takes its answer
+            try:
+                papers = self._sign(key, meet_id, AHEAD_SECONDS)
+            except Exception as exc:  # noqa: BLE001 - the launch signs its own, and says why
+                log.debug("signing a passport ahead failed: %s", exc)
+                return
+            self._ahead[key] = (meet_id, papers, time.monotonic())
+        finally:
+            self._signing.discard(key)
 
     def _launch(self, address: str, agent: str, program: str, timeout: float | None,
                 terms: Terms) -> _Launch:

@@ -206,7 +206,13 @@ def test_a_traced_meet_times_each_step_on_every_side(place) -> None:
                      ("worker", "receive and unmarshal"), ("worker", "start"),
                      ("worker", "run"), ("worker", "return"), ("client", "transfer")]
     assert all(seconds >= 0 for _, _, seconds in timed.steps)
-    assert sum(s for _, _, s in timed.steps) <= timed.total * 1.05
+    # The steps add up to the total, except where a reader starts before its writer's
+    # write returns: the client's send and the place's hand-off to the worker each may
+    # overlap the next side's steps (by as long as the write took: seconds on a loaded
+    # machine), and are counted whole.
+    took = dict(((side, step), s) for side, step, s in timed.steps)
+    overlap = took[("client", "send")] + took[("place", "hand to worker")]
+    assert sum(s for _, _, s in timed.steps) <= timed.total + overlap + 1e-6
     echo = tacoma.trace(place.target("ag_echo"), {"X": [b"1"]})
     assert echo.briefcase == {"X": [b"1"]}
     assert {side for side, _, _ in echo.steps} == {"client", "place"}

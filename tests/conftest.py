@@ -86,6 +86,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.option.basetemp is None:
         RUNS.mkdir(parents=True, exist_ok=True, mode=0o700)
         config.option.basetemp = str(RUNS / f"run-{os.getpid()}")
+    # The tests of Ctrl-C send SIGINT to the commands they start. A suite started in the
+    # background (`pytest &` in a script, or under nohup) ignores SIGINT, and every process
+    # it starts would inherit that and never hear their Ctrl-C; caught here instead, the
+    # signal is back to its default in them.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -433,7 +433,8 @@ def test_an_agents_own_meets_count_against_its_principals_share(
 # ------------------------------------------------------- 6. messages waiting at a place
 def test_one_principals_messages_leave_room_in_the_places_mailboxes(
         start_place: Callable[..., RunningPlace], alice: Path, mallory: Path) -> None:
-    p = start_place("--mailbox-total-bytes", "4M", "--share", "0.25")
+    # --grace 1s: the place ends without waiting for its two sleeping residents.
+    p = start_place("--mailbox-total-bytes", "4M", "--share", "0.25", "--grace", "1s")
     stay = 'import time\nreside(bc.text("NAME")[0])\ntime.sleep(120)\n'
     for who, name in ((mallory, "hers"), (alice, "his")):
         meet_as(who, p.address, "ag_python", {"NAME": [name.encode()]}, code=stay,

@@ -74,7 +74,8 @@ def test_a_place_dying_with_the_agent_on_it_ends_the_trip_at_the_deadline(
         start_place) -> None:
     """A place stopped (SIGSTOP) with the agent on it, and the one that handed it on gone
     too: nobody is left to notice, and the trip ends at the home's bound on meets."""
-    a, b, c = start_place("--meet-seconds", "4"), start_place(), start_place()
+    # c is stopped with the agent asleep on it: --grace 1 lets it end without waiting.
+    a, b, c = start_place("--meet-seconds", "4"), start_place(), start_place("--grace", "1s")
     code = (f"import time\nif place == {c.address!r}:\n    time.sleep(60)\n"
             "go_next()")
     def cut() -> None:

@@ -222,7 +222,8 @@ def test_agents_have_no_network_by_default(start_place: Callable[..., RunningPla
 def test_agent_network_host_gives_agents_the_hosts_network(
         start_place: Callable[..., RunningPlace], listener: tuple[int, list[bytes]]) -> None:
     port, seen = listener
-    place = start_place("--agent-network", "host")
+    # --grace 1s: the place ends without waiting for the agent left asleep below.
+    place = start_place("--agent-network", "host", "--grace", "1s")
     result = tacoma.meet(place.target("ag_python"), {"PORT": [str(port)]},
                          code=textwrap.dedent(PROBE_NETWORK), timeout=60)
     assert result["GOT"] == [b"hello"]

@@ -11,9 +11,11 @@ import tacoma
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tacoma import Briefcase
-from tacoma.wire._briefcase import MAX_FOLDER_NAME, check_folder_name
+from tacoma.wire._briefcase import LAZY, MAX_FOLDER_NAME, check_folder_name
 
-folder_names = st.text(min_size=1, max_size=MAX_FOLDER_NAME)
+#: Any name but LAZY, which carries a briefcase's lazy folders and is refused as a folder of
+#: its own on the wire (hypothesis finds it among the constants of the code it tests).
+folder_names = st.text(min_size=1, max_size=MAX_FOLDER_NAME).filter(lambda name: name != LAZY)
 briefcases = st.dictionaries(
     folder_names, st.lists(st.binary(max_size=40), max_size=4), max_size=5,
 ).map(Briefcase)
@@ -260,6 +262,13 @@ def test_reserved_folders() -> None:
     assert tacoma.CODE in tacoma.RESERVED_FOLDERS
     assert {"ITINERARY", "HOME", "ENVELOPE"} <= tacoma.RESERVED_FOLDERS
     assert isinstance(tacoma.RESERVED_FOLDERS, frozenset)
+
+
+def test_a_folder_named_lazy_is_refused_on_the_wire() -> None:
+    """LAZY carries the references of a briefcase's lazy folders: a briefcase that holds a
+    folder of that name is refused when it is sent, saying why."""
+    with pytest.raises(ValueError, match=r"folder name LAZY is reserved for the references"):
+        Briefcase({LAZY: [b"mine"]}).to_wire()
 
 
 # --------------------------------------------------------------------------- elements

@@ -33,7 +33,7 @@ from tacoma.testing import (
     receive_and_get,
 )
 from tacoma.wire import _events
-from tacoma.wire._briefcase import Briefcase
+from tacoma.wire._briefcase import LAZY, Briefcase
 from tacoma.wire._events import EVENTS, FIELD_TYPES, LOG_LEVELS, MODES, decode, encode
 from tacoma.wire._protocol import (
     COUNTERPART,
@@ -643,7 +643,9 @@ def test_a_refused_meet_books_nothing() -> None:
 
 
 # ------------------------------------------------------------------ property: round trip
-folder_names = st.text(min_size=1, max_size=255)
+#: Any name but LAZY, which carries a briefcase's lazy folders and is refused as a folder of
+#: its own (hypothesis finds it among the constants of the code it tests).
+folder_names = st.text(min_size=1, max_size=255).filter(lambda name: name != LAZY)
 briefcases = st.dictionaries(
     folder_names, st.lists(st.binary(max_size=40), max_size=4), max_size=4,
 ).map(Briefcase)

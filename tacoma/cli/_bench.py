@@ -334,7 +334,7 @@ def _spalink(quick: bool, json_path: Path | None) -> None:
 
 
 @bench.command("overhead", short_help="PAN's ActiveOverhead of a meet over a plain echo.")
-@_quick_option("Briefcases of 128 and 1,500 bytes, fewer round trips (about 20 s).")
+@_quick_option("Briefcases of 128 and 1,500 bytes, fewer round trips (about 25 s).")
 @_json_option("every setting's and size's round trips and overheads")
 @_plot_option("the overhead against briefcase size, a line per setting,")
 def _overhead(quick: bool, json_path: Path | None, plot_dir: Path | None) -> None:

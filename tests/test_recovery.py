@@ -41,7 +41,11 @@ class OnArrival(threading.Thread):
     def run(self) -> None:
         deadline = time.monotonic() + 90
         while not self.cancelled.is_set() and time.monotonic() < deadline:
-            if self.place.agents():
+            try:
+                there = bool(self.place.agents())
+            except (tacoma.TacomaError, OSError):  # busy, or its answer lost: ask again
+                there = False
+            if there:
                 self.act()
                 return
             self.cancelled.wait(0.1)

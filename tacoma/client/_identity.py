@@ -90,7 +90,7 @@ class Terms:
 
 
 DEFAULT_TERMS = Terms()
-#: Seconds a passport signed ahead waits for its launch (see Credentials.sign_ahead), and
+#: Seconds a passport signed ahead waits for its launch (see Credentials.ahead), and
 #: how long after a launch's answer it is signed (on a thread: the signature holds the GIL,
 #: which the caller then has to take its answer and go on).
 AHEAD_SECONDS = 10.0
@@ -142,7 +142,7 @@ class Credentials:
         #: Signers by the address of a place with an identity of its own here ("": this
         #: identity's).
         self._signers: dict[str, Signer] = {}
-        #: Passports signed ahead (see sign_ahead), by (place, agent, program, timeout,
+        #: Passports signed ahead (see ahead), by (place, agent, program, timeout,
         #: terms): the meet id each names, its papers, and when it was signed (monotonic).
         self._ahead: dict[_Launch, tuple[str, bytes, float]] = {}
         #: Launches whose passport is being signed ahead now (see ahead).
@@ -180,7 +180,7 @@ class Credentials:
     def launch_id(self, address: str, agent: str, program: str, timeout: float | None,
                   terms: Terms = DEFAULT_TERMS) -> str:
         """The meet id for launching `agent` with `program` (its digest, program_of) at the
-        place at `address`: that of the passport signed ahead for it (see sign_ahead) if
+        place at `address`: that of the passport signed ahead for it (see ahead) if
         one is ready, else a new one."""
         if self.signs_for(agent):
             ahead = self._ahead.get(self._launch(address, agent, program, timeout, terms))
@@ -193,7 +193,7 @@ class Credentials:
         """The papers (a Meet's, see trust._passport) that carry the passport for
         launching `agent` with `program` as meet `meet_id` at the place at `address`;
         b"" where none is needed: plaintext, a place's own agent, or credentials that do
-        not sign. A passport signed ahead for it (see sign_ahead) is used, else one is
+        not sign. A passport signed ahead for it (see ahead) is used, else one is
         signed now."""
         if not self.signs_for(agent):
             return b""

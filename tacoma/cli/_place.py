@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
+import os
 import shutil
 import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -356,6 +358,22 @@ def place(listen: str, state_dir: Path | None, pool_size: int, pool_max: int | N
             runner.run(serve())
     except tacoma.TacomaError as exc:  # it could not start (its identity, its state dir)
         fail(exc)
+    if settings.instances_in_place:
+        _exit_now()
+
+
+def _exit_now() -> NoReturn:
+    """End a place that ran instances on its own threads, once it has stopped, without
+    Python's finalization. The runtime keeps native threads of its own (wasmtime's WASI
+    streams run on them), which call back into Python when they drop what a meet left: one
+    that does so while the interpreter finalizes is ended by Python (a thread that takes the
+    GIL then exits), the exit unwinds through frames that cannot unwind, and the process
+    aborts (SIGABRT) after a clean stop. Everything the place writes is written by then;
+    its log and output are flushed here."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 @click.command(short_help="Which languages and sandbox layers a place here has.")

@@ -4,10 +4,10 @@ a directory of its own holding agent.c (see tacoma/place/workers/_builds.py).
 clang compiles agent.c for wasm32-wasi (tacoma.h on its include path) into agent.wasm, and
 the runtime precompiles that: agent.cwasm holds both (`_engine.pack_artifact`). A module
 or its text, which a place builds only when it runs instances in its own process, is
-compiled as it came. Workers
-load the precompiled module in a fraction of a millisecond where compiling takes tens; a
-place that runs instances in its own process compiles the module instead. clang's
-messages, and the runtime's, go to stdout, which the place returns with a failed compile.
+compiled as it came. Workers load the precompiled module in a fraction of a millisecond
+where compiling takes tens; a place that runs instances in its own process compiles the
+module instead. clang's messages, and the runtime's, go to stdout, which the place returns
+with a failed compile.
 """
 
 from __future__ import annotations
